@@ -1,0 +1,280 @@
+//! Plane geometry of a frame inside one slot allocation (R17).
+//!
+//! The publisher chooses pitches; subscribers recompute the layout from the `FrameMeta`
+//! they receive and refuse any meta whose pitches or sizes do not add up, so a hostile
+//! HELLO_RESP can never make a reader index past a slot.
+
+use crate::error::{Error, Result};
+use crate::wire::frame::FrameMeta;
+use crate::wire::Format;
+
+/// Rows of every plane start on this boundary: what GPU copies and texture reads prefer
+/// (R17 recommends multiples of 256; cudaMallocPitch uses 512 on current GPUs, 256 divides it).
+pub const PITCH_ALIGNMENT: u32 = 256;
+
+/// Largest width or height accepted (beyond 16K there is no video hardware to feed).
+pub const MAX_DIMENSION: u32 = 16384;
+
+/// One plane of a frame: where it starts in the slot and how it is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plane {
+    /// Byte offset from the start of the slot.
+    pub offset: usize,
+    /// Bytes between the starts of two rows.
+    pub pitch: usize,
+    /// Bytes of image data in one row (<= pitch).
+    pub row_bytes: usize,
+    pub rows: usize,
+}
+
+/// The full layout of one frame: up to three planes, contiguous in one allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameLayout {
+    pub format: Format,
+    pub width: u32,
+    pub height: u32,
+    pub pitch_y: u32,
+    pub pitch_uv: u32,
+    planes: [Plane; 3],
+    plane_count: usize,
+    pub frame_size: usize,
+}
+
+/// How a format splits into planes: bytes per sample group and chroma subsampling.
+struct FormatShape {
+    /// Bytes per pixel of plane 0.
+    luma_bytes: usize,
+    /// Number of chroma planes after plane 0 (0, 1 interleaved, or 2 separate).
+    chroma_planes: usize,
+    /// Bytes of a chroma row per chroma sample position.
+    chroma_bytes: usize,
+    sub_x: bool,
+    sub_y: bool,
+    bits_per_pixel: u32,
+}
+
+fn shape(format: Format) -> Option<FormatShape> {
+    let s = |luma_bytes, chroma_planes, chroma_bytes, sub, bits_per_pixel| FormatShape {
+        luma_bytes,
+        chroma_planes,
+        chroma_bytes,
+        sub_x: sub,
+        sub_y: sub,
+        bits_per_pixel,
+    };
+    Some(match format {
+        Format::None => return None,
+        // Interleaved UV: one chroma plane with 2 samples per chroma position.
+        Format::Nv12 => s(1, 1, 2, true, 12),
+        Format::P010 | Format::P016 => s(2, 1, 4, true, 24),
+        Format::Yuv420p => s(1, 2, 1, true, 12),
+        Format::Yuv444p => s(1, 2, 1, false, 24),
+        Format::Rgba | Format::Bgra => s(4, 0, 0, false, 32),
+    })
+}
+
+fn align_up(value: usize, alignment: usize) -> usize {
+    value.div_ceil(alignment) * alignment
+}
+
+impl FrameLayout {
+    /// The layout the publisher uses: pitches rounded up to [`PITCH_ALIGNMENT`].
+    pub fn new(format: Format, width: u32, height: u32) -> Result<FrameLayout> {
+        let sh = shape(format).ok_or_else(|| Error::invalid("frame format NONE has no layout"))?;
+        check_dimensions(width, height)?;
+        let (luma_row, chroma_row) = row_bytes(&sh, width);
+        let pitch_y = align_up(luma_row, PITCH_ALIGNMENT as usize) as u32;
+        let pitch_uv = if sh.chroma_planes == 0 {
+            0
+        } else {
+            align_up(chroma_row, PITCH_ALIGNMENT as usize) as u32
+        };
+        FrameLayout::with_pitches(format, width, height, pitch_y, pitch_uv)
+    }
+
+    /// The layout for given pitches, refused when a pitch is shorter than a row.
+    pub fn with_pitches(
+        format: Format,
+        width: u32,
+        height: u32,
+        pitch_y: u32,
+        pitch_uv: u32,
+    ) -> Result<FrameLayout> {
+        let sh = shape(format).ok_or_else(|| Error::invalid("frame format NONE has no layout"))?;
+        check_dimensions(width, height)?;
+        let (luma_row, chroma_row) = row_bytes(&sh, width);
+        if (pitch_y as usize) < luma_row {
+            return Err(Error::new(
+                crate::ErrorCode::Format,
+                format!("pitch_y {pitch_y} is shorter than a {} row of width {width} ({luma_row} bytes)", format.name()),
+            ));
+        }
+        if sh.chroma_planes == 0 && pitch_uv != 0 {
+            return Err(Error::new(
+                crate::ErrorCode::Format,
+                format!("pitch_uv must be 0 for packed format {}", format.name()),
+            ));
+        }
+        if sh.chroma_planes > 0 && (pitch_uv as usize) < chroma_row {
+            return Err(Error::new(
+                crate::ErrorCode::Format,
+                format!("pitch_uv {pitch_uv} is shorter than a chroma row ({chroma_row} bytes)"),
+            ));
+        }
+        let height_us = height as usize;
+        let chroma_rows = if sh.sub_y {
+            height_us.div_ceil(2)
+        } else {
+            height_us
+        };
+        let mut planes = [Plane {
+            offset: 0,
+            pitch: 0,
+            row_bytes: 0,
+            rows: 0,
+        }; 3];
+        planes[0] = Plane {
+            offset: 0,
+            pitch: pitch_y as usize,
+            row_bytes: luma_row,
+            rows: height_us,
+        };
+        let mut offset = pitch_y as usize * height_us;
+        for plane in planes.iter_mut().skip(1).take(sh.chroma_planes) {
+            *plane = Plane {
+                offset,
+                pitch: pitch_uv as usize,
+                row_bytes: chroma_row,
+                rows: chroma_rows,
+            };
+            offset += pitch_uv as usize * chroma_rows;
+        }
+        Ok(FrameLayout {
+            format,
+            width,
+            height,
+            pitch_y,
+            pitch_uv,
+            planes,
+            plane_count: 1 + sh.chroma_planes,
+            frame_size: offset,
+        })
+    }
+
+    /// Rebuild and verify the layout a peer announced in its frame meta.
+    pub fn from_meta(meta: &FrameMeta) -> Result<FrameLayout> {
+        let format = Format::from_u32(meta.format).ok_or_else(|| {
+            Error::new(
+                crate::ErrorCode::Format,
+                format!("unknown frame format {}", meta.format),
+            )
+        })?;
+        let layout = FrameLayout::with_pitches(
+            format,
+            meta.width,
+            meta.height,
+            meta.pitch_y,
+            meta.pitch_uv,
+        )?;
+        if layout.frame_size as u64 != meta.frame_size_bytes {
+            return Err(Error::new(
+                crate::ErrorCode::Format,
+                format!(
+                    "frame_size_bytes {} does not match the planes of a {}x{} {} frame ({} bytes)",
+                    meta.frame_size_bytes,
+                    meta.width,
+                    meta.height,
+                    format.name(),
+                    layout.frame_size
+                ),
+            ));
+        }
+        Ok(layout)
+    }
+
+    /// The frame meta that describes this layout (§2.1).
+    pub fn to_meta(&self) -> FrameMeta {
+        FrameMeta {
+            format: self.format as u32,
+            width: self.width,
+            height: self.height,
+            pitch_y: self.pitch_y,
+            pitch_uv: self.pitch_uv,
+            bits_per_pixel: shape(self.format).map_or(0, |s| s.bits_per_pixel),
+            frame_size_bytes: self.frame_size as u64,
+            reserved: [0; 32],
+        }
+    }
+
+    pub fn planes(&self) -> &[Plane] {
+        &self.planes[..self.plane_count]
+    }
+}
+
+fn check_dimensions(width: u32, height: u32) -> Result<()> {
+    if width == 0 || height == 0 || width > MAX_DIMENSION || height > MAX_DIMENSION {
+        return Err(Error::new(
+            crate::ErrorCode::Format,
+            format!("frame size {width}x{height} is outside 1..={MAX_DIMENSION}"),
+        ));
+    }
+    Ok(())
+}
+
+fn row_bytes(sh: &FormatShape, width: u32) -> (usize, usize) {
+    let w = width as usize;
+    let chroma_w = if sh.sub_x { w.div_ceil(2) } else { w };
+    (w * sh.luma_bytes, chroma_w * sh.chroma_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nv12_1080p_follows_r17() {
+        let l = FrameLayout::new(Format::Nv12, 1920, 1080).unwrap();
+        assert_eq!(l.pitch_y, 2048);
+        assert_eq!(l.pitch_uv, 2048);
+        let p = l.planes();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[1].offset, 2048 * 1080);
+        assert_eq!(p[1].rows, 540);
+        assert_eq!(l.frame_size, 2048 * 1080 + 2048 * 540);
+    }
+
+    #[test]
+    fn yuv420p_odd_size_rounds_chroma_up() {
+        let l = FrameLayout::new(Format::Yuv420p, 33, 17).unwrap();
+        let p = l.planes();
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[1].row_bytes, 17);
+        assert_eq!(p[1].rows, 9);
+        assert_eq!(p[2].offset, p[1].offset + 256 * 9);
+    }
+
+    #[test]
+    fn every_format_round_trips_through_meta() {
+        for f in Format::ALL.into_iter().skip(1) {
+            let l = FrameLayout::new(f, 640, 360).unwrap();
+            assert_eq!(FrameLayout::from_meta(&l.to_meta()).unwrap(), l);
+        }
+    }
+
+    #[test]
+    fn hostile_meta_is_refused() {
+        let mut m = FrameLayout::new(Format::Nv12, 64, 64).unwrap().to_meta();
+        m.frame_size_bytes += 1;
+        assert!(FrameLayout::from_meta(&m).is_err());
+        let mut m = FrameLayout::new(Format::Nv12, 64, 64).unwrap().to_meta();
+        m.pitch_y = 10;
+        assert!(FrameLayout::from_meta(&m).is_err());
+        let mut m = FrameLayout::new(Format::Rgba, 64, 64).unwrap().to_meta();
+        m.pitch_uv = 4;
+        assert!(FrameLayout::from_meta(&m).is_err());
+        m.format = 99;
+        assert!(FrameLayout::from_meta(&m).is_err());
+        assert!(FrameLayout::new(Format::Nv12, 0, 64).is_err());
+        assert!(FrameLayout::new(Format::Nv12, 64, 100_000).is_err());
+    }
+}

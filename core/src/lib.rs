@@ -1,0 +1,20 @@
+//! cuframes core: share decoded video frames (CUDA VMM or host memory) and encoded packets
+//! between processes on one machine, per protocol v4 (`docs/protocol.md`).
+//!
+//! Layers, bottom up:
+//! - [`wire`]: byte layouts and constants of the protocol; [`tlv`]: socket messages.
+//! - [`shm`], [`futex`], [`liveness`], [`paths`]: operating-system plumbing.
+//! - [`format`]: plane geometry of frames.
+
+pub mod error;
+pub mod format;
+pub mod futex;
+pub mod liveness;
+pub mod paths;
+pub mod shm;
+pub mod tlv;
+pub mod util;
+pub mod wire;
+
+pub use error::{Error, ErrorCode, Result};
+pub use paths::Key;

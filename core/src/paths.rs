@@ -1,0 +1,166 @@
+//! Keys, the runtime directory (R16) and the names of every object a publisher creates (§1).
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::wire::MAX_KEY_LEN;
+
+/// Default socket directory (R16).
+pub const DEFAULT_RUNTIME_DIR: &str = "/run/cuframes";
+/// Environment variable overriding the socket directory (R16).
+pub const RUNTIME_DIR_ENV: &str = "CUFRAMES_RUNTIME_DIR";
+/// Prefix of every SHM object of this project.
+pub const SHM_PREFIX: &str = "cuframes-";
+/// Suffix of packet SHM objects.
+pub const PACKET_SHM_SUFFIX: &str = "-packets";
+
+/// A validated key: `^[a-zA-Z0-9_-]{1,63}$` (§1).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key(String);
+
+impl Key {
+    pub fn new(key: &str) -> Result<Key> {
+        validate_key(key)?;
+        Ok(Key(key.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `cuframes-<key>`: the frame SHM name relative to /dev/shm (R19).
+    pub fn frame_shm_name(&self) -> String {
+        format!("{SHM_PREFIX}{}", self.0)
+    }
+
+    /// `cuframes-<key>-packets` (R19).
+    pub fn packet_shm_name(&self) -> String {
+        format!("{SHM_PREFIX}{}{PACKET_SHM_SUFFIX}", self.0)
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Check a key against `^[a-zA-Z0-9_-]{1,63}$`, saying what is wrong with it.
+pub fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::invalid(
+            "key is empty (expected 1..63 characters of [a-zA-Z0-9_-])",
+        ));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(format!(
+            "key is {} bytes long; at most {MAX_KEY_LEN} are allowed",
+            key.len()
+        )));
+    }
+    if let Some(bad) = key
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Err(Error::invalid(format!(
+            "key {key:?} contains {bad:?}; only [a-zA-Z0-9_-] are allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// Where sockets live: the API's choice, else `$CUFRAMES_RUNTIME_DIR`, else `/run/cuframes`.
+pub fn runtime_dir(explicit: Option<&Path>) -> PathBuf {
+    if let Some(dir) = explicit {
+        return dir.to_path_buf();
+    }
+    match std::env::var_os(RUNTIME_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(DEFAULT_RUNTIME_DIR),
+    }
+}
+
+/// `<runtime_dir>/<key>.sock`, refused when it does not fit `sockaddr_un` (107 bytes).
+pub fn socket_path(dir: &Path, key: &Key) -> Result<PathBuf> {
+    let path = dir.join(format!("{}.sock", key.as_str()));
+    let len = path.as_os_str().len();
+    if len > 107 {
+        return Err(Error::new(
+            ErrorCode::InvalidArg,
+            format!(
+                "socket path {} is {len} bytes; Unix sockets allow 107 (use a shorter runtime directory or key)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(path)
+}
+
+/// Accept an SHM name from the wire (R19): relative to /dev/shm, optional leading '/',
+/// and it must be one of this project's names, so a peer cannot point us at another object.
+pub fn parse_wire_shm_name(name: &str) -> Result<String> {
+    let bare = name.strip_prefix('/').unwrap_or(name);
+    let rest = bare.strip_prefix(SHM_PREFIX).ok_or_else(|| {
+        Error::protocol(format!(
+            "SHM name {name:?} does not start with {SHM_PREFIX:?}"
+        ))
+    })?;
+    let key = rest.strip_suffix(PACKET_SHM_SUFFIX).unwrap_or(rest);
+    validate_key(key)
+        .map_err(|e| Error::protocol(format!("SHM name {name:?}: {}", e.message())))?;
+    Ok(bare.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_regex() {
+        for ok in ["a", "cam1", "Cam_1-x", &"k".repeat(63)] {
+            assert!(validate_key(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "cam 1", "cam/1", "cäm", "a.b", &"k".repeat(64), "x\0"] {
+            let e = validate_key(bad).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::InvalidArg, "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_follow_section_1() {
+        let k = Key::new("cam1").unwrap();
+        assert_eq!(k.frame_shm_name(), "cuframes-cam1");
+        assert_eq!(k.packet_shm_name(), "cuframes-cam1-packets");
+        let p = socket_path(Path::new("/run/cuframes"), &k).unwrap();
+        assert_eq!(p, PathBuf::from("/run/cuframes/cam1.sock"));
+    }
+
+    #[test]
+    fn explicit_dir_wins() {
+        assert_eq!(
+            runtime_dir(Some(Path::new("/tmp/x"))),
+            PathBuf::from("/tmp/x")
+        );
+    }
+
+    #[test]
+    fn too_long_socket_path_is_refused() {
+        let k = Key::new(&"k".repeat(63)).unwrap();
+        assert!(socket_path(Path::new(&"/d".repeat(30)), &k).is_err());
+    }
+
+    #[test]
+    fn wire_shm_names_are_confined_to_the_project() {
+        assert_eq!(
+            parse_wire_shm_name("/cuframes-cam1").unwrap(),
+            "cuframes-cam1"
+        );
+        assert_eq!(
+            parse_wire_shm_name("cuframes-cam1-packets").unwrap(),
+            "cuframes-cam1-packets"
+        );
+        assert!(parse_wire_shm_name("../etc/passwd").is_err());
+        assert!(parse_wire_shm_name("cuframes-a/b").is_err());
+        assert!(parse_wire_shm_name("other").is_err());
+    }
+}

@@ -1,0 +1,159 @@
+//! Frame SHM layout (§2) with the fixed 7424-byte header of R1.
+
+use core::mem::{offset_of, size_of};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::{MAX_RING_SIZE, MAX_SUBSCRIBER_SLOTS};
+
+/// Frame meta (§2.1), 64 bytes; also carried verbatim in HELLO_RESP (§3.4).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct FrameMeta {
+    /// `cuframes_format_t` ([`super::Format`]).
+    pub format: u32,
+    pub width: u32,
+    pub height: u32,
+    /// Bytes per row of plane 0.
+    pub pitch_y: u32,
+    /// Bytes per row of the chroma plane(s); 0 for packed formats.
+    pub pitch_uv: u32,
+    /// Informational.
+    pub bits_per_pixel: u32,
+    /// Sum of the planes, unrounded (R20).
+    pub frame_size_bytes: u64,
+    pub reserved: [u8; 32],
+}
+
+/// Slot descriptor (§2.2), 192 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct SlotDescriptor {
+    /// Published seq, atomic; `INVALID_SEQ` while the slot is being written (R10).
+    pub seq: u64,
+    pub pts_ns: i64,
+    /// Atomic; bit i = subscriber i ACKed this seq.
+    pub ack_bitmap: u64,
+    pub written_bytes: u64,
+    pub reserved_mem_handle: [u8; 64],
+    pub reserved_external: [u8; 32],
+    pub reserved_a: [u8; 16],
+    pub reserved_b: [u8; 48],
+}
+
+/// Subscriber slot (§2.3), 128 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct SubscriberSlot {
+    /// Atomic [`super::SubscriberState`].
+    pub state: u64,
+    pub consumer_pid: u64,
+    /// Last ACKed seq (R23).
+    pub last_seen_seq: u64,
+    /// CLOCK_REALTIME ns of the last ACK (R23).
+    pub last_ack_ns: i64,
+    /// ASCII, zero-terminated, at most 31 characters.
+    pub consumer_name: [u8; 32],
+    pub reserved: [u8; 64],
+}
+
+/// The frame SHM object `/dev/shm/cuframes-<key>` (§2.0), always 7424 bytes (R1).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct SharedHeader {
+    pub magic: u32,
+    pub proto_version: u32,
+    pub lib_version_major: u32,
+    pub lib_version_minor: u32,
+    pub lib_version_patch: u32,
+    pub reserved_a: u32,
+    pub producer_pid: u64,
+    pub ring_size: u64,
+    pub ownership_mode: u64,
+    pub policy: u64,
+    pub max_subscribers: u64,
+    pub meta: FrameMeta,
+    pub reserved_events: [u8; 64],
+    /// Atomic, monotonic; its low 32 bits double as the R13 futex word.
+    pub global_seq: u64,
+    /// Atomic; bit i set while subscriber i is active.
+    pub subscriber_bitmap: u64,
+    /// Atomic; 1 once the publisher shuts down.
+    pub shutdown_flag: u64,
+    /// The first 4 bytes hold the R28 futex waiter count ([`FRAME_WAITERS_OFFSET`]).
+    pub reserved_b: [u8; 40],
+    pub slots: [SlotDescriptor; MAX_RING_SIZE],
+    pub subscribers: [SubscriberSlot; MAX_SUBSCRIBER_SLOTS],
+}
+
+/// Size of the frame SHM object (R1).
+pub const FRAME_SHM_SIZE: usize = 7424;
+/// Offset of the R28 waiter count (first 4 bytes of `reserved_b`).
+pub const FRAME_WAITERS_OFFSET: usize = 0x00D8;
+/// Offset of `slots[0]` and of `subscribers[0]` (R1).
+pub const FRAME_SLOTS_OFFSET: usize = 0x0100;
+pub const FRAME_SUBSCRIBERS_OFFSET: usize = 0x0D00;
+
+/// Byte offset of slot `index` inside the frame SHM.
+pub const fn slot_offset(index: usize) -> usize {
+    FRAME_SLOTS_OFFSET + index * size_of::<SlotDescriptor>()
+}
+
+/// Byte offset of subscriber slot `index` inside the frame SHM.
+pub const fn subscriber_offset(index: usize) -> usize {
+    FRAME_SUBSCRIBERS_OFFSET + index * size_of::<SubscriberSlot>()
+}
+
+// Every offset of §2.0–§2.3, checked at compile time.
+const _: () = {
+    assert!(size_of::<FrameMeta>() == 64);
+    assert!(offset_of!(FrameMeta, format) == 0x00);
+    assert!(offset_of!(FrameMeta, width) == 0x04);
+    assert!(offset_of!(FrameMeta, height) == 0x08);
+    assert!(offset_of!(FrameMeta, pitch_y) == 0x0C);
+    assert!(offset_of!(FrameMeta, pitch_uv) == 0x10);
+    assert!(offset_of!(FrameMeta, bits_per_pixel) == 0x14);
+    assert!(offset_of!(FrameMeta, frame_size_bytes) == 0x18);
+    assert!(offset_of!(FrameMeta, reserved) == 0x20);
+
+    assert!(size_of::<SlotDescriptor>() == 192);
+    assert!(offset_of!(SlotDescriptor, seq) == 0x00);
+    assert!(offset_of!(SlotDescriptor, pts_ns) == 0x08);
+    assert!(offset_of!(SlotDescriptor, ack_bitmap) == 0x10);
+    assert!(offset_of!(SlotDescriptor, written_bytes) == 0x18);
+    assert!(offset_of!(SlotDescriptor, reserved_mem_handle) == 0x20);
+    assert!(offset_of!(SlotDescriptor, reserved_external) == 0x60);
+    assert!(offset_of!(SlotDescriptor, reserved_a) == 0x80);
+    assert!(offset_of!(SlotDescriptor, reserved_b) == 0x90);
+
+    assert!(size_of::<SubscriberSlot>() == 128);
+    assert!(offset_of!(SubscriberSlot, state) == 0x00);
+    assert!(offset_of!(SubscriberSlot, consumer_pid) == 0x08);
+    assert!(offset_of!(SubscriberSlot, last_seen_seq) == 0x10);
+    assert!(offset_of!(SubscriberSlot, last_ack_ns) == 0x18);
+    assert!(offset_of!(SubscriberSlot, consumer_name) == 0x20);
+    assert!(offset_of!(SubscriberSlot, reserved) == 0x40);
+
+    assert!(size_of::<SharedHeader>() == FRAME_SHM_SIZE);
+    assert!(offset_of!(SharedHeader, magic) == 0x0000);
+    assert!(offset_of!(SharedHeader, proto_version) == 0x0004);
+    assert!(offset_of!(SharedHeader, lib_version_major) == 0x0008);
+    assert!(offset_of!(SharedHeader, lib_version_minor) == 0x000C);
+    assert!(offset_of!(SharedHeader, lib_version_patch) == 0x0010);
+    assert!(offset_of!(SharedHeader, reserved_a) == 0x0014);
+    assert!(offset_of!(SharedHeader, producer_pid) == 0x0018);
+    assert!(offset_of!(SharedHeader, ring_size) == 0x0020);
+    assert!(offset_of!(SharedHeader, ownership_mode) == 0x0028);
+    assert!(offset_of!(SharedHeader, policy) == 0x0030);
+    assert!(offset_of!(SharedHeader, max_subscribers) == 0x0038);
+    assert!(offset_of!(SharedHeader, meta) == 0x0040);
+    assert!(offset_of!(SharedHeader, reserved_events) == 0x0080);
+    assert!(offset_of!(SharedHeader, global_seq) == 0x00C0);
+    assert!(offset_of!(SharedHeader, subscriber_bitmap) == 0x00C8);
+    assert!(offset_of!(SharedHeader, shutdown_flag) == 0x00D0);
+    assert!(offset_of!(SharedHeader, reserved_b) == FRAME_WAITERS_OFFSET);
+    assert!(offset_of!(SharedHeader, slots) == FRAME_SLOTS_OFFSET);
+    assert!(offset_of!(SharedHeader, subscribers) == FRAME_SUBSCRIBERS_OFFSET);
+    assert!(subscriber_offset(MAX_SUBSCRIBER_SLOTS) == FRAME_SHM_SIZE);
+};

@@ -1,0 +1,74 @@
+//! The C ABI of cuframes: a thin, documented `extern "C"` layer over `cuframes-core`.
+//!
+//! Every function here is declared in `include/cuframes.h`. No panic crosses this boundary:
+//! each entry point runs its body under [`guard`], which turns a panic into an error code.
+
+#![allow(clippy::missing_safety_doc)] // each function's safety contract is in cuframes.h
+
+use std::ffi::c_char;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use cuframes_core::wire::PROTOCOL_VERSION;
+use cuframes_core::ErrorCode;
+
+/// Run `body`, turning a panic into `on_panic`.
+pub(crate) fn guard<T>(on_panic: T, body: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(on_panic)
+}
+
+/// The wire protocol version this library speaks (4).
+#[no_mangle]
+pub extern "C" fn cuframes_protocol_version() -> u32 {
+    PROTOCOL_VERSION
+}
+
+/// A static, human-readable description of an error code; never NULL.
+#[no_mangle]
+pub extern "C" fn cuframes_strerror(code: i32) -> *const c_char {
+    guard(c"unknown error".as_ptr(), || {
+        match ErrorCode::from_i32(code) {
+            Some(c) => strerror_cstr(c).as_ptr(),
+            None => c"unknown error".as_ptr(),
+        }
+    })
+}
+
+fn strerror_cstr(code: ErrorCode) -> &'static std::ffi::CStr {
+    match code {
+        ErrorCode::Ok => c"success",
+        ErrorCode::InvalidArg => c"invalid argument",
+        ErrorCode::Protocol => c"protocol error (malformed message or version mismatch)",
+        ErrorCode::Format => c"unsupported or mismatching frame format",
+        ErrorCode::TooMany => c"too many subscribers (at most 31)",
+        ErrorCode::NotFound => c"not found (no such publisher or ring)",
+        ErrorCode::AlreadyExists => c"a live publisher already owns this key",
+        ErrorCode::Timeout => c"timed out",
+        ErrorCode::Disconnected => c"disconnected from the publisher",
+        ErrorCode::PacketOverrun => c"packet ring overrun: packets were lost",
+        ErrorCode::Permission => c"permission denied",
+        ErrorCode::Cuda => c"CUDA error",
+        ErrorCode::Io => c"I/O error",
+        ErrorCode::NoMemory => c"out of memory",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn strerror_matches_the_core_descriptions() {
+        for code in ErrorCode::ALL {
+            let s = unsafe { CStr::from_ptr(cuframes_strerror(code as i32)) };
+            assert_eq!(s.to_str().unwrap(), code.description());
+        }
+        let s = unsafe { CStr::from_ptr(cuframes_strerror(12345)) };
+        assert_eq!(s.to_str().unwrap(), "unknown error");
+    }
+
+    #[test]
+    fn version_is_4() {
+        assert_eq!(cuframes_protocol_version(), 4);
+    }
+}
