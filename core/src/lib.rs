@@ -8,10 +8,16 @@
 
 pub mod error;
 pub mod format;
+pub mod frames;
 pub mod futex;
 pub mod liveness;
+pub mod memory;
+pub mod packet;
 pub mod paths;
+pub mod publisher;
 pub mod shm;
+pub mod sock;
+pub mod subscriber;
 pub mod tlv;
 pub mod util;
 pub mod wire;

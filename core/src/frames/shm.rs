@@ -1,0 +1,232 @@
+//! Typed, atomic access to the frame SHM (§2) as both sides see it.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::shm::Mapping;
+use crate::util::{fill_cstr, read_cstr};
+use crate::wire::frame::{
+    slot_offset, subscriber_offset, FrameMeta, SharedHeader, FRAME_SHM_SIZE, FRAME_WAITERS_OFFSET,
+};
+use crate::wire::*;
+use core::mem::offset_of;
+use zerocopy::{FromBytes, FromZeros};
+
+/// Extension (compatible, in the reserved bytes of a subscriber slot, §7.3): counters a
+/// subscriber keeps for operators. Offsets inside the slot.
+pub const SUB_DELIVERED_OFFSET: usize = 0x40;
+pub const SUB_DROPPED_OVERRUN_OFFSET: usize = 0x48;
+pub const SUB_DROPPED_TORN_OFFSET: usize = 0x50;
+
+use crate::wire::frame::{SlotDescriptor as Slot, SubscriberSlot as Sub};
+
+/// The frame SHM object of one publisher.
+pub struct FrameShm {
+    map: Mapping,
+}
+
+impl FrameShm {
+    pub fn new(map: Mapping) -> Result<FrameShm> {
+        if map.len() < FRAME_SHM_SIZE {
+            return Err(Error::protocol(format!(
+                "frame SHM is {} bytes; protocol v4 needs {FRAME_SHM_SIZE}",
+                map.len()
+            )));
+        }
+        Ok(FrameShm { map })
+    }
+
+    pub fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// Write a fresh header (publisher, before anyone can connect).
+    pub fn initialise(&self, meta: &FrameMeta, ring_size: usize, policy: Policy, pid: u32) {
+        self.map.zero(0, FRAME_SHM_SIZE);
+        let mut header = SharedHeader::new_zeroed();
+        header.magic = FRAME_MAGIC;
+        header.proto_version = PROTOCOL_VERSION;
+        (
+            header.lib_version_major,
+            header.lib_version_minor,
+            header.lib_version_patch,
+        ) = LIB_VERSION;
+        header.producer_pid = pid as u64;
+        header.ring_size = ring_size as u64;
+        header.ownership_mode = OWNERSHIP_LIBRARY;
+        header.policy = policy as u64;
+        header.max_subscribers = MAX_SUBSCRIBER_SLOTS as u64;
+        header.meta = *meta;
+        for slot in header.slots.iter_mut() {
+            slot.seq = INVALID_SEQ;
+        }
+        self.map
+            .write_bytes(0, zerocopy::IntoBytes::as_bytes(&header));
+        std::sync::atomic::fence(Ordering::Release);
+    }
+
+    /// Check what a subscriber mapped against what the handshake announced.
+    pub fn validate(&self, ring_size: usize, meta: &FrameMeta) -> Result<()> {
+        let magic = self.u32_at(offset_of!(SharedHeader, magic));
+        if magic == LEGACY_FRAME_MAGIC {
+            return Err(Error::protocol(
+                "frame SHM has the v1–v3 magic 0xCC7C1DCC; upgrade the publisher",
+            ));
+        }
+        if magic != FRAME_MAGIC {
+            return Err(Error::protocol(format!(
+                "frame SHM magic 0x{magic:08X} is not 0xCC7C1DCE"
+            )));
+        }
+        let version = self.u32_at(offset_of!(SharedHeader, proto_version));
+        if version != PROTOCOL_VERSION {
+            return Err(Error::protocol(format!(
+                "frame SHM speaks protocol {version}, not 4"
+            )));
+        }
+        let shm_ring = self.u64_at(offset_of!(SharedHeader, ring_size));
+        if shm_ring != ring_size as u64 {
+            return Err(Error::protocol(format!(
+                "frame SHM ring_size {shm_ring} differs from HELLO_RESP's {ring_size}"
+            )));
+        }
+        let mut raw = [0u8; 64];
+        self.map
+            .read_bytes(offset_of!(SharedHeader, meta), &mut raw);
+        let shm_meta =
+            FrameMeta::read_from_bytes(&raw).map_err(|_| Error::protocol("frame meta"))?;
+        if shm_meta.format != meta.format
+            || shm_meta.width != meta.width
+            || shm_meta.height != meta.height
+            || shm_meta.pitch_y != meta.pitch_y
+            || shm_meta.pitch_uv != meta.pitch_uv
+            || shm_meta.frame_size_bytes != meta.frame_size_bytes
+        {
+            return Err(Error::new(
+                ErrorCode::Format,
+                "frame SHM meta differs from HELLO_RESP's",
+            ));
+        }
+        Ok(())
+    }
+
+    fn u32_at(&self, offset: usize) -> u32 {
+        self.map.atomic_u32(offset).load(Ordering::Acquire)
+    }
+
+    fn u64_at(&self, offset: usize) -> u64 {
+        self.map.atomic_u64(offset).load(Ordering::Acquire)
+    }
+
+    pub fn producer_pid(&self) -> u64 {
+        self.u64_at(offset_of!(SharedHeader, producer_pid))
+    }
+
+    pub fn policy(&self) -> Option<Policy> {
+        Policy::from_u64(self.u64_at(offset_of!(SharedHeader, policy)))
+    }
+
+    pub fn global_seq(&self) -> &AtomicU64 {
+        self.map.atomic_u64(offset_of!(SharedHeader, global_seq))
+    }
+
+    /// The R13 futex word: the low 32 bits of `global_seq` (little-endian).
+    pub fn global_seq_word(&self) -> &AtomicU32 {
+        self.map.atomic_u32(offset_of!(SharedHeader, global_seq))
+    }
+
+    /// R28 waiter count.
+    pub fn waiters(&self) -> &AtomicU32 {
+        self.map.atomic_u32(FRAME_WAITERS_OFFSET)
+    }
+
+    pub fn subscriber_bitmap(&self) -> &AtomicU64 {
+        self.map
+            .atomic_u64(offset_of!(SharedHeader, subscriber_bitmap))
+    }
+
+    pub fn shutdown_flag(&self) -> &AtomicU64 {
+        self.map.atomic_u64(offset_of!(SharedHeader, shutdown_flag))
+    }
+
+    pub fn slot_seq(&self, k: usize) -> &AtomicU64 {
+        self.map.atomic_u64(slot_offset(k) + offset_of!(Slot, seq))
+    }
+
+    pub fn slot_pts(&self, k: usize) -> &AtomicU64 {
+        self.map
+            .atomic_u64(slot_offset(k) + offset_of!(Slot, pts_ns))
+    }
+
+    pub fn slot_ack(&self, k: usize) -> &AtomicU64 {
+        self.map
+            .atomic_u64(slot_offset(k) + offset_of!(Slot, ack_bitmap))
+    }
+
+    /// Futex word for ACK waits: the low 32 bits of `ack_bitmap` hold every usable bit (1..31).
+    pub fn slot_ack_word(&self, k: usize) -> &AtomicU32 {
+        self.map
+            .atomic_u32(slot_offset(k) + offset_of!(Slot, ack_bitmap))
+    }
+
+    pub fn slot_written(&self, k: usize) -> &AtomicU64 {
+        self.map
+            .atomic_u64(slot_offset(k) + offset_of!(Slot, written_bytes))
+    }
+
+    pub fn sub_state(&self, i: usize) -> &AtomicU64 {
+        self.map
+            .atomic_u64(subscriber_offset(i) + offset_of!(Sub, state))
+    }
+
+    pub fn sub_pid(&self, i: usize) -> &AtomicU64 {
+        self.map
+            .atomic_u64(subscriber_offset(i) + offset_of!(Sub, consumer_pid))
+    }
+
+    pub fn sub_last_seen(&self, i: usize) -> &AtomicU64 {
+        self.map
+            .atomic_u64(subscriber_offset(i) + offset_of!(Sub, last_seen_seq))
+    }
+
+    pub fn sub_last_ack_ns(&self, i: usize) -> &AtomicU64 {
+        self.map
+            .atomic_u64(subscriber_offset(i) + offset_of!(Sub, last_ack_ns))
+    }
+
+    pub fn sub_counter(&self, i: usize, which: usize) -> &AtomicU64 {
+        self.map.atomic_u64(subscriber_offset(i) + which)
+    }
+
+    pub fn sub_name(&self, i: usize) -> String {
+        let mut raw = [0u8; 32];
+        self.map.read_bytes(
+            subscriber_offset(i) + offset_of!(Sub, consumer_name),
+            &mut raw,
+        );
+        read_cstr(&raw)
+    }
+
+    /// Publisher: claim subscriber slot `i` for a new peer (R23).
+    pub fn fill_subscriber(&self, i: usize, pid: u32, name: &str, initial_seq: u64) {
+        let mut raw = [0u8; 32];
+        fill_cstr(&mut raw, name);
+        self.map.zero(subscriber_offset(i) + 0x40, 64);
+        self.map
+            .write_bytes(subscriber_offset(i) + offset_of!(Sub, consumer_name), &raw);
+        self.sub_pid(i).store(pid as u64, Ordering::Relaxed);
+        self.sub_last_seen(i).store(initial_seq, Ordering::Relaxed);
+        self.sub_last_ack_ns(i).store(0, Ordering::Relaxed);
+        self.sub_state(i)
+            .store(SubscriberState::Active as u64, Ordering::Release);
+    }
+
+    /// Publisher: free subscriber slot `i`.
+    pub fn clear_subscriber(&self, i: usize) {
+        self.subscriber_bitmap()
+            .fetch_and(!(1u64 << i), Ordering::AcqRel);
+        self.sub_state(i)
+            .store(SubscriberState::Free as u64, Ordering::Release);
+        self.sub_pid(i).store(0, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,136 @@
+//! Host-memory slots (R14): one sealed memfd per slot.
+//!
+//! The publisher seals each memfd against shrinking before it shares it, and the subscriber
+//! refuses descriptors without that seal: a peer that could shrink the file could make our
+//! reads fault (SIGBUS) — with the seal it cannot.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+
+use super::{SlotImport, SlotStore};
+use crate::error::{Error, ErrorCode, Result};
+use crate::shm::{file_size, page_size, Mapping};
+use crate::wire::MemoryKind;
+
+/// The publisher's host slots.
+pub struct HostSlots {
+    fds: Vec<OwnedFd>,
+    maps: Vec<Mapping>,
+    size: usize,
+}
+
+impl HostSlots {
+    pub fn create(count: usize, frame_size: usize) -> Result<HostSlots> {
+        let size = frame_size.div_ceil(page_size()) * page_size();
+        let mut fds = Vec::with_capacity(count);
+        let mut maps = Vec::with_capacity(count);
+        for i in 0..count {
+            let fd = sealed_memfd(&format!("cuframes-slot-{i}"), size)?;
+            maps.push(Mapping::map(fd.as_fd(), size, true, "frame slot memfd")?);
+            fds.push(fd);
+        }
+        Ok(HostSlots { fds, maps, size })
+    }
+}
+
+fn sealed_memfd(name: &str, size: usize) -> Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name).map_err(|_| Error::invalid("memfd name"))?;
+    let fd = nix::sys::memfd::memfd_create(
+        cname.as_c_str(),
+        nix::sys::memfd::MFdFlags::MFD_CLOEXEC | nix::sys::memfd::MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .map_err(|e| Error::os("memfd_create", e))?;
+    nix::unistd::ftruncate(fd.as_fd(), size as i64).map_err(|e| Error::os("ftruncate memfd", e))?;
+    fcntl(
+        fd.as_fd(),
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
+        ),
+    )
+    .map_err(|e| Error::os("seal memfd", e))?;
+    Ok(fd)
+}
+
+impl SlotStore for HostSlots {
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::HostMemfd
+    }
+    fn slot_count(&self) -> usize {
+        self.fds.len()
+    }
+    fn mapped_size(&self) -> usize {
+        self.size
+    }
+    fn granularity(&self) -> u64 {
+        page_size() as u64
+    }
+    fn export_fds(&self) -> Result<Vec<OwnedFd>> {
+        self.fds
+            .iter()
+            .map(|fd| {
+                fd.try_clone()
+                    .map_err(|e| Error::new(ErrorCode::Io, format!("dup slot fd: {e}")))
+            })
+            .collect()
+    }
+    fn slot_address(&self, index: usize) -> u64 {
+        self.maps[index].as_ptr() as u64
+    }
+}
+
+/// The subscriber's view of host slots: read-only mappings.
+pub struct HostImport {
+    maps: Vec<Mapping>,
+    size: usize,
+}
+
+impl HostImport {
+    /// Map every descriptor, after checking that each is a sealed memfd of at least `size`.
+    pub fn import(fds: Vec<OwnedFd>, size: usize) -> Result<HostImport> {
+        let mut maps = Vec::with_capacity(fds.len());
+        for fd in fds {
+            let seals = fcntl(fd.as_fd(), FcntlArg::F_GET_SEALS).map_err(|e| {
+                Error::protocol(format!(
+                    "slot fd {} is not a sealable memfd: {}",
+                    fd.as_raw_fd(),
+                    e.desc()
+                ))
+            })?;
+            if SealFlag::from_bits_truncate(seals) & SealFlag::F_SEAL_SHRINK
+                != SealFlag::F_SEAL_SHRINK
+            {
+                return Err(Error::protocol(
+                    "slot memfd is not sealed against shrinking",
+                ));
+            }
+            let actual = file_size(fd.as_fd())?;
+            if actual < size {
+                return Err(Error::protocol(format!(
+                    "slot memfd is {actual} bytes; VMM_FDS announced {size}"
+                )));
+            }
+            maps.push(Mapping::map(fd.as_fd(), size, false, "frame slot memfd")?);
+        }
+        Ok(HostImport { maps, size })
+    }
+
+    pub fn mapping(&self, index: usize) -> &Mapping {
+        &self.maps[index]
+    }
+}
+
+impl SlotImport for HostImport {
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::HostMemfd
+    }
+    fn slot_count(&self) -> usize {
+        self.maps.len()
+    }
+    fn mapped_size(&self) -> usize {
+        self.size
+    }
+    fn slot_address(&self, index: usize) -> u64 {
+        self.maps[index].as_ptr() as u64
+    }
+}

@@ -1,0 +1,259 @@
+//! The frame ring, publisher side: slot acquisition, the R24 publish order, and STRICT_WAIT.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::format::FrameLayout;
+use crate::frames::shm::FrameShm;
+use crate::futex;
+use crate::memory::SlotStore;
+use crate::util::monotonic_ns;
+use crate::wire::{Format, MemoryKind, Policy, INVALID_SEQ, MAX_RING_SIZE};
+
+/// Where the publisher allocates its slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryChoice {
+    /// Host memfds (R14): CPU-only machines and tests.
+    Host,
+    /// CUDA VMM on this device ordinal.
+    Cuda { device: i32 },
+}
+
+/// What a publisher's frame ring carries.
+#[derive(Debug, Clone)]
+pub struct FrameRingConfig {
+    pub format: Format,
+    pub width: u32,
+    pub height: u32,
+    /// 1..=16 slots.
+    pub ring_size: usize,
+    pub policy: Policy,
+    /// STRICT_WAIT: how long a publish waits for a subscriber's ACK before declaring it dead.
+    pub ack_timeout: Duration,
+    pub memory: MemoryChoice,
+}
+
+impl FrameRingConfig {
+    pub fn new(format: Format, width: u32, height: u32) -> FrameRingConfig {
+        FrameRingConfig {
+            format,
+            width,
+            height,
+            ring_size: 4,
+            policy: Policy::DropOldest,
+            ack_timeout: Duration::from_millis(1000),
+            memory: MemoryChoice::Host,
+        }
+    }
+
+    pub fn validate(&self) -> Result<FrameLayout> {
+        if self.ring_size == 0 || self.ring_size > MAX_RING_SIZE {
+            return Err(Error::invalid(format!(
+                "ring_size {} is not in 1..={MAX_RING_SIZE}",
+                self.ring_size
+            )));
+        }
+        if self.ack_timeout.is_zero() {
+            return Err(Error::invalid("consumer_ack_timeout must be positive"));
+        }
+        FrameLayout::new(self.format, self.width, self.height)
+    }
+}
+
+/// A slot the caller is writing; give it back with `publish`.
+#[derive(Debug)]
+pub struct AcquiredSlot {
+    pub index: usize,
+    pub seq: u64,
+    /// Host pointer or CUDA device pointer of plane 0.
+    pub address: u64,
+    pub memory_kind: MemoryKind,
+}
+
+pub(crate) struct WriterState {
+    last_seq: u64,
+    acquired: Option<u64>,
+}
+
+/// The publisher's frame ring: the SHM, the slots and the writer state.
+pub struct FrameRing {
+    pub layout: FrameLayout,
+    pub ring_size: usize,
+    pub policy: Policy,
+    pub ack_timeout: Duration,
+    pub shm: FrameShm,
+    pub shm_name: String,
+    pub(crate) _shm_fd: OwnedFd,
+    pub slots: Box<dyn SlotStore>,
+    pub(crate) writer: Mutex<WriterState>,
+}
+
+/// Who to ask about subscribers during a STRICT_WAIT wait.
+pub(crate) trait AckAuthority {
+    /// Bits that must ACK `seq` now.
+    fn required_acks(&self, seq: u64) -> u64;
+    /// Declare `bits` dead (R11, R27).
+    fn declare_dead(&self, bits: u64, seq: u64);
+}
+
+impl FrameRing {
+    pub(crate) fn new_writer_state() -> Mutex<WriterState> {
+        Mutex::new(WriterState {
+            last_seq: 0,
+            acquired: None,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WriterState> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn last_seq(&self) -> u64 {
+        self.lock().last_seq
+    }
+
+    /// Take the next slot for writing. Under STRICT_WAIT this waits until every subscriber
+    /// that must see the frame in that slot has ACKed it, or declares the late ones dead.
+    pub(crate) fn acquire(&self, acks: &dyn AckAuthority) -> Result<AcquiredSlot> {
+        let mut st = self.lock();
+        if st.acquired.is_some() {
+            return Err(Error::invalid(
+                "a slot is already acquired: publish it before acquiring another",
+            ));
+        }
+        let seq = st.last_seq + 1;
+        let index = (seq % self.ring_size as u64) as usize;
+        if self.policy == Policy::StrictWait {
+            self.wait_for_acks(index, acks);
+        }
+        // R24/R10: invalidate the slot and clear its ACKs before a single byte is written.
+        self.shm
+            .slot_seq(index)
+            .store(INVALID_SEQ, Ordering::Release);
+        self.shm.slot_ack(index).store(0, Ordering::Release);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        st.acquired = Some(seq);
+        Ok(AcquiredSlot {
+            index,
+            seq,
+            address: self.slots.slot_address(index),
+            memory_kind: self.slots.kind(),
+        })
+    }
+
+    fn wait_for_acks(&self, index: usize, acks: &dyn AckAuthority) {
+        let old_seq = self.shm.slot_seq(index).load(Ordering::Acquire);
+        if old_seq == INVALID_SEQ || old_seq == 0 {
+            return;
+        }
+        let start = Instant::now();
+        loop {
+            let required = acks.required_acks(old_seq);
+            let word = self.shm.slot_ack_word(index);
+            let seen = word.load(Ordering::Acquire);
+            let missing = required & !(seen as u64);
+            if missing == 0 {
+                return;
+            }
+            let elapsed = start.elapsed();
+            if elapsed >= self.ack_timeout {
+                acks.declare_dead(missing, old_seq);
+                return;
+            }
+            // Subscribers wake this word after each ACK under STRICT_WAIT; the slice bounds
+            // the wait for peers that only poll, and lets removals be noticed.
+            let slice = (self.ack_timeout - elapsed).min(Duration::from_millis(5));
+            futex::wait(word, seen, Some(slice));
+        }
+    }
+
+    /// Make the acquired slot visible with `pts_ns` (R25: None = CLOCK_MONOTONIC now).
+    /// The caller has finished writing (for CUDA: its stream was synchronised, §5).
+    pub(crate) fn publish(&self, slot: AcquiredSlot, pts_ns: Option<i64>) -> Result<u64> {
+        let mut st = self.lock();
+        if st.acquired != Some(slot.seq) {
+            return Err(Error::invalid("publish of a slot that was not acquired"));
+        }
+        let k = slot.index;
+        self.shm.slot_pts(k).store(
+            pts_ns.unwrap_or_else(monotonic_ns) as u64,
+            Ordering::Relaxed,
+        );
+        self.shm
+            .slot_written(k)
+            .store(self.layout.frame_size as u64, Ordering::Relaxed);
+        // R24: seq (release), then global_seq (release).
+        self.shm.slot_seq(k).store(slot.seq, Ordering::Release);
+        self.shm.global_seq().store(slot.seq, Ordering::SeqCst);
+        st.last_seq = slot.seq;
+        st.acquired = None;
+        drop(st);
+        // R13/R28: a system call only when someone sleeps.
+        if self.shm.waiters().load(Ordering::SeqCst) > 0 {
+            futex::wake_all(self.shm.global_seq_word());
+        }
+        Ok(slot.seq)
+    }
+
+    /// Give an acquired slot back unpublished (the write failed). The slot stays invalid.
+    pub(crate) fn abandon(&self, slot: AcquiredSlot) {
+        let mut st = self.lock();
+        if st.acquired == Some(slot.seq) {
+            st.acquired = None;
+        }
+    }
+
+    /// Copy a host frame (planes with their own strides) into a host slot.
+    pub(crate) fn write_host_planes(
+        &self,
+        slot: &AcquiredSlot,
+        planes: &[&[u8]],
+        strides: &[usize],
+    ) -> Result<()> {
+        if slot.memory_kind != MemoryKind::HostMemfd {
+            return Err(Error::invalid("write_host_planes needs a host-memory ring"));
+        }
+        let layout = &self.layout;
+        if planes.len() != layout.planes().len() || strides.len() != planes.len() {
+            return Err(Error::new(
+                ErrorCode::Format,
+                format!(
+                    "{} has {} planes; {} given",
+                    layout.format.name(),
+                    layout.planes().len(),
+                    planes.len()
+                ),
+            ));
+        }
+        let base = slot.address as *mut u8;
+        for (i, (p, (src, stride))) in layout
+            .planes()
+            .iter()
+            .zip(planes.iter().zip(strides))
+            .enumerate()
+        {
+            if *stride < p.row_bytes || src.len() < stride * (p.rows - 1) + p.row_bytes {
+                return Err(Error::invalid(format!(
+                    "plane {i}: buffer too small for {} rows of {} bytes",
+                    p.rows, p.row_bytes
+                )));
+            }
+            for row in 0..p.rows {
+                let s = &src[row * stride..row * stride + p.row_bytes];
+                // SAFETY: the slot mapping is writable and at least frame_size bytes; the
+                // layout keeps offset + row * pitch + row_bytes within it.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        s.as_ptr(),
+                        base.add(p.offset + row * p.pitch),
+                        p.row_bytes,
+                    )
+                }
+            }
+        }
+        Ok(())
+    }
+}

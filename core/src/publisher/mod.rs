@@ -1,0 +1,431 @@
+//! The publisher: owns a key's socket and rings, admits subscribers on a background thread,
+//! and publishes frames (and, with `enable_packets`, packets).
+
+mod frames;
+mod server;
+mod stale;
+pub mod subscribers;
+
+pub(crate) use frames::FrameRing;
+pub use frames::{AcquiredSlot, FrameRingConfig, MemoryChoice};
+
+use std::collections::HashSet;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::frames::shm::FrameShm;
+use crate::memory::host::HostSlots;
+use crate::memory::SlotStore;
+use crate::paths::{self, Key};
+use crate::shm;
+use crate::wire::frame::FRAME_SHM_SIZE;
+use crate::wire::MAX_SUBSCRIBERS;
+use frames::AckAuthority;
+
+/// How a publisher is created.
+#[derive(Debug, Clone)]
+pub struct PublisherOptions {
+    /// Socket directory; `None` = `$CUFRAMES_RUNTIME_DIR` or `/run/cuframes` (R16).
+    pub runtime_dir: Option<PathBuf>,
+    /// Mode of the socket and SHM objects (R16, default 0660).
+    pub file_mode: u32,
+    /// Only peers with this uid (or root) may subscribe (SO_PEERCRED).
+    pub allowed_uid: Option<u32>,
+    /// Only peers with this gid (or root) may subscribe.
+    pub allowed_gid: Option<u32>,
+    /// A peer that has not finished its handshake by then is dropped.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for PublisherOptions {
+    fn default() -> Self {
+        PublisherOptions {
+            runtime_dir: None,
+            file_mode: 0o660,
+            allowed_uid: None,
+            allowed_gid: None,
+            handshake_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One subscriber as the publisher sees it (operator statistics, issue: stats).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriberInfo {
+    pub bit: usize,
+    pub pid: u32,
+    pub name: String,
+    pub wants_frames: bool,
+    pub wants_packets: bool,
+    /// Publisher seq minus the subscriber's last ACK (frames).
+    pub lag: u64,
+    pub last_seen_seq: u64,
+    /// CLOCK_REALTIME of the last ACK, 0 = none yet.
+    pub last_ack_ns: i64,
+    /// Counters the subscriber keeps in its slot (extension, docs/protocol.md).
+    pub delivered: u64,
+    pub dropped_overrun: u64,
+    pub dropped_torn: u64,
+}
+
+/// Keys that have a publisher in this process (R6).
+static KEYS_IN_PROCESS: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+pub(crate) struct Inner {
+    pub key: Key,
+    pub options: PublisherOptions,
+    pub socket_path: PathBuf,
+    pub frames: OnceLock<FrameRing>,
+    pub table: Mutex<subscribers::Table>,
+    pub stopping: AtomicBool,
+    /// Written to wake the server thread (a kick, a new ring, shutdown).
+    pub wake_tx: OwnedFd,
+}
+
+impl Inner {
+    pub fn wake_server(&self) {
+        let _ = nix::unistd::write(self.wake_tx.as_fd(), &[1u8]);
+    }
+
+    pub fn table(&self) -> std::sync::MutexGuard<'_, subscribers::Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl AckAuthority for Inner {
+    fn required_acks(&self, seq: u64) -> u64 {
+        self.table().required_acks(seq)
+    }
+
+    fn declare_dead(&self, bits: u64, _seq: u64) {
+        let mut table = self.table();
+        for bit in 1..=MAX_SUBSCRIBERS {
+            if bits & (1 << bit) != 0 {
+                if let Some(e) = table.get_mut(bit) {
+                    e.kicked = true;
+                }
+                if let Some(ring) = self.frames.get() {
+                    ring.shm
+                        .subscriber_bitmap()
+                        .fetch_and(!(1u64 << bit), Ordering::AcqRel);
+                }
+            }
+        }
+        drop(table);
+        self.wake_server();
+    }
+}
+
+/// A publisher of one key. Dropping it shuts down cleanly (SHUTDOWN to every subscriber,
+/// every socket and SHM object removed).
+pub struct Publisher {
+    inner: Arc<Inner>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl Publisher {
+    /// Create the publisher of `key`: recover a dead predecessor's leftovers (§1), refuse a
+    /// live one (ALREADY_EXISTS), bind the socket and start serving handshakes.
+    pub fn create(key: &str, options: PublisherOptions) -> Result<Publisher> {
+        let key = Key::new(key)?;
+        {
+            let mut keys = KEYS_IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+            let set = keys.get_or_insert_with(HashSet::new);
+            if !set.insert(key.as_str().to_owned()) {
+                return Err(Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!(
+                        "this process already publishes key {key:?}; share that publisher (R6)"
+                    ),
+                ));
+            }
+        }
+        match Publisher::create_unregistered(key.clone(), options) {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                forget_key(&key);
+                Err(e)
+            }
+        }
+    }
+
+    fn create_unregistered(key: Key, options: PublisherOptions) -> Result<Publisher> {
+        let dir = paths::runtime_dir(options.runtime_dir.as_deref());
+        ensure_runtime_dir(&dir)?;
+        let socket_path = paths::socket_path(&dir, &key)?;
+        stale::recover(&key, &socket_path)?;
+        let listener = UnixListener::bind(&socket_path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!("{} is taken by another publisher", socket_path.display()),
+                )
+            } else {
+                Error::new(
+                    ErrorCode::Io,
+                    format!("bind {}: {e}", socket_path.display()),
+                )
+            }
+        })?;
+        let cleanup_socket = |e: Error| {
+            let _ = std::fs::remove_file(&socket_path);
+            e
+        };
+        set_mode(&socket_path, options.file_mode).map_err(cleanup_socket)?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| cleanup_socket(Error::new(ErrorCode::Io, format!("socket: {e}"))))?;
+        let (wake_rx, wake_tx) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .map_err(|e| cleanup_socket(Error::os("pipe", e)))?;
+        let inner = Arc::new(Inner {
+            key,
+            options,
+            socket_path,
+            frames: OnceLock::new(),
+            table: Mutex::new(subscribers::Table::default()),
+            stopping: AtomicBool::new(false),
+            wake_tx,
+        });
+        let server_inner = inner.clone();
+        let server = std::thread::Builder::new()
+            .name(format!("cuframes-pub-{}", inner.key))
+            .spawn(move || server::run(server_inner, listener, wake_rx))
+            .map_err(|e| Error::new(ErrorCode::Io, format!("spawn server thread: {e}")))?;
+        Ok(Publisher {
+            inner,
+            server: Some(server),
+        })
+    }
+
+    pub fn key(&self) -> &str {
+        self.inner.key.as_str()
+    }
+
+    pub fn socket_path(&self) -> &std::path::Path {
+        &self.inner.socket_path
+    }
+
+    /// Add the frame ring (once): allocates the slots and the frame SHM.
+    pub fn enable_frames(&self, config: FrameRingConfig) -> Result<()> {
+        if self.inner.frames.get().is_some() {
+            return Err(Error::new(
+                ErrorCode::AlreadyExists,
+                "this publisher already has a frame ring",
+            ));
+        }
+        let layout = config.validate()?;
+        let slots: Box<dyn SlotStore> = match config.memory {
+            MemoryChoice::Host => Box::new(HostSlots::create(config.ring_size, layout.frame_size)?),
+            MemoryChoice::Cuda { device } => {
+                crate::memory::create_cuda_slots(device, config.ring_size, layout.frame_size)?
+            }
+        };
+        let shm_name = self.inner.key.frame_shm_name();
+        let (fd, map) = shm::create(&shm_name, FRAME_SHM_SIZE, self.inner.options.file_mode)?;
+        let shm = match FrameShm::new(map) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = shm::unlink(&shm_name);
+                return Err(e);
+            }
+        };
+        shm.initialise(
+            &layout.to_meta(),
+            config.ring_size,
+            config.policy,
+            std::process::id(),
+        );
+        let ring = FrameRing {
+            layout,
+            ring_size: config.ring_size,
+            policy: config.policy,
+            ack_timeout: config.ack_timeout,
+            shm,
+            shm_name: shm_name.clone(),
+            _shm_fd: fd,
+            slots,
+            writer: FrameRing::new_writer_state(),
+        };
+        if self.inner.frames.set(ring).is_err() {
+            let _ = shm::unlink(&shm_name);
+            return Err(Error::new(
+                ErrorCode::AlreadyExists,
+                "this publisher already has a frame ring",
+            ));
+        }
+        Ok(())
+    }
+
+    fn ring(&self) -> Result<&FrameRing> {
+        self.inner
+            .frames
+            .get()
+            .ok_or_else(|| Error::new(ErrorCode::NotFound, "this publisher has no frame ring"))
+    }
+
+    /// The frame layout (pitches and plane offsets) subscribers will see.
+    pub fn frame_layout(&self) -> Option<&crate::format::FrameLayout> {
+        self.inner.frames.get().map(|r| &r.layout)
+    }
+
+    /// Take the next slot to write (waits for ACKs under STRICT_WAIT).
+    pub fn acquire(&self) -> Result<AcquiredSlot> {
+        let ring = self.ring()?;
+        ring.acquire(&*self.inner)
+    }
+
+    /// Publish a slot whose contents are complete.
+    pub fn publish(&self, slot: AcquiredSlot, pts_ns: Option<i64>) -> Result<u64> {
+        self.ring()?.publish(slot, pts_ns)
+    }
+
+    /// Give back a slot without publishing it.
+    pub fn abandon(&self, slot: AcquiredSlot) {
+        if let Ok(ring) = self.ring() {
+            ring.abandon(slot);
+        }
+    }
+
+    /// Convenience for host rings: copy planes (with their strides) and publish.
+    pub fn publish_host_planes(
+        &self,
+        planes: &[&[u8]],
+        strides: &[usize],
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
+        let ring = self.ring()?;
+        let slot = ring.acquire(&*self.inner)?;
+        if let Err(e) = ring.write_host_planes(&slot, planes, strides) {
+            ring.abandon(slot);
+            return Err(e);
+        }
+        ring.publish(slot, pts_ns)
+    }
+
+    /// The seq of the last published frame (0 = none).
+    pub fn frame_seq(&self) -> u64 {
+        self.inner.frames.get().map_or(0, |r| r.last_seq())
+    }
+
+    /// Every admitted subscriber with its lag and counters.
+    pub fn subscribers(&self) -> Vec<SubscriberInfo> {
+        let table = self.inner.table();
+        let ring = self.inner.frames.get();
+        table
+            .iter()
+            .map(|(bit, e)| {
+                let (last_seen, last_ack, delivered, overrun, torn, seq) = match ring {
+                    Some(r) => (
+                        r.shm.sub_last_seen(bit).load(Ordering::Acquire),
+                        r.shm.sub_last_ack_ns(bit).load(Ordering::Acquire) as i64,
+                        r.shm
+                            .sub_counter(bit, crate::frames::shm::SUB_DELIVERED_OFFSET)
+                            .load(Ordering::Relaxed),
+                        r.shm
+                            .sub_counter(bit, crate::frames::shm::SUB_DROPPED_OVERRUN_OFFSET)
+                            .load(Ordering::Relaxed),
+                        r.shm
+                            .sub_counter(bit, crate::frames::shm::SUB_DROPPED_TORN_OFFSET)
+                            .load(Ordering::Relaxed),
+                        r.shm.global_seq().load(Ordering::Acquire),
+                    ),
+                    None => (0, 0, 0, 0, 0, 0),
+                };
+                SubscriberInfo {
+                    bit,
+                    pid: e.pid,
+                    name: e.name.clone(),
+                    wants_frames: e.wants_frames,
+                    wants_packets: e.wants_packets,
+                    lag: if e.wants_frames {
+                        seq.saturating_sub(last_seen.max(e.initial_seq))
+                    } else {
+                        0
+                    },
+                    last_seen_seq: last_seen,
+                    last_ack_ns: last_ack,
+                    delivered,
+                    dropped_overrun: overrun,
+                    dropped_torn: torn,
+                }
+            })
+            .collect()
+    }
+
+    /// Number of admitted subscribers.
+    pub fn subscriber_count(&self) -> usize {
+        self.inner.table().len()
+    }
+
+    fn shutdown(&mut self) {
+        if self.inner.stopping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(ring) = self.inner.frames.get() {
+            ring.shm.shutdown_flag().store(1, Ordering::SeqCst);
+            crate::futex::wake_all(ring.shm.global_seq_word());
+        }
+        self.inner.wake_server();
+        if let Some(h) = self.server.take() {
+            let _ = h.join();
+        }
+        let _ = std::fs::remove_file(&self.inner.socket_path);
+        if let Some(ring) = self.inner.frames.get() {
+            let _ = shm::unlink(&ring.shm_name);
+        }
+        forget_key(&self.inner.key);
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn forget_key(key: &Key) {
+    let mut keys = KEYS_IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(set) = keys.as_mut() {
+        set.remove(key.as_str());
+    }
+}
+
+/// Create the runtime directory 0755 if missing (R16).
+fn ensure_runtime_dir(dir: &std::path::Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                ErrorCode::Permission
+            } else {
+                ErrorCode::Io
+            };
+            Error::new(
+                code,
+                format!(
+                    "cannot create runtime directory {}: {e} (create it as root, or set {})",
+                    dir.display(),
+                    paths::RUNTIME_DIR_ENV
+                ),
+            )
+        })
+}
+
+fn set_mode(path: &std::path::Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::new(ErrorCode::Io, format!("chmod {}: {e}", path.display())))
+}

@@ -1,0 +1,365 @@
+//! The publisher's server thread: accepts subscribers and runs each one's handshake
+//! (HELLO → SUBSCRIBE → VMM_FDS, §4) and lifetime (UNSUBSCRIBE, PING, SHUTDOWN) without ever
+//! blocking on a peer. A peer that misbehaves gets an ERROR and is dropped; the others are
+//! not affected.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::subscribers::Entry;
+use super::Inner;
+use crate::error::{Error, ErrorCode, Result};
+use crate::sock::{self, Inbox, Pumped};
+use crate::tlv::{HelloReq, HelloResp, Message, SubscribeResp, VmmFds};
+use crate::wire::*;
+
+/// Connections that have not finished their handshake, at most (protects the fd table
+/// against a flood of idle connections).
+const MAX_PENDING: usize = 64;
+
+enum Phase {
+    AwaitHello,
+    AwaitSubscribe(HelloReq),
+    Active { bit: usize },
+}
+
+struct Conn {
+    id: u64,
+    stream: UnixStream,
+    inbox: Inbox,
+    phase: Phase,
+    deadline: Instant,
+    uid: u32,
+    gid: u32,
+    pid: u32,
+}
+
+pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut next_id = 1u64;
+    while !inner.stopping.load(Ordering::SeqCst) {
+        let timeout = conns
+            .iter()
+            .filter(|c| !matches!(c.phase, Phase::Active { .. }))
+            .map(|c| c.deadline.saturating_duration_since(Instant::now()))
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
+        let ready: Vec<bool> = {
+            let mut fds = Vec::with_capacity(conns.len() + 2);
+            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+            fds.push(PollFd::new(wake_rx.as_fd(), PollFlags::POLLIN));
+            for c in &conns {
+                fds.push(PollFd::new(c.stream.as_fd(), PollFlags::POLLIN));
+            }
+            let ms = timeout.as_millis().clamp(1, 1000) as u16;
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+            fds.iter()
+                .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                .collect()
+        };
+        if ready[1] {
+            let mut buf = [0u8; 64];
+            while matches!(nix::unistd::read(&wake_rx, &mut buf), Ok(n) if n > 0) {}
+        }
+        // Serve existing connections; drop the ones that are done.
+        let mut keep = Vec::with_capacity(conns.len());
+        for (i, mut c) in conns.into_iter().enumerate() {
+            let alive = if ready[i + 2] {
+                serve(&inner, &mut c)
+            } else {
+                Ok(true)
+            };
+            let alive = alive.and_then(|a| {
+                if a {
+                    check_deadline_and_kick(&inner, &mut c)
+                } else {
+                    Ok(false)
+                }
+            });
+            match alive {
+                Ok(true) => keep.push(c),
+                Ok(false) => release(&inner, &c),
+                Err(e) => {
+                    let _ = sock::send(
+                        c.stream.as_fd(),
+                        &Message::Error {
+                            code: e.code() as i32,
+                            message: e.message().chars().take(512).collect(),
+                        },
+                        &[],
+                    );
+                    release(&inner, &c);
+                }
+            }
+        }
+        conns = keep;
+        if ready[0] {
+            accept_all(&inner, &listener, &mut conns, &mut next_id);
+        }
+    }
+    // Shutdown: tell every subscriber (§1 normal shutdown, step 2).
+    for c in &conns {
+        if matches!(c.phase, Phase::Active { .. }) {
+            let _ = sock::send(
+                c.stream.as_fd(),
+                &Message::Shutdown {
+                    reason: ShutdownReason::Normal as u32,
+                },
+                &[],
+            );
+        }
+        release(&inner, c);
+    }
+}
+
+fn accept_all(inner: &Inner, listener: &UnixListener, conns: &mut Vec<Conn>, next_id: &mut u64) {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let pending = conns
+                    .iter()
+                    .filter(|c| !matches!(c.phase, Phase::Active { .. }))
+                    .count();
+                if pending >= MAX_PENDING || stream.set_nonblocking(true).is_err() {
+                    continue; // dropped: closes the connection
+                }
+                let Ok((uid, gid, pid)) = sock::peer_credentials(stream.as_fd()) else {
+                    continue;
+                };
+                conns.push(Conn {
+                    id: *next_id,
+                    stream,
+                    inbox: Inbox::default(),
+                    phase: Phase::AwaitHello,
+                    deadline: Instant::now() + inner.options.handshake_timeout,
+                    uid,
+                    gid,
+                    pid,
+                });
+                *next_id += 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return, // EMFILE and friends: try again on the next wake-up
+        }
+    }
+}
+
+/// Drop peers that stall their handshake, and subscribers the publisher declared dead.
+fn check_deadline_and_kick(inner: &Inner, c: &mut Conn) -> Result<bool> {
+    match c.phase {
+        Phase::Active { bit } => {
+            if inner.table().get(bit).is_some_and(|e| e.kicked) {
+                return Err(Error::new(
+                    ErrorCode::Timeout,
+                    format!("no ACK within the publisher's consumer_ack_timeout; subscriber bit {bit} dropped"),
+                ));
+            }
+            Ok(true)
+        }
+        _ if Instant::now() >= c.deadline => Err(Error::new(
+            ErrorCode::Timeout,
+            "handshake not completed in time",
+        )),
+        _ => Ok(true),
+    }
+}
+
+/// Handle what a peer sent. Ok(false) = close quietly; Err = send ERROR and close.
+fn serve(inner: &Inner, c: &mut Conn) -> Result<bool> {
+    let msgs = match c.inbox.pump(c.stream.as_fd())? {
+        Pumped::Closed => return Ok(false),
+        Pumped::Messages(m) => m,
+    };
+    for msg in msgs {
+        let phase = std::mem::replace(&mut c.phase, Phase::AwaitHello);
+        c.phase = match (phase, msg) {
+            (_, Message::Ping { token }) => {
+                sock::send(c.stream.as_fd(), &Message::Pong { token }, &[])?;
+                std::mem::replace(&mut c.phase, Phase::AwaitHello)
+            }
+            (Phase::AwaitHello, Message::HelloReq(h)) => match hello(inner, c, &h) {
+                Some(resp) => {
+                    sock::send(c.stream.as_fd(), &Message::HelloResp(resp), &[])?;
+                    Phase::AwaitSubscribe(h)
+                }
+                None => return Ok(false),
+            },
+            (Phase::AwaitSubscribe(h), Message::SubscribeReq { proto_version }) => {
+                if proto_version != PROTOCOL_VERSION {
+                    let resp = SubscribeResp {
+                        result: ErrorCode::Protocol as i32,
+                        assigned_bit: 0,
+                        initial_seq: 0,
+                    };
+                    sock::send(c.stream.as_fd(), &Message::SubscribeResp(resp), &[])?;
+                    return Ok(false);
+                }
+                match subscribe(inner, c, &h)? {
+                    Some(bit) => Phase::Active { bit },
+                    None => return Ok(false),
+                }
+            }
+            (Phase::Active { .. }, Message::Unsubscribe) => return Ok(false),
+            (p @ Phase::Active { .. }, Message::Pong { .. }) => p,
+            (_, Message::Error { .. }) => return Ok(false),
+            (_, other) => {
+                return Err(Error::protocol(format!(
+                    "unexpected {} at this point of the handshake",
+                    other.name()
+                )))
+            }
+        };
+    }
+    Ok(true)
+}
+
+fn wants(h: &HelloReq) -> (bool, bool) {
+    let frames = h.subscribe_flags == 0 || h.subscribe_flags & SUBSCRIBE_WANTS_FRAMES != 0;
+    let packets = h.subscribe_flags & SUBSCRIBE_WANTS_PACKETS != 0;
+    (frames, packets)
+}
+
+/// Answer HELLO_REQ; None after a refusal was sent.
+fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> Option<HelloResp> {
+    let refuse = |code: ErrorCode| {
+        let _ = sock::send(
+            c.stream.as_fd(),
+            &Message::HelloResp(HelloResp::failure(code as i32)),
+            &[],
+        );
+        None
+    };
+    if h.proto_version != PROTOCOL_VERSION {
+        return refuse(ErrorCode::Protocol);
+    }
+    if SubscriberMode::from_u32(h.mode).is_none() {
+        return refuse(ErrorCode::InvalidArg);
+    }
+    let root = c.uid == 0;
+    if inner
+        .options
+        .allowed_uid
+        .is_some_and(|u| u != c.uid && !root)
+        || inner
+            .options
+            .allowed_gid
+            .is_some_and(|g| g != c.gid && !root)
+    {
+        return refuse(ErrorCode::Permission);
+    }
+    let (want_frames, want_packets) = wants(h);
+    let ring = inner.frames.get();
+    if want_frames && ring.is_none() {
+        return refuse(ErrorCode::NotFound);
+    }
+    if want_packets {
+        // The packet ring is integrated by the packet-ring work; until then there is none.
+        return refuse(ErrorCode::NotFound);
+    }
+    let (ring_size, meta, shm_path) = match ring {
+        Some(r) => (r.ring_size as u32, r.layout.to_meta(), r.shm_name.clone()),
+        None => (0, Default::default(), String::new()),
+    };
+    Some(HelloResp {
+        result: 0,
+        proto_version: PROTOCOL_VERSION,
+        ring_size,
+        ownership_mode: OWNERSHIP_LIBRARY as u32,
+        meta,
+        shm_path,
+        packets: None,
+    })
+}
+
+/// Admit the subscriber: a bit, its SHM slot, SUBSCRIBE_RESP and VMM_FDS.
+fn subscribe(inner: &Inner, c: &Conn, h: &HelloReq) -> Result<Option<usize>> {
+    let (want_frames, want_packets) = wants(h);
+    let ring = inner.frames.get();
+    let mut table = inner.table();
+    let Some(bit) = table.free_bit() else {
+        drop(table);
+        let resp = SubscribeResp {
+            result: ErrorCode::TooMany as i32,
+            assigned_bit: 0,
+            initial_seq: 0,
+        };
+        sock::send(c.stream.as_fd(), &Message::SubscribeResp(resp), &[])?;
+        return Ok(None);
+    };
+    let initial_seq = ring.map_or(0, |r| r.shm.global_seq().load(Ordering::SeqCst));
+    table.insert(
+        bit,
+        Entry {
+            conn_id: c.id,
+            pid: c.pid,
+            name: h.consumer_name.clone(),
+            initial_seq,
+            wants_frames: want_frames,
+            wants_packets: want_packets,
+            kicked: false,
+        },
+    );
+    if let Some(r) = ring {
+        r.shm
+            .fill_subscriber(bit, c.pid, &h.consumer_name, initial_seq);
+        if want_frames {
+            r.shm
+                .subscriber_bitmap()
+                .fetch_or(1u64 << bit, Ordering::AcqRel);
+        }
+    }
+    drop(table);
+    let resp = SubscribeResp {
+        result: 0,
+        assigned_bit: bit as u32,
+        initial_seq,
+    };
+    let sent =
+        sock::send(c.stream.as_fd(), &Message::SubscribeResp(resp), &[]).and_then(
+            |()| match ring {
+                Some(r) if want_frames => {
+                    let fds = r.slots.export_fds()?;
+                    let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
+                    let msg = Message::VmmFds(VmmFds {
+                        fd_count: raw.len() as u32,
+                        frame_size_bytes: r.slots.mapped_size() as u64,
+                        vmm_granularity: r.slots.granularity(),
+                        memory_kind: r.slots.kind() as u32,
+                    });
+                    sock::send(c.stream.as_fd(), &msg, &raw)
+                }
+                _ => Ok(()),
+            },
+        );
+    if let Err(e) = sent {
+        free_bit(inner, bit, c.id);
+        return Err(e);
+    }
+    Ok(Some(bit))
+}
+
+fn release(inner: &Inner, c: &Conn) {
+    if let Phase::Active { bit } = c.phase {
+        free_bit(inner, bit, c.id);
+    }
+}
+
+fn free_bit(inner: &Inner, bit: usize, conn_id: u64) {
+    let mut table = inner.table();
+    if table.get(bit).is_some_and(|e| e.conn_id == conn_id) {
+        table.remove(bit);
+        if let Some(r) = inner.frames.get() {
+            r.shm.clear_subscriber(bit);
+        }
+    }
+}

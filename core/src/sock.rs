@@ -1,0 +1,246 @@
+//! Unix-socket transport of TLV messages, with SCM_RIGHTS descriptors (§3.1, §3.7).
+//!
+//! Blocking helpers with deadlines for the subscriber's handshake, and a non-blocking
+//! accumulator ([`Inbox`]) for the publisher's server loop, which must never block on a
+//! peer that sends half a message and stalls.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::tlv::{self, Message, HEADER_LEN, MAX_FDS};
+
+/// Send one message, with `fds` attached as SCM_RIGHTS when non-empty. MSG_NOSIGNAL: a
+/// vanished peer is an error, never a SIGPIPE that kills the process.
+pub fn send(sock: BorrowedFd<'_>, msg: &Message, fds: &[RawFd]) -> Result<()> {
+    let bytes = tlv::encode(msg)?;
+    let mut sent = 0;
+    while sent < bytes.len() {
+        let iov = [IoSlice::new(&bytes[sent..])];
+        let cmsg_storage;
+        let cmsgs: &[ControlMessage<'_>] = if sent == 0 && !fds.is_empty() {
+            cmsg_storage = [ControlMessage::ScmRights(fds)];
+            &cmsg_storage
+        } else {
+            &[]
+        };
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(n) => sent += n,
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => {
+                // Non-blocking socket with a full buffer: wait briefly for room, then give up
+                // on a peer that does not read.
+                wait_fd(
+                    sock,
+                    PollFlags::POLLOUT,
+                    Some(Instant::now() + Duration::from_secs(1)),
+                )?;
+            }
+            Err(e) => return Err(Error::os(format!("send {}", msg.name()), e)),
+        }
+    }
+    Ok(())
+}
+
+/// Wait until `fd` is ready for `events` or the deadline passes (Timeout).
+pub fn wait_fd(fd: BorrowedFd<'_>, events: PollFlags, deadline: Option<Instant>) -> Result<()> {
+    loop {
+        let timeout = match deadline {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(Error::new(
+                        ErrorCode::Timeout,
+                        "timed out waiting on the socket",
+                    ));
+                }
+                PollTimeout::try_from(left.as_millis().clamp(1, i32::MAX as u128) as i32)
+                    .unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds = [PollFd::new(fd, events)];
+        match poll(&mut fds, timeout) {
+            Ok(0) => continue,
+            Ok(_) => return Ok(()),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(Error::os("poll", e)),
+        }
+    }
+}
+
+/// Receive into `buf`, collecting any descriptors. Returns the bytes read (0 = EOF).
+fn recv_some(sock: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> Result<usize> {
+    let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);
+    loop {
+        let mut iov = [IoSliceMut::new(buf)];
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(msg) => {
+                let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
+                for c in msg
+                    .cmsgs()
+                    .map_err(|e| Error::os("recvmsg control data", e))?
+                {
+                    if let ControlMessageOwned::ScmRights(raw) = c {
+                        // SAFETY: the kernel just installed these descriptors for us.
+                        fds.extend(
+                            raw.into_iter()
+                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                        );
+                    }
+                }
+                if truncated {
+                    return Err(Error::protocol(format!(
+                        "peer sent more descriptors than the {MAX_FDS} a message may carry"
+                    )));
+                }
+                return Ok(msg.bytes);
+            }
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(Error::os("recvmsg", e)),
+        }
+    }
+}
+
+/// Blocking receive of one whole message (and its descriptors) before `deadline`.
+/// EOF before any byte is `Disconnected`; EOF inside a message is a protocol error.
+pub fn recv(sock: BorrowedFd<'_>, deadline: Option<Instant>) -> Result<(Message, Vec<OwnedFd>)> {
+    let mut fds = Vec::new();
+    let mut header = [0u8; HEADER_LEN];
+    read_exact(sock, &mut header, deadline, &mut fds, true)?;
+    let (msg_type, len) = tlv::decode_header(&header)?;
+    let mut payload = vec![0u8; len];
+    read_exact(sock, &mut payload, deadline, &mut fds, false)?;
+    if fds.len() > MAX_FDS {
+        return Err(Error::protocol(format!(
+            "{} descriptors received; at most {MAX_FDS}",
+            fds.len()
+        )));
+    }
+    let msg = tlv::decode_payload(msg_type, &payload)?;
+    if !matches!(msg, Message::VmmFds(_)) && !fds.is_empty() {
+        return Err(Error::protocol(format!(
+            "{} arrived with descriptors attached",
+            msg.name()
+        )));
+    }
+    Ok((msg, fds))
+}
+
+fn read_exact(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+    fds: &mut Vec<OwnedFd>,
+    at_message_start: bool,
+) -> Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        wait_fd(sock, PollFlags::POLLIN, deadline)?;
+        match recv_some(sock, &mut buf[got..], fds) {
+            Ok(0) if got == 0 && at_message_start => {
+                return Err(Error::new(
+                    ErrorCode::Disconnected,
+                    "the publisher closed the connection",
+                ))
+            }
+            Ok(0) => {
+                return Err(Error::protocol(
+                    "connection closed in the middle of a message",
+                ))
+            }
+            Ok(n) => got += n,
+            Err(e) if e.code() == ErrorCode::Timeout => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Non-blocking accumulation of messages from a peer that may trickle bytes.
+/// Descriptors a peer attaches are discarded by the kernel (plain `recv` takes no control
+/// data): no message towards a publisher carries any.
+#[derive(Default)]
+pub struct Inbox {
+    buf: Vec<u8>,
+}
+
+/// What [`Inbox::pump`] found.
+pub enum Pumped {
+    /// Messages decoded (possibly none yet).
+    Messages(Vec<Message>),
+    /// The peer closed the connection.
+    Closed,
+}
+
+impl Inbox {
+    /// Read what is available without blocking and decode every complete message.
+    /// A malformed message is an error: the caller drops the peer.
+    pub fn pump(&mut self, sock: BorrowedFd<'_>) -> Result<Pumped> {
+        let mut chunk = [0u8; 1024];
+        let mut closed = false;
+        loop {
+            match nix::sys::socket::recv(sock.as_raw_fd(), &mut chunk, MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    if self.buf.len() > HEADER_LEN + tlv::MAX_PAYLOAD + chunk.len() {
+                        break; // decode below refuses the oversized message
+                    }
+                }
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => break,
+                Err(Errno::ECONNRESET) => {
+                    closed = true;
+                    break;
+                }
+                Err(e) => return Err(Error::os("recv", e)),
+            }
+        }
+        let mut out = Vec::new();
+        loop {
+            if self.buf.len() < HEADER_LEN {
+                break;
+            }
+            let mut header = [0u8; HEADER_LEN];
+            header.copy_from_slice(&self.buf[..HEADER_LEN]);
+            let (msg_type, len) = tlv::decode_header(&header)?;
+            if self.buf.len() < HEADER_LEN + len {
+                break;
+            }
+            let msg = tlv::decode_payload(msg_type, &self.buf[HEADER_LEN..HEADER_LEN + len])?;
+            self.buf.drain(..HEADER_LEN + len);
+            out.push(msg);
+        }
+        if closed && out.is_empty() {
+            if !self.buf.is_empty() {
+                return Err(Error::protocol(
+                    "connection closed in the middle of a message",
+                ));
+            }
+            return Ok(Pumped::Closed);
+        }
+        Ok(Pumped::Messages(out))
+    }
+}
+
+/// The uid, gid and pid of the process at the other end (SO_PEERCRED).
+pub fn peer_credentials(sock: BorrowedFd<'_>) -> Result<(u32, u32, u32)> {
+    let cred =
+        nix::sys::socket::getsockopt(&sock.as_fd(), nix::sys::socket::sockopt::PeerCredentials)
+            .map_err(|e| Error::os("getsockopt SO_PEERCRED", e))?;
+    Ok((cred.uid(), cred.gid(), cred.pid() as u32))
+}

@@ -1,0 +1,192 @@
+//! The subscriber's side of §4: HELLO → SUBSCRIBE → VMM_FDS, every answer checked.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Instant;
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::format::FrameLayout;
+use crate::paths::{parse_wire_shm_name, Key};
+use crate::sock;
+use crate::tlv::{HelloReq, HelloResp, Message, SubscribeResp, VmmFds};
+use crate::wire::*;
+
+/// What the handshake established.
+pub struct Established {
+    pub stream: UnixStream,
+    pub hello: HelloResp,
+    pub subscribed: SubscribeResp,
+    /// Present when frames were asked for: the layout, the VMM_FDS message and its fds.
+    pub frames: Option<(FrameLayout, VmmFds, Vec<OwnedFd>)>,
+}
+
+/// Connect to `socket_path` and run the handshake before `deadline`.
+pub fn run(
+    key: &Key,
+    socket_path: &Path,
+    hello: &HelloReq,
+    want_frames: bool,
+    deadline: Instant,
+) -> Result<Established> {
+    let stream = UnixStream::connect(socket_path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::new(
+            ErrorCode::NotFound,
+            format!(
+                "no publisher for key {key:?}: {} does not exist",
+                socket_path.display()
+            ),
+        ),
+        std::io::ErrorKind::ConnectionRefused => Error::new(
+            ErrorCode::NotFound,
+            format!(
+                "no publisher for key {key:?}: {} is stale (its publisher died)",
+                socket_path.display()
+            ),
+        ),
+        std::io::ErrorKind::PermissionDenied => Error::new(
+            ErrorCode::Permission,
+            format!(
+                "cannot connect to {}: permission denied (needs write access to the socket)",
+                socket_path.display()
+            ),
+        ),
+        _ => Error::new(
+            ErrorCode::Io,
+            format!("connect {}: {e}", socket_path.display()),
+        ),
+    })?;
+    let fd = stream.as_fd();
+    sock::send(fd, &Message::HelloReq(hello.clone()), &[])?;
+    let resp = match expect(fd, deadline, "HELLO_RESP")? {
+        (Message::HelloResp(r), _) => r,
+        (other, _) => return Err(unexpected(&other, "HELLO_RESP")),
+    };
+    if resp.result < 0 {
+        return Err(refused(resp.result, "HELLO"));
+    }
+    if resp.proto_version != PROTOCOL_VERSION {
+        return Err(Error::protocol(format!(
+            "publisher speaks protocol {}, not 4",
+            resp.proto_version
+        )));
+    }
+    let layout = if want_frames {
+        if resp.ring_size == 0 || resp.ring_size as usize > MAX_RING_SIZE {
+            return Err(Error::protocol(format!(
+                "HELLO_RESP ring_size {} is not in 1..16",
+                resp.ring_size
+            )));
+        }
+        let name = parse_wire_shm_name(&resp.shm_path)?;
+        if name != key.frame_shm_name() {
+            return Err(Error::protocol(format!(
+                "HELLO_RESP names SHM {name:?}; key {key:?} must use {:?}",
+                key.frame_shm_name()
+            )));
+        }
+        Some(FrameLayout::from_meta(&resp.meta)?)
+    } else {
+        None
+    };
+    sock::send(
+        fd,
+        &Message::SubscribeReq {
+            proto_version: PROTOCOL_VERSION,
+        },
+        &[],
+    )?;
+    let subscribed = match expect(fd, deadline, "SUBSCRIBE_RESP")? {
+        (Message::SubscribeResp(s), _) => s,
+        (other, _) => return Err(unexpected(&other, "SUBSCRIBE_RESP")),
+    };
+    if subscribed.result < 0 {
+        return Err(refused(subscribed.result, "SUBSCRIBE"));
+    }
+    let frames = match layout {
+        None => None,
+        Some(layout) => {
+            let (v, fds) = match expect(fd, deadline, "VMM_FDS")? {
+                (Message::VmmFds(v), fds) => (v, fds),
+                (other, _) => return Err(unexpected(&other, "VMM_FDS")),
+            };
+            if v.fd_count != resp.ring_size || fds.len() != v.fd_count as usize {
+                return Err(Error::protocol(format!(
+                    "VMM_FDS carries {} descriptors (fd_count {}), ring_size is {}",
+                    fds.len(),
+                    v.fd_count,
+                    resp.ring_size
+                )));
+            }
+            if v.frame_size_bytes < layout.frame_size as u64 {
+                return Err(Error::protocol(format!(
+                    "VMM_FDS frame_size_bytes {} is smaller than a frame ({} bytes)",
+                    v.frame_size_bytes, layout.frame_size
+                )));
+            }
+            if v.vmm_granularity == 0 || v.frame_size_bytes % v.vmm_granularity != 0 {
+                return Err(Error::protocol(format!(
+                    "VMM_FDS frame_size_bytes {} is not a multiple of the granularity {}",
+                    v.frame_size_bytes, v.vmm_granularity
+                )));
+            }
+            Some((layout, v, fds))
+        }
+    };
+    Ok(Established {
+        stream,
+        hello: resp,
+        subscribed,
+        frames,
+    })
+}
+
+/// Receive the next handshake message, answering PINGs and turning ERROR into an error.
+fn expect(
+    fd: std::os::fd::BorrowedFd<'_>,
+    deadline: Instant,
+    what: &str,
+) -> Result<(Message, Vec<OwnedFd>)> {
+    loop {
+        let (msg, fds) = sock::recv(fd, Some(deadline)).map_err(|e| match e.code() {
+            ErrorCode::Timeout => Error::new(
+                ErrorCode::Timeout,
+                format!("no {what} from the publisher in time"),
+            ),
+            _ => e,
+        })?;
+        match msg {
+            Message::Ping { token } => sock::send(fd, &Message::Pong { token }, &[])?,
+            Message::Error { code, message } => {
+                let code = ErrorCode::from_i32(code).unwrap_or(ErrorCode::Protocol);
+                return Err(Error::new(
+                    code,
+                    format!("publisher error during handshake: {message}"),
+                ));
+            }
+            Message::Shutdown { .. } => {
+                return Err(Error::new(
+                    ErrorCode::Disconnected,
+                    "the publisher is shutting down",
+                ))
+            }
+            _ => return Ok((msg, fds)),
+        }
+    }
+}
+
+fn unexpected(msg: &Message, wanted: &str) -> Error {
+    Error::protocol(format!("expected {wanted}, got {}", msg.name()))
+}
+
+fn refused(result: i32, step: &str) -> Error {
+    let code = ErrorCode::from_i32(result).unwrap_or(ErrorCode::Protocol);
+    let detail = match code {
+        ErrorCode::NotFound => "the publisher has no ring of the kind requested",
+        ErrorCode::TooMany => "the publisher already serves 31 subscribers",
+        ErrorCode::Permission => "the publisher does not accept this user or group",
+        ErrorCode::Protocol => "protocol version mismatch",
+        _ => code.description(),
+    };
+    Error::new(code, format!("publisher refused {step}: {detail}"))
+}

@@ -1,0 +1,299 @@
+//! The subscriber: connects to a publisher, imports its slots once, and reads frames (and,
+//! with packets enabled, packets) without copies where the mode allows.
+
+mod frames;
+mod handshake;
+
+pub use frames::{Frame, FrameStats};
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::format::FrameLayout;
+use crate::frames::shm::FrameShm;
+use crate::memory::host::HostImport;
+use crate::memory::SlotImport;
+use crate::paths::{self, Key};
+use crate::sock::{self, Inbox, Pumped};
+use crate::tlv::{HelloReq, Message};
+use crate::wire::frame::FRAME_SHM_SIZE;
+use crate::wire::*;
+use frames::{Attempt, FrameReader, RingView};
+
+/// How a subscriber connects.
+#[derive(Debug, Clone)]
+pub struct SubscriberOptions {
+    pub runtime_dir: Option<PathBuf>,
+    /// Shown to operators (printable ASCII, at most 31 bytes).
+    pub name: String,
+    /// CUDA device for imports (ignored for host rings).
+    pub cuda_device: i32,
+    pub mode: SubscriberMode,
+    pub want_frames: bool,
+    pub want_packets: bool,
+    pub connect_timeout: Duration,
+    /// R12: ZERO_COPY under DROP_OLDEST risks frames being overwritten while held; without
+    /// this flag the subscriber copies instead.
+    pub accept_zero_copy_overwrite: bool,
+}
+
+impl Default for SubscriberOptions {
+    fn default() -> Self {
+        SubscriberOptions {
+            runtime_dir: None,
+            name: String::from("subscriber"),
+            cuda_device: 0,
+            mode: SubscriberMode::Copy,
+            want_frames: true,
+            want_packets: false,
+            connect_timeout: Duration::from_secs(5),
+            accept_zero_copy_overwrite: false,
+        }
+    }
+}
+
+/// A connected subscriber.
+pub struct Subscriber {
+    key: Key,
+    stream: UnixStream,
+    inbox: Inbox,
+    bit: usize,
+    frames: Option<FrameReader>,
+    /// Why the connection ended, once it has.
+    ended: Option<Error>,
+}
+
+/// How long one futex sleep lasts before the socket is looked at again: bounds how late a
+/// publisher crash is noticed, and costs ~10 wake-ups a second when idle.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+impl Subscriber {
+    pub fn connect(key: &str, options: &SubscriberOptions) -> Result<Subscriber> {
+        let key = Key::new(key)?;
+        if !options.want_frames && !options.want_packets {
+            return Err(Error::invalid("subscribe to frames, packets, or both"));
+        }
+        let dir = paths::runtime_dir(options.runtime_dir.as_deref());
+        let socket_path = paths::socket_path(&dir, &key)?;
+        let mut flags = 0;
+        if options.want_frames {
+            flags |= SUBSCRIBE_WANTS_FRAMES;
+        }
+        if options.want_packets {
+            flags |= SUBSCRIBE_WANTS_PACKETS;
+        }
+        let hello = HelloReq {
+            proto_version: PROTOCOL_VERSION,
+            consumer_name: sanitize_name(&options.name),
+            cuda_device: options.cuda_device,
+            mode: options.mode as u32,
+            subscribe_flags: flags,
+        };
+        let deadline = Instant::now() + options.connect_timeout;
+        let est = handshake::run(&key, &socket_path, &hello, options.want_frames, deadline)?;
+        let bit = est.subscribed.assigned_bit as usize;
+        let frames = match est.frames {
+            None => None,
+            Some((layout, vmm, fds)) => {
+                let slots: Box<dyn SlotImport> =
+                    match MemoryKind::from_u32(vmm.memory_kind) {
+                        Some(MemoryKind::HostMemfd) => {
+                            Box::new(HostImport::import(fds, vmm.frame_size_bytes as usize)?)
+                        }
+                        Some(MemoryKind::CudaVmm) => crate::memory::import_cuda_slots(
+                            options.cuda_device,
+                            fds,
+                            vmm.frame_size_bytes as usize,
+                        )?,
+                        None => return Err(Error::new(
+                            ErrorCode::Format,
+                            format!(
+                                "publisher offers memory kind {}, which this library cannot use",
+                                vmm.memory_kind
+                            ),
+                        )),
+                    };
+                let (shm_fd, map) = crate::shm::open(&key.frame_shm_name(), FRAME_SHM_SIZE, true)?;
+                let shm = FrameShm::new(map)?;
+                shm.validate(est.hello.ring_size as usize, &est.hello.meta)?;
+                let policy = shm
+                    .policy()
+                    .ok_or_else(|| Error::protocol("frame SHM has an unknown policy"))?;
+                let zero_copy = options.mode == SubscriberMode::ZeroCopy
+                    && (policy == Policy::StrictWait || options.accept_zero_copy_overwrite);
+                let ring = Arc::new(RingView {
+                    shm,
+                    _shm_fd: shm_fd,
+                    slots,
+                    bit,
+                    policy,
+                    ring_size: est.hello.ring_size as usize,
+                });
+                Some(FrameReader {
+                    ring,
+                    layout: Arc::new(layout),
+                    last_seq: est.subscribed.initial_seq,
+                    zero_copy,
+                    stats: FrameStats::default(),
+                })
+            }
+        };
+        est.stream
+            .set_nonblocking(true)
+            .map_err(|e| Error::new(ErrorCode::Io, format!("socket: {e}")))?;
+        Ok(Subscriber {
+            key,
+            stream: est.stream,
+            inbox: Inbox::default(),
+            bit,
+            frames,
+            ended: None,
+        })
+    }
+
+    pub fn key(&self) -> &str {
+        self.key.as_str()
+    }
+
+    /// The subscriber bit (1..=31) the publisher assigned.
+    pub fn bit(&self) -> usize {
+        self.bit
+    }
+
+    pub fn frame_layout(&self) -> Option<&FrameLayout> {
+        self.frames.as_ref().map(|f| &*f.layout)
+    }
+
+    /// True when frames are handed out without a copy (ZERO_COPY granted, R12).
+    pub fn is_zero_copy(&self) -> bool {
+        self.frames.as_ref().is_some_and(|f| f.zero_copy)
+    }
+
+    pub fn memory_kind(&self) -> Option<MemoryKind> {
+        self.frames.as_ref().map(|f| f.ring.slots.kind())
+    }
+
+    pub fn frame_stats(&self) -> FrameStats {
+        self.frames.as_ref().map(|f| f.stats).unwrap_or_default()
+    }
+
+    /// The next frame, waiting at most `timeout` (None = forever). Errors: TIMEOUT,
+    /// DISCONNECTED (SHUTDOWN, publisher death, or dropped by the publisher).
+    pub fn next_frame(&mut self, timeout: Option<Duration>) -> Result<Frame> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        if self.frames.is_none() {
+            return Err(Error::new(
+                ErrorCode::NotFound,
+                "this subscriber did not ask for frames",
+            ));
+        }
+        loop {
+            self.check_connection()?;
+            let reader = self.frames.as_mut().expect("checked above");
+            if reader.ring.shm.shutdown_flag().load(Ordering::Acquire) != 0 {
+                return Err(self.end(Error::new(
+                    ErrorCode::Disconnected,
+                    "the publisher shut down",
+                )));
+            }
+            match reader.try_read() {
+                Attempt::Frame(f) => return Ok(f),
+                Attempt::Skipped => continue,
+                Attempt::Empty => {}
+            }
+            let left = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(Error::new(
+                            ErrorCode::Timeout,
+                            "no frame within the timeout",
+                        ));
+                    }
+                    left
+                }
+                None => WAIT_SLICE,
+            };
+            let shm = &reader.ring.shm;
+            let word = shm.global_seq_word();
+            shm.waiters().fetch_add(1, Ordering::SeqCst);
+            let seen = word.load(Ordering::SeqCst);
+            if seen as u64 == reader.last_seq & 0xFFFF_FFFF {
+                crate::futex::wait(word, seen, Some(left.min(WAIT_SLICE)));
+            }
+            shm.waiters().fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn end(&mut self, e: Error) -> Error {
+        if self.ended.is_none() {
+            self.ended = Some(e.clone());
+        }
+        e
+    }
+
+    /// Look at the socket without blocking: SHUTDOWN, ERROR, EOF end the subscription.
+    fn check_connection(&mut self) -> Result<()> {
+        if let Some(e) = &self.ended {
+            return Err(e.clone());
+        }
+        let pumped = self.inbox.pump(self.stream.as_fd());
+        let msgs = match pumped {
+            Ok(Pumped::Messages(m)) => m,
+            Ok(Pumped::Closed) => {
+                return Err(self.end(Error::new(
+                    ErrorCode::Disconnected,
+                    "the publisher closed the connection",
+                )))
+            }
+            Err(e) => {
+                return Err(self.end(Error::new(
+                    ErrorCode::Disconnected,
+                    format!("connection broken: {e}"),
+                )))
+            }
+        };
+        for m in msgs {
+            match m {
+                Message::Shutdown { reason } => {
+                    return Err(self.end(Error::new(
+                        ErrorCode::Disconnected,
+                        format!("the publisher shut down (reason {reason})"),
+                    )))
+                }
+                Message::Error { code, message } => {
+                    let code = ErrorCode::from_i32(code).map_or("unknown", |c| c.name());
+                    return Err(self.end(Error::new(
+                        ErrorCode::Disconnected,
+                        format!("the publisher dropped this subscriber ({code}): {message}"),
+                    )));
+                }
+                Message::Ping { token } => {
+                    let _ = sock::send(self.stream.as_fd(), &Message::Pong { token }, &[]);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        if self.ended.is_none() {
+            let _ = sock::send(self.stream.as_fd(), &Message::Unsubscribe, &[]);
+        }
+    }
+}
+
+fn sanitize_name(name: &str) -> String {
+    name.chars()
+        .filter(|c| (' '..='~').contains(c))
+        .take(MAX_CONSUMER_NAME_LEN)
+        .collect()
+}

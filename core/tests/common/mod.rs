@@ -1,0 +1,75 @@
+//! Test scaffolding: a private runtime directory and a unique key per test, and cleanup of
+//! every socket and /dev/shm object the test made, also when it fails (Drop runs on panic).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub struct TestEnv {
+    pub dir: PathBuf,
+    pub key: String,
+}
+
+impl TestEnv {
+    pub fn new(tag: &str) -> TestEnv {
+        let n = cuframes_core::util::unique_suffix();
+        let key = format!("t-{tag}-{}-{:x}", std::process::id(), n & 0xFFFF_FFFF);
+        let dir =
+            std::env::temp_dir().join(format!("cuframes-test-{}-{:x}", std::process::id(), n));
+        std::fs::create_dir_all(&dir).unwrap();
+        TestEnv { dir, key }
+    }
+
+    pub fn publisher_options(&self) -> cuframes_core::publisher::PublisherOptions {
+        cuframes_core::publisher::PublisherOptions {
+            runtime_dir: Some(self.dir.clone()),
+            ..Default::default()
+        }
+    }
+
+    pub fn subscriber_options(&self, name: &str) -> cuframes_core::subscriber::SubscriberOptions {
+        cuframes_core::subscriber::SubscriberOptions {
+            runtime_dir: Some(self.dir.clone()),
+            name: name.to_owned(),
+            ..Default::default()
+        }
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}", self.key));
+        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}-packets", self.key));
+    }
+}
+
+/// The byte every subscriber expects at `offset` of frame `seq`.
+pub fn pattern_byte(seq: u64, offset: usize) -> u8 {
+    (seq.wrapping_mul(0x9E37_79B9)
+        .wrapping_add(offset as u64 * 31)
+        >> 3) as u8
+}
+
+/// Fill a host buffer with the pattern of `seq`.
+pub fn fill_pattern(seq: u64, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern_byte(seq, i);
+    }
+}
+
+/// Check that every byte of every plane's rows matches the pattern of `seq` (the pattern
+/// is laid out over the dense planes the publisher was given).
+pub fn verify_frame(frame: &cuframes_core::subscriber::Frame, dense: &[Vec<u8>]) -> bool {
+    for (i, plane) in dense.iter().enumerate() {
+        let (bytes, pitch) = frame.plane(i).unwrap();
+        let p = frame.layout.planes()[i];
+        for row in 0..p.rows {
+            if bytes[row * pitch..row * pitch + p.row_bytes]
+                != plane[row * p.row_bytes..(row + 1) * p.row_bytes]
+            {
+                return false;
+            }
+        }
+    }
+    true
+}

@@ -1,0 +1,115 @@
+//! Frame ring on host memory: publisher and subscribers in one process (threads).
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestEnv;
+use cuframes_core::publisher::{FrameRingConfig, Publisher};
+use cuframes_core::subscriber::Subscriber;
+use cuframes_core::wire::{Format, Policy, SubscriberMode};
+use cuframes_core::ErrorCode;
+
+fn dense_planes(layout: &cuframes_core::format::FrameLayout, seq: u64) -> Vec<Vec<u8>> {
+    layout
+        .planes()
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut v = vec![0u8; p.row_bytes * p.rows];
+            common::fill_pattern(seq * 4 + i as u64, &mut v);
+            v
+        })
+        .collect()
+}
+
+fn publish(p: &Publisher, seq: u64) -> Vec<Vec<u8>> {
+    let layout = p.frame_layout().unwrap().clone();
+    let planes = dense_planes(&layout, seq);
+    let refs: Vec<&[u8]> = planes.iter().map(|v| v.as_slice()).collect();
+    let strides: Vec<usize> = layout.planes().iter().map(|p| p.row_bytes).collect();
+    assert_eq!(
+        p.publish_host_planes(&refs, &strides, Some(seq as i64 * 1000))
+            .unwrap(),
+        seq
+    );
+    planes
+}
+
+#[test]
+fn one_subscriber_receives_every_frame_in_order() {
+    let env = TestEnv::new("basic");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 48))
+        .unwrap();
+    let mut s = Subscriber::connect(&env.key, &env.subscriber_options("basic")).unwrap();
+    assert_eq!(p.subscriber_count(), 1);
+    for seq in 1..=3 {
+        let planes = publish(&p, seq);
+        let f = s.next_frame(Some(Duration::from_secs(2))).unwrap();
+        assert_eq!(f.seq, seq);
+        assert_eq!(f.pts_ns, seq as i64 * 1000);
+        assert!(common::verify_frame(&f, &planes));
+    }
+    let e = s.next_frame(Some(Duration::from_millis(50))).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Timeout);
+    drop(p);
+    let e = s.next_frame(Some(Duration::from_secs(2))).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Disconnected);
+}
+
+#[test]
+fn zero_copy_under_strict_wait_blocks_until_released() {
+    let env = TestEnv::new("zc");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    let mut cfg = FrameRingConfig::new(Format::Rgba, 32, 32);
+    cfg.policy = Policy::StrictWait;
+    cfg.ring_size = 2;
+    cfg.ack_timeout = Duration::from_secs(5);
+    p.enable_frames(cfg).unwrap();
+    let mut opts = env.subscriber_options("zc");
+    opts.mode = SubscriberMode::ZeroCopy;
+    let mut s = Subscriber::connect(&env.key, &opts).unwrap();
+    assert!(s.is_zero_copy());
+    publish(&p, 1);
+    publish(&p, 2);
+    let f1 = s.next_frame(Some(Duration::from_secs(1))).unwrap();
+    assert!(f1.is_zero_copy());
+    // Slot of seq 1 is needed for seq 3: the publisher must wait for the release.
+    let t = std::time::Instant::now();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        f1.release();
+    });
+    publish(&p, 3);
+    assert!(
+        t.elapsed() >= Duration::from_millis(150),
+        "publish did not wait for the ACK"
+    );
+    releaser.join().unwrap();
+    assert_eq!(s.next_frame(Some(Duration::from_secs(1))).unwrap().seq, 2);
+    assert_eq!(s.next_frame(Some(Duration::from_secs(1))).unwrap().seq, 3);
+}
+
+#[test]
+fn create_refuses_a_live_key_and_packets_are_not_found() {
+    let env = TestEnv::new("dup");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    assert_eq!(
+        Publisher::create(&env.key, env.publisher_options())
+            .err()
+            .unwrap()
+            .code(),
+        ErrorCode::AlreadyExists
+    );
+    // No frame ring yet: a frame subscriber is refused with NOT_FOUND (R5).
+    let e = Subscriber::connect(&env.key, &env.subscriber_options("x"))
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    drop(p);
+    let e = Subscriber::connect(&env.key, &env.subscriber_options("x"))
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+}
