@@ -349,7 +349,14 @@ fn subscribe(inner: &Inner, c: &Conn, h: &HelloReq) -> Result<Option<usize>> {
 }
 
 fn release(inner: &Inner, c: &Conn) {
-    if let Phase::Active { bit } = c.phase {
+    // By connection id, not by phase: the phase may be mid-transition when a peer is dropped.
+    let bits: Vec<usize> = inner
+        .table()
+        .iter()
+        .filter(|(_, e)| e.conn_id == c.id)
+        .map(|(b, _)| b)
+        .collect();
+    for bit in bits {
         free_bit(inner, bit, c.id);
     }
 }
