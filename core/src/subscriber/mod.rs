@@ -100,24 +100,25 @@ impl Subscriber {
         let frames = match est.frames {
             None => None,
             Some((layout, vmm, fds)) => {
-                let slots: Box<dyn SlotImport> =
-                    match MemoryKind::from_u32(vmm.memory_kind) {
-                        Some(MemoryKind::HostMemfd) => {
-                            Box::new(HostImport::import(fds, vmm.frame_size_bytes as usize)?)
-                        }
-                        Some(MemoryKind::CudaVmm) => crate::memory::import_cuda_slots(
-                            options.cuda_device,
-                            fds,
-                            vmm.frame_size_bytes as usize,
-                        )?,
-                        None => return Err(Error::new(
+                let slots: Box<dyn SlotImport> = match MemoryKind::from_u32(vmm.memory_kind) {
+                    Some(MemoryKind::HostMemfd) => {
+                        Box::new(HostImport::import(fds, vmm.frame_size_bytes as usize)?)
+                    }
+                    Some(MemoryKind::CudaVmm) => crate::memory::import_cuda_slots(
+                        options.cuda_device,
+                        fds,
+                        vmm.frame_size_bytes as usize,
+                    )?,
+                    None => {
+                        return Err(Error::new(
                             ErrorCode::Format,
                             format!(
                                 "publisher offers memory kind {}, which this library cannot use",
                                 vmm.memory_kind
                             ),
-                        )),
-                    };
+                        ))
+                    }
+                };
                 let (shm_fd, map) = crate::shm::open(&key.frame_shm_name(), FRAME_SHM_SIZE, true)?;
                 let shm = FrameShm::new(map)?;
                 shm.validate(est.hello.ring_size as usize, &est.hello.meta)?;
