@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite (the README's second command; .ci/run runs it too).
+# Tests that need a GPU print why they are skipped here; scripts/gpu-check.sh runs them on
+# a GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+# Every test uses its own runtime directory and keys; this keeps strays out of /run.
+export CUFRAMES_RUNTIME_DIR="${CUFRAMES_RUNTIME_DIR:-$(mktemp -d /tmp/cuframes-tests.XXXXXX)}"
+trap 'rm -rf "$CUFRAMES_RUNTIME_DIR"' EXIT
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --release -- -D warnings
+echo "== C link through pkg-config --static"
+scripts/check-c-link.sh
+echo "== cargo test (release: the stress tests push millions of packets)"
+cargo test --workspace --release -- --test-threads=2 2>&1 | tee /tmp/cuframes-test.log
+leftovers=$(ls /dev/shm | grep -E '^cuframes-t-' || true)
+if [ -n "$leftovers" ]; then
+  echo "tests left SHM objects behind:" $leftovers >&2
+  exit 1
+fi
