@@ -381,8 +381,164 @@ uint32_t cuframes_protocol_version(void);
 const char *cuframes_strerror(int code);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Publisher / subscriber API — added by later work                                           */
+/* Errors                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
+
+/** The detailed message of the last failed call on the calling thread (what failed, which
+ *  object, what to do), or "" if none. Valid until the next failing call on this thread. */
+const char *cuframes_last_error(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Frame layout (R17)                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Plane geometry of the frames of a ring: plane i starts at `offset[i]` bytes into a slot,
+ *  has `rows[i]` rows of `row_bytes[i]` image bytes, `pitch[i]` bytes apart. Pitches are
+ *  multiples of 256. */
+typedef struct cuframes_frame_layout {
+    uint32_t format; /**< cuframes_format_t */
+    uint32_t width;
+    uint32_t height;
+    uint32_t plane_count; /**< 1..3 */
+    uint64_t offset[3];
+    uint32_t pitch[3];
+    uint32_t row_bytes[3];
+    uint32_t rows[3];
+    uint64_t frame_size; /**< meta.frame_size_bytes: the sum of the planes */
+} cuframes_frame_layout_t;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Publisher                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct cuframes_publisher cuframes_publisher_t;
+
+typedef struct cuframes_publisher_options {
+    const char *runtime_dir;       /**< NULL: $CUFRAMES_RUNTIME_DIR, else /run/cuframes (R16) */
+    uint32_t file_mode;            /**< socket and SHM mode; 0 = 0660 */
+    int64_t allowed_uid;           /**< only this uid (or root) may subscribe; -1 = any */
+    int64_t allowed_gid;           /**< only this gid (or root) may subscribe; -1 = any */
+    uint32_t handshake_timeout_ms; /**< a peer silent this long mid-handshake is dropped; 0 = 5000 */
+} cuframes_publisher_options_t;
+
+typedef struct cuframes_frame_ring_config {
+    uint32_t format;         /**< cuframes_format_t */
+    uint32_t width, height;  /**< 1..16384 */
+    uint32_t ring_size;      /**< 1..16 */
+    uint32_t policy;         /**< CUFRAMES_POLICY_* */
+    uint32_t ack_timeout_ms; /**< STRICT_WAIT: a subscriber this late is declared dead (R11) */
+    uint32_t memory_kind;    /**< CUFRAMES_MEMORY_CUDA_VMM or CUFRAMES_MEMORY_HOST_MEMFD */
+    int32_t cuda_device;     /**< device ordinal for CUDA VMM */
+} cuframes_frame_ring_config_t;
+
+/** A slot being written: `address` is a host pointer (host memory) or a CUdeviceptr. */
+typedef struct cuframes_slot {
+    uint64_t seq;
+    uint32_t index;
+    uint32_t memory_kind;
+    uint64_t address;
+} cuframes_slot_t;
+
+/** One subscriber as its publisher sees it. */
+typedef struct cuframes_subscriber_info {
+    uint32_t bit;  /**< 1..31 */
+    uint32_t pid;
+    char name[32];
+    uint32_t wants_frames, wants_packets;
+    uint64_t lag;           /**< publisher seq minus the subscriber's last ACK */
+    uint64_t last_seen_seq;
+    int64_t last_ack_ns;    /**< CLOCK_REALTIME of the last ACK; 0 = none */
+    uint64_t delivered, dropped_overrun, dropped_torn;
+} cuframes_subscriber_info_t;
+
+void cuframes_publisher_options_default(cuframes_publisher_options_t *opts);
+void cuframes_frame_ring_config_default(cuframes_frame_ring_config_t *cfg);
+
+/** Create the publisher of `key` (`^[a-zA-Z0-9_-]{1,63}$`); `opts` may be NULL. Recovers a
+ *  dead predecessor's socket and SHM (§1); CUFRAMES_ERR_ALREADY_EXISTS if a live one owns
+ *  the key, in this process or another. */
+int cuframes_publisher_create(const char *key, const cuframes_publisher_options_t *opts,
+                              cuframes_publisher_t **out);
+/** The publisher of `key` in this process, created if needed (R6). Every handle is
+ *  destroyed separately; the last one shuts the publisher down. */
+int cuframes_publisher_open_shared(const char *key, const cuframes_publisher_options_t *opts,
+                                   cuframes_publisher_t **out);
+/** Drop a handle. The last handle sends SHUTDOWN to every subscriber and removes the socket
+ *  and SHM objects. NULL is ignored. */
+void cuframes_publisher_destroy(cuframes_publisher_t *pub);
+
+/** Add the frame ring (once). */
+int cuframes_publisher_enable_frames(cuframes_publisher_t *pub, const cuframes_frame_ring_config_t *cfg);
+int cuframes_publisher_frame_layout(const cuframes_publisher_t *pub, cuframes_frame_layout_t *layout);
+
+/** Take the next slot (under STRICT_WAIT, waits for ACKs up to the ack timeout). Write the
+ *  frame at `slot->address` with the layout's offsets and pitches, then publish or abandon. */
+int cuframes_publisher_acquire(cuframes_publisher_t *pub, cuframes_slot_t *slot);
+/** Make the slot visible. The data must be complete (CUDA: the writing stream synchronised,
+ *  see cuframes_publisher_publish_after_stream). `pts_ns` INT64_MIN = CLOCK_MONOTONIC now. */
+int cuframes_publisher_publish(cuframes_publisher_t *pub, const cuframes_slot_t *slot, int64_t pts_ns);
+void cuframes_publisher_abandon(cuframes_publisher_t *pub, const cuframes_slot_t *slot);
+/** Copy a frame from host memory (`plane_count` planes, each with its stride) and publish. */
+int cuframes_publisher_publish_host(cuframes_publisher_t *pub, const uint8_t *const *planes,
+                                    const size_t *strides, int plane_count, int64_t pts_ns);
+/** Seq of the last published frame (0 = none). */
+uint64_t cuframes_publisher_frame_seq(const cuframes_publisher_t *pub);
+/** Number of admitted subscribers, or a negative error. */
+int cuframes_publisher_subscriber_count(const cuframes_publisher_t *pub);
+/** Statistics of up to `max` subscribers; returns how many were written. */
+int cuframes_publisher_subscribers(const cuframes_publisher_t *pub, cuframes_subscriber_info_t *infos, int max);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Subscriber                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct cuframes_subscriber cuframes_subscriber_t;
+typedef struct cuframes_frame cuframes_frame_t;
+
+typedef struct cuframes_subscriber_options {
+    const char *runtime_dir;             /**< NULL: $CUFRAMES_RUNTIME_DIR, else /run/cuframes */
+    const char *name;                    /**< shown to operators; printable ASCII, <= 31 bytes */
+    int32_t cuda_device;                 /**< device to import CUDA slots on */
+    uint32_t mode;                       /**< cuframes_subscriber_mode_t */
+    uint32_t flags;                      /**< CUFRAMES_SUBSCRIBE_WANTS_*; 0 = frames */
+    uint32_t connect_timeout_ms;         /**< 0 = 5000 */
+    int accept_zero_copy_overwrite;      /**< R12: allow ZERO_COPY under DROP_OLDEST */
+} cuframes_subscriber_options_t;
+
+typedef struct cuframes_frame_info {
+    uint64_t seq;
+    int64_t pts_ns;
+    uint32_t memory_kind; /**< where `data` points: host memory or CUdeviceptr */
+    uint32_t zero_copy;   /**< 1: the ring's own memory, valid until released */
+    uint32_t plane_count;
+    uint32_t pitch[3];
+    uint64_t data[3];
+} cuframes_frame_info_t;
+
+typedef struct cuframes_frame_stats {
+    uint64_t delivered;
+    uint64_t dropped_overrun; /**< overwritten before they were read (DROP_OLDEST) */
+    uint64_t dropped_torn;    /**< rewritten while being copied (R10) */
+} cuframes_frame_stats_t;
+
+void cuframes_subscriber_options_default(cuframes_subscriber_options_t *opts);
+/** Connect and complete the handshake; the slots are imported here, once. */
+int cuframes_subscriber_connect(const char *key, const cuframes_subscriber_options_t *opts,
+                                cuframes_subscriber_t **out);
+/** UNSUBSCRIBE and free. Frames not yet released stay valid. NULL is ignored. */
+void cuframes_subscriber_destroy(cuframes_subscriber_t *sub);
+int cuframes_subscriber_frame_layout(const cuframes_subscriber_t *sub, cuframes_frame_layout_t *layout);
+/** The next frame; `timeout_ms` < 0 waits forever. CUFRAMES_ERR_TIMEOUT, or
+ *  CUFRAMES_ERR_DISCONNECTED after SHUTDOWN or the publisher's death. */
+int cuframes_subscriber_next_frame(cuframes_subscriber_t *sub, int64_t timeout_ms, cuframes_frame_t **frame);
+int cuframes_frame_info(const cuframes_frame_t *frame, cuframes_frame_info_t *info);
+/** Release a frame. For CUDA frames pass the CUstream of the last work reading it: the ACK
+ *  follows that work (R12). NULL: the reads are finished. NULL frame is ignored. */
+void cuframes_frame_release(cuframes_frame_t *frame, void *cuda_stream);
+int cuframes_subscriber_stats(const cuframes_subscriber_t *sub, cuframes_frame_stats_t *stats);
+int cuframes_subscriber_is_zero_copy(const cuframes_subscriber_t *sub);
+/** CUFRAMES_MEMORY_* of the ring, or a negative error. */
+int cuframes_subscriber_memory_kind(const cuframes_subscriber_t *sub);
 
 #ifdef __cplusplus
 } /* extern "C" */

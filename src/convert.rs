@@ -1,0 +1,43 @@
+//! Helpers for reading C arguments safely.
+
+use std::ffi::{c_char, CStr};
+use std::path::PathBuf;
+
+use cuframes_core::{Error, Result};
+
+/// A required C string argument.
+pub(crate) unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
+    if p.is_null() {
+        return Err(Error::invalid(format!("{what} is NULL")));
+    }
+    CStr::from_ptr(p)
+        .to_str()
+        .map_err(|_| Error::invalid(format!("{what} is not UTF-8")))
+}
+
+/// An optional C string argument (NULL = None).
+pub(crate) unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        str_arg(p, what).map(Some)
+    }
+}
+
+pub(crate) unsafe fn opt_path(p: *const c_char, what: &str) -> Result<Option<PathBuf>> {
+    Ok(opt_str(p, what)?
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from))
+}
+
+/// A required out-pointer.
+pub(crate) unsafe fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
+    p.as_mut()
+        .ok_or_else(|| Error::invalid(format!("{what} is NULL")))
+}
+
+/// A required in-pointer.
+pub(crate) unsafe fn input<'a, T>(p: *const T, what: &str) -> Result<&'a T> {
+    p.as_ref()
+        .ok_or_else(|| Error::invalid(format!("{what} is NULL")))
+}

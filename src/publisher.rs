@@ -1,0 +1,411 @@
+//! Publisher functions of the C API (`cuframes_publisher_*`).
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use cuframes_core::publisher::{
+    AcquiredSlot, FrameRingConfig, MemoryChoice, Publisher, PublisherOptions,
+};
+use cuframes_core::wire::{Format, MemoryKind, Policy};
+use cuframes_core::{Error, ErrorCode, Result};
+
+use crate::convert::{input, opt_path, out, str_arg};
+use crate::error::{code_of, fail, panicked};
+use crate::guard;
+use crate::layout::CFrameLayout;
+
+/// Opaque `cuframes_publisher_t`: a shared reference to the process's publisher of a key.
+pub struct CPublisher(Arc<Publisher>);
+
+/// Mirrors `cuframes_publisher_options_t`.
+#[repr(C)]
+pub struct CPublisherOptions {
+    pub runtime_dir: *const c_char,
+    pub file_mode: u32,
+    pub allowed_uid: i64,
+    pub allowed_gid: i64,
+    pub handshake_timeout_ms: u32,
+}
+
+/// Mirrors `cuframes_frame_ring_config_t`.
+#[repr(C)]
+pub struct CFrameRingConfig {
+    pub format: u32,
+    pub width: u32,
+    pub height: u32,
+    pub ring_size: u32,
+    pub policy: u32,
+    pub ack_timeout_ms: u32,
+    pub memory_kind: u32,
+    pub cuda_device: i32,
+}
+
+/// Mirrors `cuframes_slot_t`.
+#[repr(C)]
+pub struct CSlot {
+    pub seq: u64,
+    pub index: u32,
+    pub memory_kind: u32,
+    pub address: u64,
+}
+
+/// Mirrors `cuframes_subscriber_info_t`.
+#[repr(C)]
+pub struct CSubscriberInfo {
+    pub bit: u32,
+    pub pid: u32,
+    pub name: [c_char; 32],
+    pub wants_frames: u32,
+    pub wants_packets: u32,
+    pub lag: u64,
+    pub last_seen_seq: u64,
+    pub last_ack_ns: i64,
+    pub delivered: u64,
+    pub dropped_overrun: u64,
+    pub dropped_torn: u64,
+}
+
+/// Publishers of this process by key (R6: one per key per process, shared by components).
+static SHARED: Mutex<Option<HashMap<String, Weak<Publisher>>>> = Mutex::new(None);
+
+fn options(o: Option<&CPublisherOptions>) -> Result<PublisherOptions> {
+    let mut opts = PublisherOptions::default();
+    if let Some(o) = o {
+        // SAFETY: the caller passes a valid options struct (documented in cuframes.h).
+        opts.runtime_dir = unsafe { opt_path(o.runtime_dir, "runtime_dir")? };
+        if o.file_mode != 0 {
+            if o.file_mode > 0o777 {
+                return Err(Error::invalid(format!(
+                    "file_mode {:o} is not a permission mode",
+                    o.file_mode
+                )));
+            }
+            opts.file_mode = o.file_mode;
+        }
+        opts.allowed_uid = u32::try_from(o.allowed_uid).ok();
+        opts.allowed_gid = u32::try_from(o.allowed_gid).ok();
+        if o.handshake_timeout_ms != 0 {
+            opts.handshake_timeout = Duration::from_millis(o.handshake_timeout_ms as u64);
+        }
+    }
+    Ok(opts)
+}
+
+/// Fill `opts` with the defaults.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_options_default(opts: *mut CPublisherOptions) {
+    if let Some(o) = opts.as_mut() {
+        *o = CPublisherOptions {
+            runtime_dir: std::ptr::null(),
+            file_mode: 0o660,
+            allowed_uid: -1,
+            allowed_gid: -1,
+            handshake_timeout_ms: 5000,
+        };
+    }
+}
+
+fn create(
+    key: *const c_char,
+    opts: *const CPublisherOptions,
+    out_pub: *mut *mut CPublisher,
+    shared: bool,
+) -> c_int {
+    guard(panicked(), || {
+        let r = (|| {
+            // SAFETY: pointers per cuframes.h.
+            let key = unsafe { str_arg(key, "key")? };
+            let out_pub = unsafe { out(out_pub, "out")? };
+            let opts = options(unsafe { opts.as_ref() })?;
+            let mut reg = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+            let map = reg.get_or_insert_with(HashMap::new);
+            map.retain(|_, w| w.strong_count() > 0);
+            if let Some(existing) = map.get(key).and_then(Weak::upgrade) {
+                if !shared {
+                    return Err(Error::new(
+                        ErrorCode::AlreadyExists,
+                        format!("this process already publishes {key:?}; use cuframes_publisher_open_shared (R6)"),
+                    ));
+                }
+                *out_pub = Box::into_raw(Box::new(CPublisher(existing)));
+                return Ok(());
+            }
+            let p = Arc::new(Publisher::create(key, opts)?);
+            map.insert(key.to_owned(), Arc::downgrade(&p));
+            *out_pub = Box::into_raw(Box::new(CPublisher(p)));
+            Ok(())
+        })();
+        code_of(r)
+    })
+}
+
+/// Create the publisher of `key`. ALREADY_EXISTS if a live publisher (here or elsewhere) has it.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_create(
+    key: *const c_char,
+    opts: *const CPublisherOptions,
+    out_pub: *mut *mut CPublisher,
+) -> c_int {
+    create(key, opts, out_pub, false)
+}
+
+/// The process's publisher of `key`, created if needed (R6): the filter and the muxer of one
+/// ffmpeg command share it. Each handle is destroyed on its own; the last one shuts down.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_open_shared(
+    key: *const c_char,
+    opts: *const CPublisherOptions,
+    out_pub: *mut *mut CPublisher,
+) -> c_int {
+    create(key, opts, out_pub, true)
+}
+
+/// Drop a handle; the last handle of a key sends SHUTDOWN and removes every resource.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_destroy(p: *mut CPublisher) {
+    if !p.is_null() {
+        guard((), || drop(Box::from_raw(p)));
+    }
+}
+
+/// Fill `cfg` with the defaults: NV12 0x0, ring 4, DROP_OLDEST, 1000 ms, host memory.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_frame_ring_config_default(cfg: *mut CFrameRingConfig) {
+    if let Some(c) = cfg.as_mut() {
+        *c = CFrameRingConfig {
+            format: Format::Nv12 as u32,
+            width: 0,
+            height: 0,
+            ring_size: 4,
+            policy: Policy::DropOldest as u32,
+            ack_timeout_ms: 1000,
+            memory_kind: MemoryKind::HostMemfd as u32,
+            cuda_device: 0,
+        };
+    }
+}
+
+fn ring_config(c: &CFrameRingConfig) -> Result<FrameRingConfig> {
+    let format = Format::from_u32(c.format)
+        .filter(|f| *f != Format::None)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorCode::Format,
+                format!("unknown frame format {}", c.format),
+            )
+        })?;
+    let mut cfg = FrameRingConfig::new(format, c.width, c.height);
+    cfg.ring_size = c.ring_size as usize;
+    cfg.policy = Policy::from_u64(c.policy as u64)
+        .ok_or_else(|| Error::invalid(format!("unknown policy {}", c.policy)))?;
+    cfg.ack_timeout = Duration::from_millis(c.ack_timeout_ms as u64);
+    cfg.memory = match MemoryKind::from_u32(c.memory_kind) {
+        Some(MemoryKind::HostMemfd) => MemoryChoice::Host,
+        Some(MemoryKind::CudaVmm) => MemoryChoice::Cuda {
+            device: c.cuda_device,
+        },
+        None => {
+            return Err(Error::invalid(format!(
+                "unknown memory kind {}",
+                c.memory_kind
+            )))
+        }
+    };
+    Ok(cfg)
+}
+
+/// Add the frame ring (once per publisher).
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_enable_frames(
+    p: *mut CPublisher,
+    cfg: *const CFrameRingConfig,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let p = input(p, "publisher")?;
+            let cfg = ring_config(input(cfg, "config")?)?;
+            p.0.enable_frames(cfg)
+        })())
+    })
+}
+
+/// The frame layout of the publisher's ring.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_frame_layout(
+    p: *const CPublisher,
+    layout: *mut CFrameLayout,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let p = input(p, "publisher")?;
+            let l =
+                p.0.frame_layout()
+                    .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
+            *out(layout, "layout")? = CFrameLayout::from(l);
+            Ok(())
+        })())
+    })
+}
+
+fn to_core_slot(s: &CSlot) -> Result<AcquiredSlot> {
+    Ok(AcquiredSlot {
+        index: s.index as usize,
+        seq: s.seq,
+        address: s.address,
+        memory_kind: MemoryKind::from_u32(s.memory_kind)
+            .ok_or_else(|| Error::invalid("slot memory kind"))?,
+    })
+}
+
+fn pts(pts_ns: i64) -> Option<i64> {
+    (pts_ns != i64::MIN).then_some(pts_ns)
+}
+
+/// Take the next slot to write into (waits for ACKs under STRICT_WAIT).
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_acquire(p: *mut CPublisher, slot: *mut CSlot) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let p = input(p, "publisher")?;
+            let s = p.0.acquire()?;
+            *out(slot, "slot")? = CSlot {
+                seq: s.seq,
+                index: s.index as u32,
+                memory_kind: s.memory_kind as u32,
+                address: s.address,
+            };
+            Ok(())
+        })())
+    })
+}
+
+/// Publish an acquired slot whose contents are complete. `pts_ns` INT64_MIN = now (R25).
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_publish(
+    p: *mut CPublisher,
+    slot: *const CSlot,
+    pts_ns: i64,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let p = input(p, "publisher")?;
+            p.0.publish(to_core_slot(input(slot, "slot")?)?, pts(pts_ns))
+                .map(|_| ())
+        })())
+    })
+}
+
+/// Give an acquired slot back without publishing it.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_abandon(p: *mut CPublisher, slot: *const CSlot) {
+    guard((), || {
+        if let (Some(p), Some(s)) = (p.as_ref(), slot.as_ref()) {
+            if let Ok(s) = to_core_slot(s) {
+                p.0.abandon(s);
+            }
+        }
+    })
+}
+
+/// Copy a frame from host memory (one pointer and stride per plane) and publish it.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_publish_host(
+    p: *mut CPublisher,
+    planes: *const *const u8,
+    strides: *const usize,
+    plane_count: c_int,
+    pts_ns: i64,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let p = input(p, "publisher")?;
+            let layout =
+                p.0.frame_layout()
+                    .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
+            let n = usize::try_from(plane_count).map_err(|_| Error::invalid("plane_count"))?;
+            if n != layout.planes().len() || planes.is_null() || strides.is_null() {
+                return Err(Error::new(
+                    ErrorCode::Format,
+                    format!(
+                        "{} needs {} planes, {n} given",
+                        layout.format.name(),
+                        layout.planes().len()
+                    ),
+                ));
+            }
+            let strides = std::slice::from_raw_parts(strides, n);
+            let ptrs = std::slice::from_raw_parts(planes, n);
+            let mut slices = Vec::with_capacity(n);
+            for (i, (ptr, plane)) in ptrs.iter().zip(layout.planes()).enumerate() {
+                if ptr.is_null() || strides[i] < plane.row_bytes {
+                    return Err(Error::invalid(format!(
+                        "plane {i}: NULL or stride below {} bytes",
+                        plane.row_bytes
+                    )));
+                }
+                slices.push(std::slice::from_raw_parts(
+                    *ptr,
+                    strides[i] * (plane.rows - 1) + plane.row_bytes,
+                ));
+            }
+            p.0.publish_host_planes(&slices, strides, pts(pts_ns))
+                .map(|_| ())
+        })())
+    })
+}
+
+/// Seq of the last published frame (0 = none).
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_frame_seq(p: *const CPublisher) -> u64 {
+    guard(0, || p.as_ref().map_or(0, |p| p.0.frame_seq()))
+}
+
+/// Number of admitted subscribers, or a negative error.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_subscriber_count(p: *const CPublisher) -> c_int {
+    guard(panicked(), || match p.as_ref() {
+        Some(p) => p.0.subscriber_count() as c_int,
+        None => fail(Error::invalid("publisher is NULL")),
+    })
+}
+
+/// Up to `max` subscribers' statistics into `infos`; returns how many were written.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_subscribers(
+    p: *const CPublisher,
+    infos: *mut CSubscriberInfo,
+    max: c_int,
+) -> c_int {
+    guard(panicked(), || {
+        let Some(p) = p.as_ref() else {
+            return fail(Error::invalid("publisher is NULL"));
+        };
+        if infos.is_null() || max <= 0 {
+            return 0;
+        }
+        let mut n = 0;
+        for s in p.0.subscribers().into_iter().take(max as usize) {
+            let mut name = [0 as c_char; 32];
+            for (d, b) in name.iter_mut().zip(s.name.bytes().take(31)) {
+                *d = b as c_char;
+            }
+            infos.add(n).write(CSubscriberInfo {
+                bit: s.bit as u32,
+                pid: s.pid,
+                name,
+                wants_frames: s.wants_frames as u32,
+                wants_packets: s.wants_packets as u32,
+                lag: s.lag,
+                last_seen_seq: s.last_seen_seq,
+                last_ack_ns: s.last_ack_ns,
+                delivered: s.delivered,
+                dropped_overrun: s.dropped_overrun,
+                dropped_torn: s.dropped_torn,
+            });
+            n += 1;
+        }
+        n as c_int
+    })
+}

@@ -1,0 +1,235 @@
+//! Subscriber functions of the C API (`cuframes_subscriber_*`, `cuframes_frame_*`).
+
+use std::ffi::{c_char, c_int, c_void};
+use std::time::Duration;
+
+use cuframes_core::subscriber::{Frame, Subscriber, SubscriberOptions};
+use cuframes_core::wire::{SubscriberMode, SUBSCRIBE_WANTS_FRAMES, SUBSCRIBE_WANTS_PACKETS};
+use cuframes_core::{Error, ErrorCode, Result};
+
+use crate::convert::{input, opt_path, opt_str, out, str_arg};
+use crate::error::{code_of, panicked};
+use crate::guard;
+use crate::layout::CFrameLayout;
+
+/// Opaque `cuframes_subscriber_t`.
+pub struct CSubscriber(Subscriber);
+
+/// Opaque `cuframes_frame_t`.
+pub struct CFrame(Frame);
+
+/// Mirrors `cuframes_subscriber_options_t`.
+#[repr(C)]
+pub struct CSubscriberOptions {
+    pub runtime_dir: *const c_char,
+    pub name: *const c_char,
+    pub cuda_device: i32,
+    pub mode: u32,
+    pub flags: u32,
+    pub connect_timeout_ms: u32,
+    pub accept_zero_copy_overwrite: c_int,
+}
+
+/// Mirrors `cuframes_frame_info_t`.
+#[repr(C)]
+pub struct CFrameInfo {
+    pub seq: u64,
+    pub pts_ns: i64,
+    pub memory_kind: u32,
+    pub zero_copy: u32,
+    pub plane_count: u32,
+    pub pitch: [u32; 3],
+    pub data: [u64; 3],
+}
+
+/// Mirrors `cuframes_frame_stats_t`.
+#[repr(C)]
+pub struct CFrameStats {
+    pub delivered: u64,
+    pub dropped_overrun: u64,
+    pub dropped_torn: u64,
+}
+
+/// Fill `opts` with the defaults: frames only, COPY, device 0, 5 s connect timeout.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_options_default(opts: *mut CSubscriberOptions) {
+    if let Some(o) = opts.as_mut() {
+        *o = CSubscriberOptions {
+            runtime_dir: std::ptr::null(),
+            name: std::ptr::null(),
+            cuda_device: 0,
+            mode: SubscriberMode::Copy as u32,
+            flags: SUBSCRIBE_WANTS_FRAMES,
+            connect_timeout_ms: 5000,
+            accept_zero_copy_overwrite: 0,
+        };
+    }
+}
+
+unsafe fn options(o: Option<&CSubscriberOptions>) -> Result<SubscriberOptions> {
+    let mut opts = SubscriberOptions::default();
+    if let Some(o) = o {
+        opts.runtime_dir = opt_path(o.runtime_dir, "runtime_dir")?;
+        if let Some(n) = opt_str(o.name, "name")? {
+            opts.name = n.to_owned();
+        }
+        opts.cuda_device = o.cuda_device;
+        opts.mode = SubscriberMode::from_u32(o.mode)
+            .ok_or_else(|| Error::invalid(format!("unknown mode {}", o.mode)))?;
+        let flags = if o.flags == 0 {
+            SUBSCRIBE_WANTS_FRAMES
+        } else {
+            o.flags
+        };
+        opts.want_frames = flags & SUBSCRIBE_WANTS_FRAMES != 0;
+        opts.want_packets = flags & SUBSCRIBE_WANTS_PACKETS != 0;
+        if o.connect_timeout_ms != 0 {
+            opts.connect_timeout = Duration::from_millis(o.connect_timeout_ms as u64);
+        }
+        opts.accept_zero_copy_overwrite = o.accept_zero_copy_overwrite != 0;
+    }
+    Ok(opts)
+}
+
+/// Connect to the publisher of `key` and complete the handshake (imports happen here, once).
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_connect(
+    key: *const c_char,
+    opts: *const CSubscriberOptions,
+    out_sub: *mut *mut CSubscriber,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let key = str_arg(key, "key")?;
+            let out_sub = out(out_sub, "out")?;
+            let s = Subscriber::connect(key, &options(opts.as_ref())?)?;
+            *out_sub = Box::into_raw(Box::new(CSubscriber(s)));
+            Ok(())
+        })())
+    })
+}
+
+/// Disconnect (UNSUBSCRIBE) and free. Frames still held stay valid until released.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_destroy(s: *mut CSubscriber) {
+    if !s.is_null() {
+        guard((), || drop(Box::from_raw(s)));
+    }
+}
+
+/// The layout of the frames this subscriber receives.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_frame_layout(
+    s: *const CSubscriber,
+    layout: *mut CFrameLayout,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let s = input(s, "subscriber")?;
+            let l =
+                s.0.frame_layout()
+                    .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
+            *out(layout, "layout")? = CFrameLayout::from(l);
+            Ok(())
+        })())
+    })
+}
+
+/// Wait for the next frame (`timeout_ms` < 0: forever). TIMEOUT, or DISCONNECTED once the
+/// publisher shut down or died. Release every frame with `cuframes_frame_release`.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_next_frame(
+    s: *mut CSubscriber,
+    timeout_ms: i64,
+    frame: *mut *mut CFrame,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let s = s
+                .as_mut()
+                .ok_or_else(|| Error::invalid("subscriber is NULL"))?;
+            let frame = out(frame, "frame")?;
+            let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+            let f = s.0.next_frame(timeout)?;
+            *frame = Box::into_raw(Box::new(CFrame(f)));
+            Ok(())
+        })())
+    })
+}
+
+/// Where a frame's planes are and what it is.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_frame_info(f: *const CFrame, info: *mut CFrameInfo) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let f = &input(f, "frame")?.0;
+            let base = f.address();
+            let mut i = CFrameInfo {
+                seq: f.seq,
+                pts_ns: f.pts_ns,
+                memory_kind: f.memory_kind() as u32,
+                zero_copy: f.is_zero_copy() as u32,
+                plane_count: f.layout.planes().len() as u32,
+                pitch: [0; 3],
+                data: [0; 3],
+            };
+            for (k, p) in f.layout.planes().iter().enumerate() {
+                i.pitch[k] = p.pitch as u32;
+                i.data[k] = base + p.offset as u64;
+            }
+            *out(info, "info")? = i;
+            Ok(())
+        })())
+    })
+}
+
+/// Release a frame. For CUDA frames pass the stream of the last work that reads it: the ACK
+/// then follows that work (R12). NULL = the reads are finished now.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_frame_release(f: *mut CFrame, cuda_stream: *mut c_void) {
+    if f.is_null() {
+        return;
+    }
+    guard((), || {
+        let frame = Box::from_raw(f).0;
+        frame.release_after_stream(cuda_stream);
+    })
+}
+
+/// This subscriber's counters.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_stats(
+    s: *const CSubscriber,
+    stats: *mut CFrameStats,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let st = input(s, "subscriber")?.0.frame_stats();
+            *out(stats, "stats")? = CFrameStats {
+                delivered: st.delivered,
+                dropped_overrun: st.dropped_overrun,
+                dropped_torn: st.dropped_torn,
+            };
+            Ok(())
+        })())
+    })
+}
+
+/// 1 when frames are handed out without a copy (ZERO_COPY granted), else 0.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_is_zero_copy(s: *const CSubscriber) -> c_int {
+    guard(0, || {
+        s.as_ref().is_some_and(|s| s.0.is_zero_copy()) as c_int
+    })
+}
+
+/// Memory kind of the ring (CUFRAMES_MEMORY_*), or a negative error without a frame ring.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_memory_kind(s: *const CSubscriber) -> c_int {
+    guard(panicked(), || {
+        match s.as_ref().and_then(|s| s.0.memory_kind()) {
+            Some(k) => k as c_int,
+            None => crate::error::fail(Error::new(ErrorCode::NotFound, "no frame ring")),
+        }
+    })
+}
