@@ -1,0 +1,235 @@
+//! A subscriber facing a broken or hostile publisher gets a clear error, never a crash or a
+//! hang. The "publisher" here is a raw socket server scripted per case.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+use common::TestEnv;
+use cuframes_core::format::FrameLayout;
+use cuframes_core::subscriber::Subscriber;
+use cuframes_core::tlv::{self, HelloResp, Message, SubscribeResp, VmmFds};
+use cuframes_core::wire::frame::FRAME_SHM_SIZE;
+use cuframes_core::wire::*;
+use cuframes_core::ErrorCode;
+
+/// Serve one connection with `script` on a thread; returns the subscriber's result.
+fn against(
+    env: &TestEnv,
+    script: impl FnOnce(UnixStream) + Send + 'static,
+) -> cuframes_core::Error {
+    let path = env.dir.join(format!("{}.sock", env.key));
+    let listener = UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        script(s);
+    });
+    let mut opts = env.subscriber_options("victim");
+    opts.connect_timeout = Duration::from_millis(500);
+    let t = Instant::now();
+    let err = Subscriber::connect(&env.key, &opts)
+        .err()
+        .expect("the subscriber must refuse");
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        t.elapsed()
+    );
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    err
+}
+
+fn read_msg(s: &mut UnixStream) -> Message {
+    let mut h = [0u8; 8];
+    s.read_exact(&mut h).unwrap();
+    let (t, len) = tlv::decode_header(&h).unwrap();
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).unwrap();
+    tlv::decode_payload(t, &p).unwrap()
+}
+
+fn send(s: &mut UnixStream, m: &Message) {
+    s.write_all(&tlv::encode(m).unwrap()).unwrap();
+}
+
+fn good_hello(key: &str) -> HelloResp {
+    HelloResp {
+        result: 0,
+        proto_version: 4,
+        ring_size: 2,
+        ownership_mode: 0,
+        meta: FrameLayout::new(Format::Nv12, 64, 32).unwrap().to_meta(),
+        shm_path: format!("cuframes-{key}"),
+        packets: None,
+    }
+}
+
+#[test]
+fn hello_pointing_at_another_key_is_refused() {
+    let env = TestEnv::new("hp1");
+    let e = against(&env, |mut s| {
+        read_msg(&mut s);
+        let mut h = good_hello("somebody-else");
+        h.shm_path = "cuframes-somebody-else".into();
+        send(&mut s, &Message::HelloResp(h));
+    });
+    assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
+}
+
+#[test]
+fn inconsistent_frame_meta_is_refused() {
+    let env = TestEnv::new("hp2");
+    let key = env.key.clone();
+    let e = against(&env, move |mut s| {
+        read_msg(&mut s);
+        let mut h = good_hello(&key);
+        h.meta.pitch_y = 8; // shorter than a row
+        send(&mut s, &Message::HelloResp(h));
+    });
+    assert_eq!(e.code(), ErrorCode::Format, "{e}");
+}
+
+#[test]
+fn a_silent_publisher_times_out() {
+    let env = TestEnv::new("hp3");
+    let e = against(&env, |mut s| {
+        read_msg(&mut s);
+        std::thread::sleep(Duration::from_millis(800));
+    });
+    assert_eq!(e.code(), ErrorCode::Timeout, "{e}");
+}
+
+#[test]
+fn garbage_instead_of_hello_resp_is_a_protocol_error() {
+    let env = TestEnv::new("hp4");
+    let e = against(&env, |mut s| {
+        read_msg(&mut s);
+        s.write_all(&[2, 0, 0, 0, 3, 0, 0, 0, 1, 2, 3]).unwrap();
+    });
+    assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
+}
+
+fn through_subscribe(s: &mut UnixStream, key: &str) {
+    read_msg(s);
+    send(s, &Message::HelloResp(good_hello(key)));
+    read_msg(s);
+    send(
+        s,
+        &Message::SubscribeResp(SubscribeResp {
+            result: 0,
+            assigned_bit: 1,
+            initial_seq: 0,
+        }),
+    );
+}
+
+fn send_fds(s: &UnixStream, v: VmmFds, fds: &[std::os::fd::RawFd]) {
+    cuframes_core::sock::send(s.as_fd(), &Message::VmmFds(v), fds).unwrap();
+}
+
+#[test]
+fn vmm_fds_with_too_few_descriptors_is_refused() {
+    let env = TestEnv::new("hp5");
+    let key = env.key.clone();
+    let e = against(&env, move |mut s| {
+        through_subscribe(&mut s, &key);
+        let fd = cuframes_core::shm::memfd("x", 16384).unwrap();
+        let v = VmmFds {
+            fd_count: 2,
+            frame_size_bytes: 16384,
+            vmm_granularity: 4096,
+            memory_kind: 1,
+        };
+        send_fds(&s, v, &[fd.as_raw_fd()]);
+    });
+    assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
+}
+
+#[test]
+fn unsealed_memfd_slots_are_refused() {
+    let env = TestEnv::new("hp6");
+    let key = env.key.clone();
+    let e = against(&env, move |mut s| {
+        through_subscribe(&mut s, &key);
+        let a = cuframes_core::shm::memfd("a", 16384).unwrap();
+        let b = cuframes_core::shm::memfd("b", 16384).unwrap();
+        let v = VmmFds {
+            fd_count: 2,
+            frame_size_bytes: 16384,
+            vmm_granularity: 4096,
+            memory_kind: 1,
+        };
+        send_fds(&s, v, &[a.as_raw_fd(), b.as_raw_fd()]);
+    });
+    assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
+    assert!(e.message().contains("sealed"), "{e}");
+}
+
+#[test]
+fn an_unknown_memory_kind_is_a_format_error() {
+    let env = TestEnv::new("hp7");
+    let key = env.key.clone();
+    let e = against(&env, move |mut s| {
+        through_subscribe(&mut s, &key);
+        let a = cuframes_core::shm::memfd("a", 16384).unwrap();
+        let v = VmmFds {
+            fd_count: 2,
+            frame_size_bytes: 16384,
+            vmm_granularity: 4096,
+            memory_kind: 7,
+        };
+        send_fds(&s, v, &[a.as_raw_fd(), a.as_raw_fd()]);
+    });
+    assert_eq!(e.code(), ErrorCode::Format, "{e}");
+}
+
+#[test]
+fn a_legacy_magic_frame_shm_is_refused() {
+    let env = TestEnv::new("hp8");
+    // A v1–v3 style SHM under the key's name, from a "publisher" that is this process.
+    let (_fd, map) =
+        cuframes_core::shm::create(&format!("cuframes-{}", env.key), FRAME_SHM_SIZE, 0o600)
+            .unwrap();
+    map.atomic_u32(0)
+        .store(LEGACY_FRAME_MAGIC, std::sync::atomic::Ordering::Release);
+    let key = env.key.clone();
+    let e = against(&env, move |mut s| {
+        through_subscribe(&mut s, &key);
+        // Valid, sealed host slots: the refusal must come from the SHM header.
+        let slots: Vec<_> = (0..2)
+            .map(|_| {
+                let fd = nix::sys::memfd::memfd_create(
+                    c"slot",
+                    nix::sys::memfd::MFdFlags::MFD_CLOEXEC
+                        | nix::sys::memfd::MFdFlags::MFD_ALLOW_SEALING,
+                )
+                .unwrap();
+                nix::unistd::ftruncate(fd.as_fd(), 16384).unwrap();
+                nix::fcntl::fcntl(
+                    fd.as_fd(),
+                    nix::fcntl::FcntlArg::F_ADD_SEALS(nix::fcntl::SealFlag::F_SEAL_SHRINK),
+                )
+                .unwrap();
+                fd
+            })
+            .collect();
+        let raw: Vec<_> = slots.iter().map(|f| f.as_raw_fd()).collect();
+        send_fds(
+            &s,
+            VmmFds {
+                fd_count: 2,
+                frame_size_bytes: 16384,
+                vmm_granularity: 4096,
+                memory_kind: 1,
+            },
+            &raw,
+        );
+    });
+    assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
+    assert!(e.message().contains("0xCC7C1DCC"), "{e}");
+}
