@@ -18,6 +18,11 @@ pub const SUB_DELIVERED_OFFSET: usize = 0x40;
 pub const SUB_DROPPED_OVERRUN_OFFSET: usize = 0x48;
 pub const SUB_DROPPED_TORN_OFFSET: usize = 0x50;
 
+/// Extension (compatible, in the header's `reserved_b` after the R28 waiter count): the
+/// ring's memory kind plus one (0 = not recorded), so that operators can see it without a
+/// handshake.
+pub const FRAME_MEMORY_KIND_OFFSET: usize = 0x00DC;
+
 use crate::wire::frame::{SlotDescriptor as Slot, SubscriberSlot as Sub};
 
 /// The frame SHM object of one publisher.
@@ -41,7 +46,14 @@ impl FrameShm {
     }
 
     /// Write a fresh header (publisher, before anyone can connect).
-    pub fn initialise(&self, meta: &FrameMeta, ring_size: usize, policy: Policy, pid: u32) {
+    pub fn initialise(
+        &self,
+        meta: &FrameMeta,
+        ring_size: usize,
+        policy: Policy,
+        memory: MemoryKind,
+        pid: u32,
+    ) {
         self.map.zero(0, FRAME_SHM_SIZE);
         let mut header = SharedHeader::new_zeroed();
         header.magic = FRAME_MAGIC;
@@ -62,6 +74,9 @@ impl FrameShm {
         }
         self.map
             .write_bytes(0, zerocopy::IntoBytes::as_bytes(&header));
+        self.map
+            .atomic_u32(FRAME_MEMORY_KIND_OFFSET)
+            .store(memory as u32 + 1, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
     }
 
@@ -124,6 +139,12 @@ impl FrameShm {
 
     pub fn policy(&self) -> Option<Policy> {
         Policy::from_u64(self.u64_at(offset_of!(SharedHeader, policy)))
+    }
+
+    /// The memory kind recorded by the publisher (extension), if any.
+    pub fn memory_kind(&self) -> Option<MemoryKind> {
+        let v = self.u32_at(FRAME_MEMORY_KIND_OFFSET);
+        v.checked_sub(1).and_then(MemoryKind::from_u32)
     }
 
     pub fn global_seq(&self) -> &AtomicU64 {

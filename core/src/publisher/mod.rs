@@ -240,6 +240,7 @@ impl Publisher {
             &layout.to_meta(),
             config.ring_size,
             config.policy,
+            slots.kind(),
             std::process::id(),
         );
         let ring = FrameRing {
