@@ -1,0 +1,85 @@
+//! Plain device memory (`cuMemAlloc`) that a process owns alone: a subscriber's own copy of
+//! a frame in COPY mode, scratch space for tests.
+//!
+//! Dropping one calls `cuMemFree`, which waits for the work on the whole device (seen on the
+//! H200: it completed another stream's pending event). Keep buffers for the life of a
+//! subscription rather than freeing them per frame.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::device::CudaDevice;
+use super::driver::{call, release};
+use crate::error::{Error, Result};
+
+pub struct DeviceBuffer {
+    dev: Arc<CudaDevice>,
+    ptr: sys::CUdeviceptr,
+    size: usize,
+}
+
+// SAFETY: a device address and the device it lives on, usable from any thread.
+unsafe impl Send for DeviceBuffer {}
+unsafe impl Sync for DeviceBuffer {}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("device_ptr", &format_args!("{:#x}", self.ptr))
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    /// `size` bytes of uninitialised device memory on `dev`.
+    pub fn new(dev: &Arc<CudaDevice>, size: usize) -> Result<DeviceBuffer> {
+        if size == 0 {
+            return Err(Error::invalid("device buffer of 0 bytes"));
+        }
+        dev.make_current()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        call("cuMemAlloc", || unsafe {
+            sys::cuMemAlloc_v2(&mut ptr, size)
+        })?;
+        Ok(DeviceBuffer {
+            dev: Arc::clone(dev),
+            ptr,
+            size,
+        })
+    }
+
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    pub fn device(&self) -> &Arc<CudaDevice> {
+        &self.dev
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Err(e) = self.dev.make_current() {
+            eprintln!("cuframes: freeing a device buffer: {e}");
+        }
+        let ptr = self.ptr;
+        release("cuMemFree", || unsafe { sys::cuMemFree_v2(ptr) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_buffer_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<DeviceBuffer>();
+    }
+}

@@ -1,0 +1,240 @@
+//! Loading the CUDA driver and calling into it without ever panicking.
+//!
+//! libcuda is loaded at run time (cudarc's `dynamic-loading`), never needed to build. cudarc
+//! panics when it cannot load the library or a symbol, so every call goes through [`call`]:
+//! it first checks, once per process, that the library can be opened with `dlopen` and that
+//! `cuInit` succeeds ([`driver_available`]), and it runs the cudarc entry inside
+//! `catch_unwind` as a second line of defence. Every `CUresult` other than `CUDA_SUCCESS`
+//! becomes [`ErrorCode::Cuda`] with the function's name and the CUDA error name.
+
+use std::ffi::{CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+
+use cudarc::driver::sys;
+
+use crate::error::{Error, ErrorCode, Result};
+
+/// The soname of the driver library installed by the NVIDIA driver package.
+pub const LIBCUDA_SONAME: &str = "libcuda.so.1";
+
+static DRIVER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+
+/// `dlopen(name, RTLD_NOW | RTLD_LOCAL)`; the handle is kept open (the library stays loaded
+/// for the life of the process anyway, cudarc holds its own handle).
+fn try_dlopen(name: &str) -> std::result::Result<(), String> {
+    let cname = CString::new(name).map_err(|_| format!("bad library name {name:?}"))?;
+    // SAFETY: a valid NUL-terminated name; dlerror is read right after on this thread.
+    unsafe {
+        let handle = libc::dlopen(cname.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            let err = libc::dlerror();
+            let msg = if err.is_null() {
+                "unknown dlopen error".to_string()
+            } else {
+                CStr::from_ptr(err).to_string_lossy().into_owned()
+            };
+            return Err(msg);
+        }
+    }
+    Ok(())
+}
+
+/// Can cudarc load the driver library? `libcuda.so.1` first; otherwise any of the names
+/// cudarc itself tries (`libcuda.so`, `libcuda.so.12`, ... for the "cuda" library; see
+/// `cudarc::get_lib_name_candidates`), so that our answer is never "yes" when cudarc would
+/// panic, nor "no" when it would find a library.
+fn probe_library() -> std::result::Result<(), String> {
+    let first = match try_dlopen(LIBCUDA_SONAME) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    for name in cudarc::get_lib_name_candidates("cuda") {
+        if name != LIBCUDA_SONAME && try_dlopen(&name).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "CUDA driver library {LIBCUDA_SONAME} not found: {first}"
+    ))
+}
+
+fn init_driver() -> std::result::Result<(), String> {
+    probe_library()?;
+    // The library loads; cuInit tells whether there is a usable driver and device.
+    let res = catch_unwind(|| unsafe { sys::cuInit(0) })
+        .map_err(|p| format!("cudarc panicked in cuInit: {}", panic_message(&p)))?;
+    if res != sys::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuInit failed: {}", error_name(res)));
+    }
+    Ok(())
+}
+
+/// `Ok` when the CUDA driver library loads and `cuInit(0)` succeeds; otherwise a
+/// [`ErrorCode::Cuda`] error that says why (e.g. "libcuda.so.1 not found: ..."). The answer is
+/// computed once per process. Never panics.
+pub fn driver_available() -> Result<()> {
+    match DRIVER.get_or_init(init_driver) {
+        Ok(()) => Ok(()),
+        Err(msg) => Err(Error::new(ErrorCode::Cuda, msg.clone())),
+    }
+}
+
+/// Number of CUDA devices the driver sees.
+pub fn device_count() -> Result<i32> {
+    let mut count = 0;
+    call("cuDeviceGetCount", || unsafe {
+        sys::cuDeviceGetCount(&mut count)
+    })?;
+    Ok(count)
+}
+
+/// The CUDA driver version as the driver reports it (e.g. 13000 for CUDA 13.0).
+pub fn driver_version() -> Result<i32> {
+    let mut version = 0;
+    call("cuDriverGetVersion", || unsafe {
+        sys::cuDriverGetVersion(&mut version)
+    })?;
+    Ok(version)
+}
+
+pub(crate) fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+/// "CUDA_ERROR_OUT_OF_MEMORY (2)": the driver's name for a result, or its number alone when
+/// the driver cannot name it.
+pub(crate) fn error_name(res: sys::CUresult) -> String {
+    let code = res as u32;
+    let named = catch_unwind(|| {
+        let mut ptr: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: cuGetErrorName writes a pointer to a static string or leaves it null.
+        let r = unsafe { sys::cuGetErrorName(res, &mut ptr) };
+        if r == sys::CUresult::CUDA_SUCCESS && !ptr.is_null() {
+            // SAFETY: the driver returns a NUL-terminated static string.
+            Some(
+                unsafe { CStr::from_ptr(ptr) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        } else {
+            None
+        }
+    });
+    match named {
+        Ok(Some(name)) => format!("{name} ({code})"),
+        _ => format!("{res:?} ({code})"),
+    }
+}
+
+/// The error for a failed CUDA call.
+pub(crate) fn cuda_error(func: &str, res: sys::CUresult) -> Error {
+    Error::new(
+        ErrorCode::Cuda,
+        format!("{func} failed: {}", error_name(res)),
+    )
+}
+
+/// Runs one raw driver call: checks the driver first, catches a cudarc panic, and maps any
+/// result other than `CUDA_SUCCESS` to an error naming `func`.
+pub(crate) fn call<F>(func: &str, f: F) -> Result<()>
+where
+    F: FnOnce() -> sys::CUresult,
+{
+    let res = call_raw(func, f)?;
+    if res == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(cuda_error(func, res))
+    }
+}
+
+/// Like [`call`] but hands back the raw result (for calls where a non-success result is an
+/// answer, such as `cuEventQuery`'s `CUDA_ERROR_NOT_READY`).
+pub(crate) fn call_raw<F>(func: &str, f: F) -> Result<sys::CUresult>
+where
+    F: FnOnce() -> sys::CUresult,
+{
+    driver_available()?;
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        Error::new(
+            ErrorCode::Cuda,
+            format!("cudarc panicked in {func}: {}", panic_message(&p)),
+        )
+    })
+}
+
+/// For `Drop` implementations: run a release call and log (never panic) when it fails.
+pub(crate) fn release<F>(func: &str, f: F)
+where
+    F: FnOnce() -> sys::CUresult,
+{
+    if let Err(e) = call(func, f) {
+        eprintln!("cuframes: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn libcuda_present() -> bool {
+        probe_library().is_ok()
+    }
+
+    #[test]
+    fn driver_check_never_panics_and_is_stable() {
+        let a = driver_available();
+        let b = driver_available();
+        assert_eq!(a, b, "the answer is cached");
+        if let Err(e) = a {
+            assert_eq!(e.code(), ErrorCode::Cuda);
+            assert!(!e.message().is_empty());
+            if !libcuda_present() {
+                assert!(
+                    e.message().contains("libcuda.so.1 not found"),
+                    "message names the library: {e}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn calls_without_a_driver_fail_cleanly() {
+        if driver_available().is_ok() {
+            return; // covered by the GPU tests
+        }
+        let e = device_count().unwrap_err();
+        assert_eq!(e.code(), ErrorCode::Cuda);
+        assert_eq!(driver_version().unwrap_err().code(), ErrorCode::Cuda);
+        let mut ran = false;
+        let e = call("cuSomething", || {
+            ran = true;
+            sys::CUresult::CUDA_SUCCESS
+        })
+        .unwrap_err();
+        assert!(!ran, "no cudarc entry runs without a driver");
+        assert_eq!(e.code(), ErrorCode::Cuda);
+    }
+
+    #[test]
+    fn dlopen_failure_is_reported_not_panicked() {
+        let e = try_dlopen("libcuframes-definitely-missing.so.7").unwrap_err();
+        assert!(e.contains("libcuframes-definitely-missing"), "{e}");
+        assert!(try_dlopen("libc.so.6").is_ok());
+    }
+
+    #[test]
+    fn panic_payloads_become_messages() {
+        let p = catch_unwind(|| panic!("boom {}", 7)).unwrap_err();
+        assert_eq!(panic_message(&p), "boom 7");
+        let p = catch_unwind(|| panic!("static")).unwrap_err();
+        assert_eq!(panic_message(&p), "static");
+    }
+}

@@ -1,0 +1,32 @@
+//! The CUDA layer: device contexts, VMM memory shared as POSIX file descriptors (protocol v4
+//! §3.7), streams and events (§5, R12), pitched copies, and test kernels.
+//!
+//! The driver (`libcuda.so.1`) is loaded at run time through cudarc's raw driver API
+//! (`cudarc::driver::sys`); nothing here needs CUDA to build. Without a driver every call
+//! returns an [`ErrorCode::Cuda`](crate::ErrorCode::Cuda) error saying why, never a panic
+//! ([`driver_available`] tells up front).
+//!
+//! One file per job:
+//! - [`driver`]: loading and checking the driver, error mapping.
+//! - [`device`]: [`CudaDevice`] (primary or caller-owned context).
+//! - [`vmm`]: [`VmmAllocation`] (create + export fd) and [`VmmImport`] (import fd + map).
+//! - [`stream`]: [`Stream`] and [`Event`].
+//! - [`copy`]: 2D copies, memset, and the host-copy counter.
+//! - [`buffer`]: [`DeviceBuffer`], plain device memory.
+//! - [`kernels`]: fill / verify / busy test kernels (kernels.cu, embedded as PTX).
+
+pub mod buffer;
+pub mod copy;
+pub mod device;
+pub mod driver;
+pub mod kernels;
+pub mod stream;
+pub mod vmm;
+
+pub use buffer::DeviceBuffer;
+pub use copy::{copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count, memset_d8_async};
+pub use device::CudaDevice;
+pub use driver::{device_count, driver_available, driver_version};
+pub use kernels::{busy, fill_pattern, pattern_byte, pattern_host, verify_pattern};
+pub use stream::{Event, Stream};
+pub use vmm::{VmmAllocation, VmmImport};

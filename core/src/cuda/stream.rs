@@ -1,0 +1,230 @@
+//! Streams and events: the ordering tools of the device-frame discipline (acquire before
+//! read: a stream waits on the producer's event; release after the last reader: an event
+//! recorded where the frame is released, cf. R12).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::device::CudaDevice;
+use super::driver::{call, call_raw, cuda_error, release};
+use crate::error::Result;
+
+/// A CUDA stream: created here ([`Stream::new`], destroyed on drop) or borrowed from the
+/// caller ([`Stream::from_raw`], never destroyed here).
+pub struct Stream {
+    raw: sys::CUstream,
+    dev: Option<Arc<CudaDevice>>,
+    owned: bool,
+}
+
+// SAFETY: CUDA streams are driver handles usable from any thread.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("raw", &self.raw)
+            .field("owned", &self.owned)
+            .field("device", &self.dev.as_ref().map(|d| d.ordinal()))
+            .finish()
+    }
+}
+
+impl Stream {
+    /// A new non-blocking stream (`CU_STREAM_NON_BLOCKING`: no implicit ordering with the
+    /// legacy default stream) in `dev`'s context.
+    pub fn new(dev: &Arc<CudaDevice>) -> Result<Stream> {
+        dev.make_current()?;
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        call("cuStreamCreate", || unsafe {
+            sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        })?;
+        Ok(Stream {
+            raw,
+            dev: Some(Arc::clone(dev)),
+            owned: true,
+        })
+    }
+
+    /// Borrows a caller's `CUstream` (null is the legacy default stream). It is never
+    /// destroyed here; the caller keeps it alive and makes its context current on the threads
+    /// that use it. The test kernels need a stream that knows its device
+    /// ([`Stream::from_raw_with_device`]).
+    pub fn from_raw(ptr: *mut c_void) -> Stream {
+        Stream {
+            raw: ptr as sys::CUstream,
+            dev: None,
+            owned: false,
+        }
+    }
+
+    /// Borrows a caller's `CUstream` that lives in `dev`'s context; calls on it bind that
+    /// context first.
+    pub fn from_raw_with_device(dev: &Arc<CudaDevice>, ptr: *mut c_void) -> Stream {
+        Stream {
+            raw: ptr as sys::CUstream,
+            dev: Some(Arc::clone(dev)),
+            owned: false,
+        }
+    }
+
+    /// The raw `CUstream`.
+    pub fn raw(&self) -> *mut c_void {
+        self.raw as *mut c_void
+    }
+
+    pub(crate) fn cu(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    /// The device the stream belongs to, when known.
+    pub fn device(&self) -> Option<&Arc<CudaDevice>> {
+        self.dev.as_ref()
+    }
+
+    /// Makes the stream's context current when the stream knows its device.
+    pub(crate) fn bind(&self) -> Result<()> {
+        match &self.dev {
+            Some(dev) => dev.make_current(),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until all work queued on the stream has finished (`cuStreamSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        let raw = self.raw;
+        call("cuStreamSynchronize", || unsafe {
+            sys::cuStreamSynchronize(raw)
+        })
+    }
+
+    /// Work queued on this stream after this call waits until `event` has completed
+    /// (`cuStreamWaitEvent`): the acquire side of a fence. The host does not wait.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.bind()?;
+        let (raw, ev) = (self.raw, event.raw);
+        call("cuStreamWaitEvent", || unsafe {
+            sys::cuStreamWaitEvent(raw, ev, 0)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        if let Some(dev) = &self.dev {
+            if let Err(e) = dev.make_current() {
+                eprintln!("cuframes: destroying a stream: {e}");
+            }
+        }
+        let raw = self.raw;
+        release("cuStreamDestroy", || unsafe {
+            sys::cuStreamDestroy_v2(raw)
+        });
+    }
+}
+
+/// A CUDA event without timing (`CU_EVENT_DISABLE_TIMING`), for ordering only.
+pub struct Event {
+    raw: sys::CUevent,
+    dev: Arc<CudaDevice>,
+}
+
+// SAFETY: CUDA events are driver handles usable from any thread.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event").field("raw", &self.raw).finish()
+    }
+}
+
+impl Event {
+    pub fn new(dev: &Arc<CudaDevice>) -> Result<Event> {
+        dev.make_current()?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        call("cuEventCreate", || unsafe {
+            sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+        })?;
+        Ok(Event {
+            raw,
+            dev: Arc::clone(dev),
+        })
+    }
+
+    /// Records the event behind the work queued so far on `stream` (`cuEventRecord`).
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        self.dev.make_current()?;
+        let (ev, raw) = (self.raw, stream.cu());
+        call("cuEventRecord", || unsafe { sys::cuEventRecord(ev, raw) })
+    }
+
+    /// True when the work the event was recorded behind has completed (or the event was never
+    /// recorded), false while it is pending (`cuEventQuery`). Never blocks.
+    pub fn query(&self) -> Result<bool> {
+        self.dev.make_current()?;
+        let ev = self.raw;
+        let res = call_raw("cuEventQuery", || unsafe { sys::cuEventQuery(ev) })?;
+        match res {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => Err(cuda_error("cuEventQuery", other)),
+        }
+    }
+
+    /// Blocks until the event has completed (`cuEventSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        self.dev.make_current()?;
+        let ev = self.raw;
+        call("cuEventSynchronize", || unsafe {
+            sys::cuEventSynchronize(ev)
+        })
+    }
+
+    /// The raw `CUevent`.
+    pub fn raw(&self) -> *mut c_void {
+        self.raw as *mut c_void
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Err(e) = self.dev.make_current() {
+            eprintln!("cuframes: destroying an event: {e}");
+        }
+        let ev = self.raw;
+        release("cuEventDestroy", || unsafe { sys::cuEventDestroy_v2(ev) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::driver_available;
+    use crate::error::ErrorCode;
+
+    #[test]
+    fn borrowed_streams_fail_cleanly_without_a_driver() {
+        if driver_available().is_ok() {
+            return;
+        }
+        let s = Stream::from_raw(std::ptr::null_mut());
+        assert!(s.raw().is_null());
+        assert_eq!(s.synchronize().unwrap_err().code(), ErrorCode::Cuda);
+        drop(s); // borrowed: no driver call on drop
+    }
+
+    #[test]
+    fn stream_and_event_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Stream>();
+        check::<Event>();
+    }
+}
