@@ -1,0 +1,219 @@
+//! Field offsets of the packet SHM (§10.2, §10.4) and the checks that make a mapping safe to
+//! use.
+//!
+//! Nothing hands out references to the mapped structs: the other process writes them while we
+//! read, so every field is accessed as an atomic at the offset computed here (the structs of
+//! [`crate::wire::packet`] define the offsets and are asserted against the spec there).
+//!
+//! The geometry (`ring_slots`, `data_size`) is read **once** and cached in [`Geometry`]: a
+//! reader never re-reads it from the SHM, so a peer that rewrites the header later cannot make
+//! us index outside the mapping. The mapping's length must equal `packet_shm_size` of that
+//! geometry, which makes every `slot_offset`/`data_base + i` (with `i < data_size`) in bounds.
+
+use core::mem::offset_of;
+use std::sync::atomic::Ordering;
+
+use crate::error::{Error, Result};
+use crate::shm::Mapping;
+use crate::wire::packet::{
+    packet_data_offset, packet_shm_size, packet_slot_offset, PacketRingHeader, PacketSlotEntry,
+    PACKET_HEADER_SIZE,
+};
+use crate::wire::{
+    FRAME_MAGIC, LEGACY_FRAME_MAGIC, MAX_EXTRADATA_SIZE, MAX_PACKET_RING_SLOTS, PACKET_MAGIC,
+    PROTOCOL_VERSION,
+};
+
+pub const HDR_MAGIC: usize = offset_of!(PacketRingHeader, magic);
+pub const HDR_PROTO_VERSION: usize = offset_of!(PacketRingHeader, proto_version);
+pub const HDR_RING_SLOTS: usize = offset_of!(PacketRingHeader, ring_slots);
+pub const HDR_DATA_SIZE: usize = offset_of!(PacketRingHeader, data_size);
+pub const HDR_CODEC_ID: usize = offset_of!(PacketRingHeader, codec_id);
+pub const HDR_EXTRADATA_SIZE: usize = offset_of!(PacketRingHeader, codec_extradata_size);
+pub const HDR_PRODUCER_PID: usize = offset_of!(PacketRingHeader, producer_pid);
+/// Also the R13 futex word (its low 32 bits; little-endian, so the same address).
+pub const HDR_GLOBAL_SEQ: usize = offset_of!(PacketRingHeader, global_seq);
+pub const HDR_LAST_KEYFRAME_SEQ: usize = offset_of!(PacketRingHeader, last_keyframe_seq);
+pub const HDR_WRITE_OFFSET: usize = offset_of!(PacketRingHeader, write_offset);
+pub const HDR_SHUTDOWN_FLAG: usize = offset_of!(PacketRingHeader, shutdown_flag);
+pub const HDR_EXTRADATA: usize = offset_of!(PacketRingHeader, codec_extradata);
+
+pub const SLOT_SEQ: usize = offset_of!(PacketSlotEntry, seq);
+pub const SLOT_PTS: usize = offset_of!(PacketSlotEntry, pts_ns);
+pub const SLOT_DTS: usize = offset_of!(PacketSlotEntry, dts_ns);
+pub const SLOT_DATA_OFFSET: usize = offset_of!(PacketSlotEntry, data_offset);
+pub const SLOT_DATA_SIZE: usize = offset_of!(PacketSlotEntry, data_size);
+pub const SLOT_FLAGS: usize = offset_of!(PacketSlotEntry, flags);
+
+/// The validated, cached shape of one packet ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// 1..=1024.
+    pub ring_slots: u32,
+    /// > 0.
+    pub data_size: u32,
+}
+
+impl Geometry {
+    /// Offset of the slot that holds `seq` (R18: `seq % ring_slots`).
+    pub fn slot_offset(&self, seq: u64) -> usize {
+        packet_slot_offset((seq % u64::from(self.ring_slots)) as usize)
+    }
+
+    /// Offset of byte 0 of the data ring.
+    pub fn data_base(&self) -> usize {
+        packet_data_offset(self.ring_slots as usize)
+    }
+
+    /// Total size of the SHM object (§10.2).
+    pub fn shm_size(&self) -> usize {
+        packet_shm_size(self.ring_slots as usize, self.data_size as usize)
+    }
+
+    /// The one or two mapping ranges `(offset, len)` that hold `len` bytes starting at the
+    /// absolute cursor `cursor` (§10.4: the data ring wraps; the second range is empty when
+    /// no wrap is needed). `len` must be `<= data_size`.
+    pub fn data_ranges(&self, cursor: u64, len: usize) -> [(usize, usize); 2] {
+        let ds = self.data_size as usize;
+        debug_assert!(len <= ds);
+        let idx = (cursor % u64::from(self.data_size)) as usize;
+        let first = len.min(ds - idx);
+        [
+            (self.data_base() + idx, first),
+            (self.data_base(), len - first),
+        ]
+    }
+}
+
+/// Check a writer's requested geometry and extradata (InvalidArg with what is wrong).
+pub fn validate_config(ring_slots: u32, data_size: u32, extradata_len: usize) -> Result<Geometry> {
+    if ring_slots == 0 || ring_slots > MAX_PACKET_RING_SLOTS {
+        return Err(Error::invalid(format!(
+            "packet ring_slots {ring_slots} is out of range 1..={MAX_PACKET_RING_SLOTS}"
+        )));
+    }
+    if data_size == 0 {
+        return Err(Error::invalid("packet data_size must be > 0"));
+    }
+    if extradata_len > MAX_EXTRADATA_SIZE {
+        return Err(Error::invalid(format!(
+            "codec extradata is {extradata_len} bytes; at most {MAX_EXTRADATA_SIZE} fit (§10.3)"
+        )));
+    }
+    Ok(Geometry {
+        ring_slots,
+        data_size,
+    })
+}
+
+/// Everything a reader checks in a mapped header before it touches anything else.
+/// Errors are `Protocol` and say which field is wrong.
+pub fn validate_header(map: &Mapping) -> Result<(Geometry, u32)> {
+    if map.len() < PACKET_HEADER_SIZE {
+        return Err(Error::protocol(format!(
+            "packet SHM is {} bytes, smaller than its {PACKET_HEADER_SIZE}-byte header",
+            map.len()
+        )));
+    }
+    let magic = map.atomic_u32(HDR_MAGIC).load(Ordering::Acquire);
+    match magic {
+        PACKET_MAGIC => {}
+        FRAME_MAGIC => {
+            return Err(Error::protocol(format!(
+                "SHM has the frame-ring magic {FRAME_MAGIC:#010x}, not the packet-ring magic \
+                 {PACKET_MAGIC:#010x}: this is a frame ring, not a packet ring"
+            )))
+        }
+        LEGACY_FRAME_MAGIC => {
+            return Err(Error::protocol(format!(
+                "SHM has the legacy (protocol v1-v3) frame magic {LEGACY_FRAME_MAGIC:#010x}: \
+                 the publisher must be upgraded to protocol v4"
+            )))
+        }
+        other => {
+            return Err(Error::protocol(format!(
+                "bad packet-ring magic {other:#010x} (expected {PACKET_MAGIC:#010x})"
+            )))
+        }
+    }
+    let version = map.atomic_u32(HDR_PROTO_VERSION).load(Ordering::Relaxed);
+    if version != PROTOCOL_VERSION {
+        return Err(Error::protocol(format!(
+            "packet ring has proto_version {version}; this library speaks {PROTOCOL_VERSION}"
+        )));
+    }
+    let ring_slots = map.atomic_u32(HDR_RING_SLOTS).load(Ordering::Relaxed);
+    if ring_slots == 0 || ring_slots > MAX_PACKET_RING_SLOTS {
+        return Err(Error::protocol(format!(
+            "packet ring_slots {ring_slots} is out of range 1..={MAX_PACKET_RING_SLOTS}"
+        )));
+    }
+    let data_size = map.atomic_u32(HDR_DATA_SIZE).load(Ordering::Relaxed);
+    if data_size == 0 {
+        return Err(Error::protocol("packet ring data_size is 0"));
+    }
+    let geo = Geometry {
+        ring_slots,
+        data_size,
+    };
+    if map.len() != geo.shm_size() {
+        return Err(Error::protocol(format!(
+            "packet SHM is {} bytes but ring_slots {ring_slots} and data_size {data_size} need \
+             exactly {}",
+            map.len(),
+            geo.shm_size()
+        )));
+    }
+    let extradata_size = map.atomic_u32(HDR_EXTRADATA_SIZE).load(Ordering::Acquire);
+    if extradata_size as usize > MAX_EXTRADATA_SIZE {
+        return Err(Error::protocol(format!(
+            "codec_extradata_size {extradata_size} exceeds {MAX_EXTRADATA_SIZE}"
+        )));
+    }
+    let codec_id = map.atomic_u32(HDR_CODEC_ID).load(Ordering::Relaxed);
+    Ok((geo, codec_id))
+}
+
+/// Read the extradata (size field acquired, then the bytes), validating the size.
+pub fn read_extradata(map: &Mapping) -> Result<Vec<u8>> {
+    let size = map.atomic_u32(HDR_EXTRADATA_SIZE).load(Ordering::Acquire) as usize;
+    if size > MAX_EXTRADATA_SIZE {
+        return Err(Error::protocol(format!(
+            "codec_extradata_size {size} exceeds {MAX_EXTRADATA_SIZE}"
+        )));
+    }
+    let mut out = vec![0u8; size];
+    map.read_bytes(HDR_EXTRADATA, &mut out);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_split_on_wrap() {
+        let g = Geometry {
+            ring_slots: 4,
+            data_size: 100,
+        };
+        let b = g.data_base();
+        assert_eq!(g.data_ranges(10, 20), [(b + 10, 20), (b, 0)]);
+        assert_eq!(g.data_ranges(190, 20), [(b + 90, 10), (b, 10)]);
+        assert_eq!(g.data_ranges(300, 100), [(b, 100), (b, 0)]);
+        assert_eq!(g.data_ranges(u64::MAX, 100), [(b + 15, 85), (b, 15)]);
+        assert_eq!(g.slot_offset(5), packet_slot_offset(1));
+    }
+
+    #[test]
+    fn config_limits() {
+        assert!(validate_config(1, 1, 0).is_ok());
+        assert!(validate_config(1024, u32::MAX, 4096).is_ok());
+        for (s, d, e) in [(0, 1, 0), (1025, 1, 0), (1, 0, 0), (1, 1, 4097)] {
+            assert_eq!(
+                validate_config(s, d, e).unwrap_err().code(),
+                crate::ErrorCode::InvalidArg
+            );
+        }
+    }
+}

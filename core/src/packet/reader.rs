@@ -1,0 +1,454 @@
+//! The subscriber side of the packet ring: open and validate the SHM, then read packets per
+//! §10.7 as fixed by R8, R9, R26 and R29.
+//!
+//! # Trust
+//!
+//! The SHM is mapped **read-only** and everything in it is treated as hostile: the header is
+//! validated once at open (magic, version, geometry, exact file size, extradata size; see
+//! [`super::layout::validate_header`]) and the geometry is cached, and every value read from a
+//! slot is checked before it is used as an offset or a length. A corrupted or malicious ring
+//! produces an error (`Protocol`), an overrun, or a timeout — never a panic, an out-of-bounds
+//! read or a packet larger than `data_size`. (One thing a read-only mapping cannot prevent: a
+//! peer that *truncates* the file makes accesses beyond the new end raise SIGBUS.)
+//!
+//! # Read, step by step, and why
+//!
+//! 1. Nothing new (`global_seq <= last_seq`): return `Disconnected` if the writer shut down
+//!    (only now, so every published packet is read first) or is dead; otherwise sleep on the
+//!    R13 futex word (low 32 bits of `global_seq`), never spin, bounded by the timeout.
+//!    The sleep is cut into slices of [`LIVENESS_INTERVAL`] so that a crashed producer
+//!    (`liveness::is_alive(producer_pid)`) and the rare shutdown that raced our check are
+//!    noticed.
+//! 2. `want = last_seq + 1`; load the slot's `seq` with **acquire** (R29, first read). If it is
+//!    not `want` the slot was reused (or is being rewritten: `UINT64_MAX`): overrun.
+//! 3. Read the fields and **validate them** (size 1..=data_size, known flags only,
+//!    `data_offset + size <= write_offset`). An invalid value with an unchanged slot seq is
+//!    corruption (`Protocol`); with a changed seq it was a torn read (overrun).
+//! 4. R8 pre-check: `write_offset - data_offset > data_size` means the bytes are already
+//!    overwritten: overrun without copying.
+//! 5. Copy the payload (two pieces on wrap, §10.7).
+//! 6. **Acquire fence**, then re-read the slot `seq` (R29, second read) and `write_offset`
+//!    (R8). The fence pairs with the writer's release fence: if any byte we copied or any field
+//!    we read came from a newer packet, these loads see that packet's invalidated slot seq or
+//!    advanced `write_offset`. A changed seq, or `write_offset - data_offset > data_size`,
+//!    is an overrun; we never return bytes that were overwritten during the copy.
+//! 7. On an overrun (R9, which fixes §10.7's no-op re-anchor): count it, re-anchor at the
+//!    newest keyframe (`last_keyframe_seq`) when it lies ahead of the lost packet, otherwise
+//!    wait for the next keyframe (the newest one is already behind us, §10.8 "moves on to the
+//!    next keyframe"), and set DISCONTINUITY on the first packet returned afterwards. By
+//!    default the overrun is handled inside `next_packet`, which then returns that keyframe;
+//!    [`PacketRingReader::set_overrun_errors`] makes it return `PacketOverrun` once instead.
+//!
+//! Where to start (§10.8, R26): at open, and with [`PacketRingReader::start_at_last_keyframe`],
+//! the next packet is the newest keyframe; when no keyframe was published yet the reader waits
+//! for the first KEY (packets before it are skipped: a decoder could not use them).
+
+use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::futex;
+use crate::liveness;
+use crate::packet::layout::{self, Geometry};
+use crate::packet::layout::{
+    HDR_GLOBAL_SEQ, HDR_LAST_KEYFRAME_SEQ, HDR_PRODUCER_PID, HDR_SHUTDOWN_FLAG, HDR_WRITE_OFFSET,
+    SLOT_DATA_OFFSET, SLOT_DATA_SIZE, SLOT_DTS, SLOT_FLAGS, SLOT_PTS, SLOT_SEQ,
+};
+use crate::packet::PacketInfo;
+use crate::shm::{self, Mapping};
+use crate::wire::packet::PACKET_HEADER_SIZE;
+use crate::wire::{INVALID_SEQ, PACKET_FLAGS_KNOWN, PACKET_FLAG_DISCONTINUITY};
+
+/// How often a waiting reader checks that the producer is still alive (and re-checks the
+/// shutdown flag, whose wake-up can race the start of a futex wait).
+pub const LIVENESS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Overruns one `next_packet` call handles before its deadline applies to re-anchoring.
+const MAX_OVERRUNS_PER_POLL: u32 = 4;
+
+/// Counters of a reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PacketReaderStats {
+    /// Packets returned.
+    pub packets: u64,
+    /// Payload bytes returned.
+    pub bytes: u64,
+    /// Overruns detected (each one lost at least one packet; R9).
+    pub overruns: u64,
+    /// Seq of the last packet returned (0 before the first).
+    pub last_seq: u64,
+}
+
+/// Result of one attempt at reading seq `want`.
+enum Attempt {
+    Ok(PacketInfo),
+    Overrun,
+}
+
+/// One reader of a packet ring (any number may read the same ring).
+pub struct PacketRingReader {
+    map: Mapping,
+    geo: Geometry,
+    codec_id: u32,
+    /// Seq of the last packet consumed (or skipped): the next one wanted is `last_seq + 1`.
+    last_seq: u64,
+    /// `Some(x)`: waiting for a keyframe with seq > x before reading on (R9, R26).
+    resync_after: Option<u64>,
+    /// R9: the next packet returned carries DISCONTINUITY.
+    discontinuity: bool,
+    overrun_errors: bool,
+    stats: PacketReaderStats,
+}
+
+impl PacketRingReader {
+    /// Map `/dev/shm/<shm_name>` read-only (a leading `/` is accepted, R19) and validate it.
+    pub fn open(shm_name: &str) -> Result<PacketRingReader> {
+        let name = shm_name.strip_prefix('/').unwrap_or(shm_name);
+        let (_fd, map) = shm::open(name, PACKET_HEADER_SIZE, false)?;
+        Self::from_mapping(map)
+    }
+
+    /// Validate an existing mapping of a whole packet SHM (tests, fuzzing, fd-passing
+    /// transports). The reader never writes through it, even when it is writable.
+    pub fn from_mapping(map: Mapping) -> Result<PacketRingReader> {
+        let (geo, codec_id) = layout::validate_header(&map)?;
+        let mut reader = PacketRingReader {
+            map,
+            geo,
+            codec_id,
+            last_seq: 0,
+            resync_after: None,
+            discontinuity: false,
+            overrun_errors: false,
+            stats: PacketReaderStats::default(),
+        };
+        reader.start_at_last_keyframe();
+        Ok(reader)
+    }
+
+    /// `AV_CODEC_ID_*` of the stream (read at open; fixed for the ring's lifetime, §10.3).
+    pub fn codec_id(&self) -> u32 {
+        self.codec_id
+    }
+
+    pub fn ring_slots(&self) -> u32 {
+        self.geo.ring_slots
+    }
+
+    /// Size of the data ring: no packet returned is larger.
+    pub fn data_size(&self) -> u32 {
+        self.geo.data_size
+    }
+
+    /// The codec extradata as it is now (it may be set after open, before the first packet),
+    /// copied out with its size validated (<= 4096).
+    pub fn extradata(&self) -> Result<Vec<u8>> {
+        layout::read_extradata(&self.map)
+    }
+
+    /// Position at the newest keyframe (§10.8); when none was published yet, wait for the
+    /// first KEY (R26). This is also where a fresh reader starts.
+    pub fn start_at_last_keyframe(&mut self) {
+        let kf = self.load(HDR_LAST_KEYFRAME_SEQ, Ordering::Acquire);
+        self.start_at(kf);
+    }
+
+    /// Position so that the next packet returned is `seq` (HELLO_RESP's `initial_packet_seq`);
+    /// `0` means "wait for the first keyframe" (R26). A seq no longer in the ring gives an
+    /// overrun on the next read, handled as in R9.
+    pub fn start_at(&mut self, seq: u64) {
+        self.discontinuity = false;
+        if seq == 0 || seq == INVALID_SEQ {
+            self.last_seq = 0;
+            self.resync_after = Some(0);
+        } else {
+            self.last_seq = seq - 1;
+            self.resync_after = None;
+        }
+    }
+
+    /// With `true`, an overrun makes `next_packet` return `PacketOverrun` once (after
+    /// re-anchoring); the following call returns the keyframe with DISCONTINUITY. With `false`
+    /// (the default) the overrun is only counted and signalled by DISCONTINUITY.
+    pub fn set_overrun_errors(&mut self, on: bool) {
+        self.overrun_errors = on;
+    }
+
+    /// The ring's `global_seq` now: the seq of the newest published packet.
+    pub fn published_seq(&self) -> u64 {
+        self.load(HDR_GLOBAL_SEQ, Ordering::Acquire)
+    }
+
+    /// The ring's `last_keyframe_seq` now.
+    pub fn last_keyframe_seq(&self) -> u64 {
+        self.load(HDR_LAST_KEYFRAME_SEQ, Ordering::Acquire)
+    }
+
+    /// The producer pid the header names.
+    pub fn producer_pid(&self) -> u64 {
+        self.load(HDR_PRODUCER_PID, Ordering::Relaxed)
+    }
+
+    pub fn stats(&self) -> PacketReaderStats {
+        self.stats
+    }
+
+    fn load(&self, offset: usize, order: Ordering) -> u64 {
+        self.map.atomic_u64(offset).load(order)
+    }
+
+    /// The next packet into `out` (resized to the payload; its capacity is reused), waiting at
+    /// most `timeout` (`None`: forever; `Some(ZERO)`: poll). Errors: `Timeout`, `Disconnected`
+    /// (shutdown or dead producer, after every published packet was read), `Protocol`
+    /// (corrupted ring), and `PacketOverrun` only with [`Self::set_overrun_errors`].
+    pub fn next_packet(
+        &mut self,
+        timeout: Option<Duration>,
+        out: &mut Vec<u8>,
+    ) -> Result<PacketInfo> {
+        let deadline = timeout.map(|t| Instant::now().checked_add(t));
+        // `Some(None)`: a timeout too large to represent, i.e. forever.
+        let deadline = deadline.flatten();
+        let mut producer_dead = false;
+        let mut last_liveness = Instant::now();
+        let mut overruns_here = 0u32;
+        loop {
+            // Shutdown first, then the seqs: the writer stores shutdown after its last publish,
+            // so when we see the flag the loads below see every packet.
+            let shut = self.load(HDR_SHUTDOWN_FLAG, Ordering::Acquire) != 0;
+            if let Some(after) = self.resync_after {
+                // Keyframe before global_seq: the writer stores them in the opposite order, so
+                // an honest ring always shows kf <= gs here.
+                let kf = self.load(HDR_LAST_KEYFRAME_SEQ, Ordering::Acquire);
+                let gs = self.load(HDR_GLOBAL_SEQ, Ordering::Acquire);
+                if kf > after && kf <= gs && kf != INVALID_SEQ {
+                    self.last_seq = kf - 1;
+                    self.resync_after = None;
+                } else {
+                    if shut || producer_dead {
+                        return Err(self.disconnected(shut));
+                    }
+                    self.wait(gs, deadline, &mut producer_dead, &mut last_liveness)?;
+                    continue;
+                }
+            }
+            let gs = self.load(HDR_GLOBAL_SEQ, Ordering::Acquire);
+            if gs <= self.last_seq {
+                if shut || producer_dead {
+                    return Err(self.disconnected(shut));
+                }
+                self.wait(gs, deadline, &mut producer_dead, &mut last_liveness)?;
+                continue;
+            }
+            let want = self.last_seq + 1;
+            match self.try_read(want, out)? {
+                Attempt::Ok(mut info) => {
+                    if self.discontinuity {
+                        info.flags |= PACKET_FLAG_DISCONTINUITY;
+                        self.discontinuity = false;
+                    }
+                    self.last_seq = want;
+                    self.stats.packets += 1;
+                    self.stats.bytes += out.len() as u64;
+                    self.stats.last_seq = want;
+                    return Ok(info);
+                }
+                Attempt::Overrun => {
+                    self.re_anchor(want);
+                    if self.overrun_errors {
+                        return Err(Error::new(
+                            ErrorCode::PacketOverrun,
+                            format!(
+                                "packet {want} was overwritten before it could be read; \
+                                 resuming at a keyframe"
+                            ),
+                        ));
+                    }
+                    // A live writer can lap a slow reader again while it re-anchors; the
+                    // deadline bounds that (a poll still gets its re-anchored keyframe).
+                    overruns_here += 1;
+                    if let Some(d) = deadline.filter(|_| overruns_here > MAX_OVERRUNS_PER_POLL) {
+                        if Instant::now() >= d {
+                            return Err(Error::new(
+                                ErrorCode::Timeout,
+                                "timed out re-anchoring after a packet ring overrun",
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn disconnected(&self, shut: bool) -> Error {
+        if shut {
+            Error::new(
+                ErrorCode::Disconnected,
+                "the publisher shut the packet ring down",
+            )
+        } else {
+            Error::new(
+                ErrorCode::Disconnected,
+                format!(
+                    "the packet ring's producer (pid {}) is gone",
+                    self.producer_pid()
+                ),
+            )
+        }
+    }
+
+    /// Sleep until `global_seq` moves past `seen`, a wake-up, the end of a liveness slice or
+    /// the deadline (`Timeout`). Checks the producer's liveness once per slice without
+    /// progress.
+    fn wait(
+        &self,
+        seen: u64,
+        deadline: Option<Instant>,
+        producer_dead: &mut bool,
+        last_liveness: &mut Instant,
+    ) -> Result<()> {
+        let now = Instant::now();
+        let mut slice = LIVENESS_INTERVAL;
+        if let Some(d) = deadline {
+            if now >= d {
+                return Err(Error::new(
+                    ErrorCode::Timeout,
+                    "no packet within the timeout",
+                ));
+            }
+            slice = slice.min(d - now);
+        }
+        futex::wait(
+            self.map.atomic_u32(HDR_GLOBAL_SEQ),
+            seen as u32,
+            Some(slice),
+        );
+        if self.load(HDR_GLOBAL_SEQ, Ordering::Acquire) == seen
+            && last_liveness.elapsed() >= LIVENESS_INTERVAL
+        {
+            *last_liveness = Instant::now();
+            if !liveness::is_alive(self.producer_pid()) {
+                // The caller re-checks global_seq once more: the producer may have published
+                // right before it died.
+                *producer_dead = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// R9: after losing `lost`, resume at the newest keyframe if it lies beyond `lost`,
+    /// otherwise wait for a keyframe newer than `lost`.
+    fn re_anchor(&mut self, lost: u64) {
+        self.stats.overruns += 1;
+        self.discontinuity = true;
+        let kf = self.load(HDR_LAST_KEYFRAME_SEQ, Ordering::Acquire);
+        if kf > lost && kf != INVALID_SEQ {
+            self.last_seq = kf - 1;
+            self.resync_after = None;
+        } else {
+            self.last_seq = lost;
+            self.resync_after = Some(lost);
+        }
+    }
+
+    /// Steps 2-6 of the module comment for seq `want`.
+    fn try_read(&self, want: u64, out: &mut Vec<u8>) -> Result<Attempt> {
+        let m = &self.map;
+        if want == INVALID_SEQ {
+            return Err(Error::protocol(
+                "packet ring global_seq reached UINT64_MAX (corrupted header)",
+            ));
+        }
+        let slot = self.geo.slot_offset(want);
+        let seq_atomic = m.atomic_u64(slot + SLOT_SEQ);
+        // 2. R29 first read.
+        if seq_atomic.load(Ordering::Acquire) != want {
+            return Ok(Attempt::Overrun);
+        }
+        // 3. Fields, validated.
+        let pts_ns = m.atomic_u64(slot + SLOT_PTS).load(Ordering::Relaxed) as i64;
+        let dts_ns = m.atomic_u64(slot + SLOT_DTS).load(Ordering::Relaxed) as i64;
+        let data_offset = m
+            .atomic_u64(slot + SLOT_DATA_OFFSET)
+            .load(Ordering::Relaxed);
+        let size = m.atomic_u32(slot + SLOT_DATA_SIZE).load(Ordering::Relaxed);
+        let flags = m.atomic_u32(slot + SLOT_FLAGS).load(Ordering::Relaxed);
+        let write_offset = m.atomic_u64(HDR_WRITE_OFFSET).load(Ordering::Acquire);
+        let data_size = u64::from(self.geo.data_size);
+
+        let problem = if size == 0 {
+            Some("payload size 0".to_owned())
+        } else if size > self.geo.data_size {
+            Some(format!(
+                "payload size {size} exceeds the {data_size}-byte data ring"
+            ))
+        } else if flags & !PACKET_FLAGS_KNOWN != 0 {
+            Some(format!("reserved flag bits set ({flags:#x})"))
+        } else if !matches!(
+            data_offset.checked_add(u64::from(size)),
+            Some(end) if end <= write_offset
+        ) {
+            Some(format!(
+                "payload [{data_offset}, +{size}) lies beyond write_offset {write_offset}"
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            // A torn read of a slot being rewritten looks the same: only an unchanged seq
+            // makes it corruption.
+            fence(Ordering::Acquire);
+            if seq_atomic.load(Ordering::Relaxed) != want {
+                return Ok(Attempt::Overrun);
+            }
+            return Err(Error::protocol(format!(
+                "packet ring slot for seq {want} is corrupt: {problem}"
+            )));
+        }
+        // 4. R8 pre-check (no wrap: write_offset >= data_offset + size here).
+        if write_offset - data_offset > data_size {
+            return Ok(Attempt::Overrun);
+        }
+
+        // 5. Copy. `out` keeps its capacity; only growth is zero-filled.
+        let len = size as usize;
+        if out.len() > len {
+            out.truncate(len);
+        } else {
+            out.resize(len, 0);
+        }
+        let [(o1, l1), (o2, l2)] = self.geo.data_ranges(data_offset, len);
+        m.read_bytes(o1, &mut out[..l1]);
+        if l2 > 0 {
+            m.read_bytes(o2, &mut out[l1..l1 + l2]);
+        }
+
+        // 6. Acquire fence, then R29 second read and R8 re-check.
+        fence(Ordering::Acquire);
+        if seq_atomic.load(Ordering::Relaxed) != want {
+            return Ok(Attempt::Overrun);
+        }
+        let write_offset2 = m.atomic_u64(HDR_WRITE_OFFSET).load(Ordering::Relaxed);
+        if write_offset2.wrapping_sub(data_offset) > data_size {
+            return Ok(Attempt::Overrun);
+        }
+        Ok(Attempt::Ok(PacketInfo {
+            seq: want,
+            pts_ns,
+            dts_ns,
+            flags,
+        }))
+    }
+}
+
+impl std::fmt::Debug for PacketRingReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PacketRingReader")
+            .field("geometry", &self.geo)
+            .field("codec_id", &self.codec_id)
+            .field("last_seq", &self.last_seq)
+            .field("resync_after", &self.resync_after)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
