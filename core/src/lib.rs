@@ -12,7 +12,6 @@ pub mod format;
 pub mod frames;
 pub mod futex;
 pub mod liveness;
-pub mod packet;
 pub mod memory;
 pub mod packet;
 pub mod paths;
