@@ -481,6 +481,17 @@ void cuframes_publisher_abandon(cuframes_publisher_t *pub, const cuframes_slot_t
 /** Copy a frame from host memory (`plane_count` planes, each with its stride) and publish. */
 int cuframes_publisher_publish_host(cuframes_publisher_t *pub, const uint8_t *const *planes,
                                     const size_t *strides, int plane_count, int64_t pts_ns);
+/** CUDA rings: publish a slot written by GPU work queued on `cuda_stream` (a CUstream;
+ *  NULL = the legacy default stream). The stream is synchronised first, so no subscriber
+ *  sees the frame before its data is complete (§5). */
+int cuframes_publisher_publish_after_stream(cuframes_publisher_t *pub, const cuframes_slot_t *slot,
+                                            void *cuda_stream, int64_t pts_ns);
+/** CUDA rings: copy a frame from device memory (one CUdeviceptr and pitch per plane) into the
+ *  next slot, ordered after earlier work on `cuda_stream` (NULL: the library's own stream),
+ *  and publish it. Host memory is never involved. */
+int cuframes_publisher_publish_device(cuframes_publisher_t *pub, const uint64_t *planes,
+                                      const size_t *pitches, int plane_count, void *cuda_stream,
+                                      int64_t pts_ns);
 /** Seq of the last published frame (0 = none). */
 uint64_t cuframes_publisher_frame_seq(const cuframes_publisher_t *pub);
 /** Number of admitted subscribers, or a negative error. */

@@ -409,3 +409,53 @@ pub unsafe extern "C" fn cuframes_publisher_subscribers(
         n as c_int
     })
 }
+
+/// CUDA rings: publish a slot written by GPU work on `cuda_stream` (a CUstream; NULL = the
+/// legacy default stream). The stream is synchronised first (§5).
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_publish_after_stream(
+    p: *mut CPublisher,
+    slot: *const CSlot,
+    cuda_stream: *mut std::ffi::c_void,
+    pts_ns: i64,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let p = input(p, "publisher")?;
+            p.0.publish_after_stream(
+                to_core_slot(input(slot, "slot")?)?,
+                cuda_stream,
+                pts(pts_ns),
+            )
+            .map(|_| ())
+        })())
+    })
+}
+
+/// CUDA rings: copy a frame from device memory (one CUdeviceptr and pitch per plane),
+/// ordered after earlier work on `cuda_stream` (NULL: the library's stream), and publish it.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_publish_device(
+    p: *mut CPublisher,
+    planes: *const u64,
+    pitches: *const usize,
+    plane_count: c_int,
+    cuda_stream: *mut std::ffi::c_void,
+    pts_ns: i64,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let p = input(p, "publisher")?;
+            let n = usize::try_from(plane_count).map_err(|_| Error::invalid("plane_count"))?;
+            if planes.is_null() || pitches.is_null() || n == 0 || n > 3 {
+                return Err(Error::invalid(
+                    "planes/pitches NULL or plane_count not in 1..3",
+                ));
+            }
+            let planes = std::slice::from_raw_parts(planes, n);
+            let pitches = std::slice::from_raw_parts(pitches, n);
+            p.0.publish_device_planes(planes, pitches, cuda_stream, pts(pts_ns))
+                .map(|_| ())
+        })())
+    })
+}

@@ -28,5 +28,5 @@ pub use copy::{copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count,
 pub use device::CudaDevice;
 pub use driver::{device_count, driver_available, driver_version};
 pub use kernels::{busy, fill_pattern, pattern_byte, pattern_host, verify_pattern};
-pub use stream::{Event, Stream};
+pub use stream::{launch_host_func, Event, Stream};
 pub use vmm::{VmmAllocation, VmmImport};

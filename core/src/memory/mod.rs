@@ -4,6 +4,7 @@
 //! CPU-only machines and CI. The publisher owns a [`SlotStore`]; a subscriber imports the
 //! descriptors of VMM_FDS once at handshake into a [`SlotImport`].
 
+pub mod cuda;
 pub mod host;
 
 use std::os::fd::OwnedFd;
@@ -23,6 +24,10 @@ pub trait SlotStore: Send + Sync {
     fn export_fds(&self) -> Result<Vec<OwnedFd>>;
     /// Where slot `index` starts: a host pointer or a CUDA device pointer.
     fn slot_address(&self, index: usize) -> u64;
+    /// The device of CUDA slots.
+    fn cuda_device(&self) -> Option<&std::sync::Arc<crate::cuda::CudaDevice>> {
+        None
+    }
 }
 
 /// Subscriber side: the slots it reads from, imported once.
@@ -31,19 +36,21 @@ pub trait SlotImport: Send + Sync {
     fn slot_count(&self) -> usize;
     fn mapped_size(&self) -> usize;
     fn slot_address(&self, index: usize) -> u64;
+    /// The device of CUDA slots.
+    fn cuda_device(&self) -> Option<&std::sync::Arc<crate::cuda::CudaDevice>> {
+        None
+    }
 }
 
-/// CUDA VMM slots on `device` (the CUDA backend lives in `cuda.rs` of this module).
+/// CUDA VMM slots on `device`.
 pub fn create_cuda_slots(
     device: i32,
     count: usize,
     frame_size: usize,
 ) -> Result<Box<dyn SlotStore>> {
-    let _ = (device, count, frame_size);
-    Err(crate::Error::new(
-        crate::ErrorCode::Cuda,
-        "CUDA slots are not available in this build yet",
-    ))
+    Ok(Box::new(cuda::CudaSlots::create(
+        device, count, frame_size,
+    )?))
 }
 
 /// Import CUDA VMM slots from VMM_FDS descriptors on `device`.
@@ -52,9 +59,5 @@ pub fn import_cuda_slots(
     fds: Vec<OwnedFd>,
     size: usize,
 ) -> Result<Box<dyn SlotImport>> {
-    let _ = (device, fds, size);
-    Err(crate::Error::new(
-        crate::ErrorCode::Cuda,
-        "CUDA slots are not available in this build yet",
-    ))
+    Ok(Box::new(cuda::CudaImport::import(device, fds, size)?))
 }

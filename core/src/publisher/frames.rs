@@ -89,6 +89,8 @@ pub struct FrameRing {
     pub(crate) _shm_fd: OwnedFd,
     pub slots: Box<dyn SlotStore>,
     pub(crate) writer: Mutex<WriterState>,
+    /// CUDA rings: the stream the convenience copies run on.
+    pub(crate) copy_stream: Option<crate::cuda::Stream>,
 }
 
 /// Who to ask about subscribers during a STRICT_WAIT wait.
@@ -213,9 +215,6 @@ impl FrameRing {
         planes: &[&[u8]],
         strides: &[usize],
     ) -> Result<()> {
-        if slot.memory_kind != MemoryKind::HostMemfd {
-            return Err(Error::invalid("write_host_planes needs a host-memory ring"));
-        }
         let layout = &self.layout;
         if planes.len() != layout.planes().len() || strides.len() != planes.len() {
             return Err(Error::new(
@@ -227,6 +226,22 @@ impl FrameRing {
                     planes.len()
                 ),
             ));
+        }
+        if slot.memory_kind == MemoryKind::CudaVmm {
+            let (dev, stream) = self.cuda()?;
+            dev.make_current()?;
+            for (p, (src, stride)) in layout.planes().iter().zip(planes.iter().zip(strides)) {
+                crate::cuda::copy_htod_2d_async(
+                    slot.address + p.offset as u64,
+                    p.pitch,
+                    src,
+                    *stride,
+                    p.row_bytes,
+                    p.rows,
+                    stream,
+                )?;
+            }
+            return stream.synchronize();
         }
         let base = slot.address as *mut u8;
         for (i, (p, (src, stride))) in layout
@@ -255,5 +270,82 @@ impl FrameRing {
             }
         }
         Ok(())
+    }
+}
+
+impl FrameRing {
+    fn cuda(
+        &self,
+    ) -> Result<(
+        &std::sync::Arc<crate::cuda::CudaDevice>,
+        &crate::cuda::Stream,
+    )> {
+        match (self.slots.cuda_device(), &self.copy_stream) {
+            (Some(d), Some(s)) => Ok((d, s)),
+            _ => Err(Error::invalid("this operation needs a CUDA ring")),
+        }
+    }
+
+    /// §5: wait until the caller's work on `stream` (a raw `CUstream`; null = the legacy
+    /// default stream) has finished, so that the frame is complete before it is published.
+    pub(crate) fn sync_stream(&self, stream: *mut std::ffi::c_void) -> Result<()> {
+        let (dev, _) = self.cuda()?;
+        dev.make_current()?;
+        crate::cuda::Stream::from_raw(stream).synchronize()
+    }
+
+    /// Copy a frame from device memory (plane pointers and pitches) into a CUDA slot on
+    /// `stream` (null: the ring's own stream), ordered after the caller's earlier work on it.
+    pub(crate) fn write_device_planes(
+        &self,
+        slot: &AcquiredSlot,
+        planes: &[u64],
+        pitches: &[usize],
+        stream: *mut std::ffi::c_void,
+    ) -> Result<()> {
+        let (dev, own) = self.cuda()?;
+        let layout = &self.layout;
+        if planes.len() != layout.planes().len() || pitches.len() != planes.len() {
+            return Err(Error::new(
+                ErrorCode::Format,
+                format!(
+                    "{} has {} planes; {} given",
+                    layout.format.name(),
+                    layout.planes().len(),
+                    planes.len()
+                ),
+            ));
+        }
+        dev.make_current()?;
+        let borrowed;
+        let stream = if stream.is_null() {
+            own
+        } else {
+            borrowed = crate::cuda::Stream::from_raw(stream);
+            &borrowed
+        };
+        for (i, (p, (src, pitch))) in layout
+            .planes()
+            .iter()
+            .zip(planes.iter().zip(pitches))
+            .enumerate()
+        {
+            if *src == 0 || *pitch < p.row_bytes {
+                return Err(Error::invalid(format!(
+                    "plane {i}: NULL or pitch below {} bytes",
+                    p.row_bytes
+                )));
+            }
+            crate::cuda::copy_2d_async(
+                slot.address + p.offset as u64,
+                p.pitch,
+                *src,
+                *pitch,
+                p.row_bytes,
+                p.rows,
+                stream,
+            )?;
+        }
+        stream.synchronize()
     }
 }

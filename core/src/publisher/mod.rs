@@ -227,6 +227,10 @@ impl Publisher {
                 crate::memory::create_cuda_slots(device, config.ring_size, layout.frame_size)?
             }
         };
+        let copy_stream = match slots.cuda_device() {
+            Some(dev) => Some(crate::cuda::Stream::new(dev)?),
+            None => None,
+        };
         let shm_name = self.inner.key.frame_shm_name();
         let (fd, map) = shm::create(&shm_name, FRAME_SHM_SIZE, self.inner.options.file_mode)?;
         let shm = match FrameShm::new(map) {
@@ -251,6 +255,7 @@ impl Publisher {
             shm,
             shm_name: shm_name.clone(),
             _shm_fd: fd,
+            copy_stream,
             slots,
             writer: FrameRing::new_writer_state(),
         };
@@ -304,6 +309,41 @@ impl Publisher {
         let ring = self.ring()?;
         let slot = ring.acquire(&*self.inner)?;
         if let Err(e) = ring.write_host_planes(&slot, planes, strides) {
+            ring.abandon(slot);
+            return Err(e);
+        }
+        ring.publish(slot, pts_ns)
+    }
+
+    /// CUDA: publish a slot written by GPU work on `stream` (raw `CUstream`, null = legacy
+    /// default stream): the stream is synchronised first, so no frame is visible before its
+    /// data is complete (§5).
+    pub fn publish_after_stream(
+        &self,
+        slot: AcquiredSlot,
+        stream: *mut std::ffi::c_void,
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
+        let ring = self.ring()?;
+        if let Err(e) = ring.sync_stream(stream) {
+            ring.abandon(slot);
+            return Err(e);
+        }
+        ring.publish(slot, pts_ns)
+    }
+
+    /// CUDA: copy a frame from other device memory (ordered after the caller's work on
+    /// `stream`) and publish it.
+    pub fn publish_device_planes(
+        &self,
+        planes: &[u64],
+        pitches: &[usize],
+        stream: *mut std::ffi::c_void,
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
+        let ring = self.ring()?;
+        let slot = ring.acquire(&*self.inner)?;
+        if let Err(e) = ring.write_device_planes(&slot, planes, pitches, stream) {
             ring.abandon(slot);
             return Err(e);
         }

@@ -3,7 +3,9 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{fence, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use crate::cuda::{DeviceBuffer, Stream};
 
 use crate::format::FrameLayout;
 use crate::frames::shm::{
@@ -65,12 +67,27 @@ pub struct FrameStats {
 pub(crate) enum FrameData {
     /// COPY mode, host: the subscriber's own buffer.
     Owned(Vec<u8>),
+    /// COPY mode, CUDA: a device buffer of the subscriber's, back to its pool on drop.
+    Device {
+        buf: Option<DeviceBuffer>,
+        pool: BufferPool,
+    },
     /// ZERO_COPY: the ring's slot, ACKed when the frame is released (R12).
     Borrowed {
         ring: Arc<RingView>,
         index: usize,
         acked: bool,
     },
+}
+
+/// Device buffers of one subscription, reused: freeing device memory waits for the whole
+/// device (cuMemFree), so buffers live as long as the subscription.
+pub(crate) type BufferPool = Arc<Mutex<Vec<DeviceBuffer>>>;
+
+/// CUDA state of a reader of a CUDA ring.
+pub(crate) struct CudaReader {
+    pub stream: Stream,
+    pub pool: BufferPool,
 }
 
 /// A frame handed to the user.
@@ -91,6 +108,7 @@ impl Frame {
     pub fn memory_kind(&self) -> MemoryKind {
         match &self.data {
             FrameData::Owned(_) => MemoryKind::HostMemfd,
+            FrameData::Device { .. } => MemoryKind::CudaVmm,
             FrameData::Borrowed { ring, .. } => ring.slots.kind(),
         }
     }
@@ -99,6 +117,7 @@ impl Frame {
     pub fn address(&self) -> u64 {
         match &self.data {
             FrameData::Owned(v) => v.as_ptr() as u64,
+            FrameData::Device { buf, .. } => buf.as_ref().map_or(0, DeviceBuffer::device_ptr),
             FrameData::Borrowed { ring, index, .. } => ring.slots.slot_address(*index),
         }
     }
@@ -119,7 +138,7 @@ impl Frame {
                     )
                 })
             }
-            FrameData::Borrowed { .. } => None,
+            FrameData::Borrowed { .. } | FrameData::Device { .. } => None,
         }
     }
 
@@ -151,6 +170,11 @@ impl Frame {
 impl Drop for Frame {
     fn drop(&mut self) {
         self.ack_now();
+        if let FrameData::Device { buf, pool } = &mut self.data {
+            if let Some(b) = buf.take() {
+                pool.lock().unwrap_or_else(|p| p.into_inner()).push(b);
+            }
+        }
     }
 }
 
@@ -161,6 +185,8 @@ pub(crate) struct FrameReader {
     pub last_seq: u64,
     pub zero_copy: bool,
     pub stats: FrameStats,
+    /// Present for CUDA rings: the stream COPY mode copies on, and its buffers.
+    pub cuda: Option<CudaReader>,
 }
 
 /// What one attempt to read found.
@@ -170,11 +196,53 @@ pub(crate) enum Attempt {
     Empty,
     /// A frame was lost (lapped or torn); try again at once.
     Skipped,
+    /// The copy itself failed (CUDA error).
+    Failed(crate::Error),
 }
 
 impl FrameReader {
+    /// COPY mode: copy slot `k` into memory this subscriber owns (host, or a pooled device
+    /// buffer for CUDA rings; the copy has completed when this returns).
+    fn copy_out(&self, k: usize) -> crate::Result<FrameData> {
+        let src = self.ring.slots.slot_address(k);
+        match &self.cuda {
+            None => {
+                let mut buf = vec![0u8; self.layout.frame_size];
+                // SAFETY: the import maps at least mapped_size >= frame_size bytes of slot k.
+                let slot = unsafe { std::slice::from_raw_parts(src as *const u8, buf.len()) };
+                buf.copy_from_slice(slot);
+                Ok(FrameData::Owned(buf))
+            }
+            Some(c) => {
+                let dev = self.ring.slots.cuda_device().expect("CUDA ring");
+                dev.make_current()?;
+                let buf = match c.pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+                    Some(b) => b,
+                    None => DeviceBuffer::new(dev, self.layout.frame_size)?,
+                };
+                for p in self.layout.planes() {
+                    let off = p.offset as u64;
+                    crate::cuda::copy_2d_async(
+                        buf.device_ptr() + off,
+                        p.pitch,
+                        src + off,
+                        p.pitch,
+                        p.row_bytes,
+                        p.rows,
+                        &c.stream,
+                    )?;
+                }
+                c.stream.synchronize()?;
+                Ok(FrameData::Device {
+                    buf: Some(buf),
+                    pool: c.pool.clone(),
+                })
+            }
+        }
+    }
+
     pub fn try_read(&mut self) -> Attempt {
-        let ring = &self.ring;
+        let ring = &self.ring.clone();
         let g = ring.shm.global_seq().load(Ordering::Acquire);
         if g <= self.last_seq {
             return Attempt::Empty;
@@ -213,8 +281,10 @@ impl FrameReader {
                 },
             }
         } else {
-            let mut buf = vec![0u8; self.layout.frame_size];
-            copy_slot(ring, k, &mut buf);
+            let data = match self.copy_out(k) {
+                Ok(d) => d,
+                Err(e) => return Attempt::Failed(e),
+            };
             fence(Ordering::Acquire);
             if ring.shm.slot_seq(k).load(Ordering::Acquire) != want {
                 // R10: the publisher rewrote the slot while we copied it.
@@ -228,7 +298,7 @@ impl FrameReader {
                 seq: want,
                 pts_ns,
                 layout: self.layout.clone(),
-                data: FrameData::Owned(buf),
+                data,
             }
         };
         self.last_seq = want;
@@ -238,27 +308,50 @@ impl FrameReader {
     }
 }
 
-fn copy_slot(ring: &RingView, k: usize, out: &mut [u8]) {
-    match ring.slots.kind() {
-        MemoryKind::HostMemfd => {
-            // SAFETY: the import maps at least mapped_size >= frame_size bytes of slot k.
-            let src = unsafe {
-                std::slice::from_raw_parts(ring.slots.slot_address(k) as *const u8, out.len())
-            };
-            out.copy_from_slice(src);
+impl Frame {
+    /// Release after the CUDA work queued on `stream` (a `CUstream`) has finished (R12): a
+    /// host function enqueued on the stream ACKs behind the last reader. Host frames, copies,
+    /// and a null stream release now.
+    pub fn release_after_stream(mut self, stream: *mut std::ffi::c_void) {
+        if let FrameData::Borrowed { ring, index, acked } = &mut self.data {
+            if !*acked && !stream.is_null() && ring.slots.kind() == MemoryKind::CudaVmm {
+                let pending = Box::new(PendingAck {
+                    ring: ring.clone(),
+                    index: *index,
+                    seq: self.seq,
+                });
+                if crate::cuda::launch_host_func(
+                    stream,
+                    ack_from_stream,
+                    Box::into_raw(pending).cast(),
+                )
+                .is_ok()
+                {
+                    *acked = true;
+                } else if let Some(dev) = ring.slots.cuda_device() {
+                    // Could not enqueue: wait for the stream here, then ACK below.
+                    let _ = dev.make_current();
+                    let _ = crate::cuda::Stream::from_raw(stream).synchronize();
+                }
+            }
         }
-        MemoryKind::CudaVmm => {
-            // COPY of a CUDA slot into host memory is done by the CUDA reader path.
-            out.fill(0);
-        }
+        drop(self);
     }
 }
 
-impl Frame {
-    /// Release after the CUDA work queued on `stream` (a `CUstream`, may be null) has
-    /// finished (R12). Host frames, and a null stream, release now.
-    pub fn release_after_stream(self, stream: *mut std::ffi::c_void) {
-        let _ = stream;
-        self.release();
-    }
+/// What the stream callback needs to ACK a zero-copy frame.
+struct PendingAck {
+    ring: Arc<RingView>,
+    index: usize,
+    seq: u64,
+}
+
+/// Runs on a driver thread once the stream's earlier work is complete: only atomics and a
+/// futex wake here, no CUDA calls (the driver forbids them in host functions).
+extern "C" fn ack_from_stream(data: *mut std::ffi::c_void) {
+    // SAFETY: `data` is the Box<PendingAck> leaked by release_after_stream, passed once.
+    let pending = unsafe { Box::from_raw(data.cast::<PendingAck>()) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pending.ring.ack(pending.index, pending.seq)
+    }));
 }

@@ -135,12 +135,20 @@ impl Subscriber {
                     policy,
                     ring_size: est.hello.ring_size as usize,
                 });
+                let cuda = match ring.slots.cuda_device() {
+                    Some(dev) if !zero_copy => Some(frames::CudaReader {
+                        stream: crate::cuda::Stream::new(dev)?,
+                        pool: Default::default(),
+                    }),
+                    _ => None,
+                };
                 Some(FrameReader {
                     ring,
                     layout: Arc::new(layout),
                     last_seq: est.subscribed.initial_seq,
                     zero_copy,
                     stats: FrameStats::default(),
+                    cuda,
                 })
             }
         };
@@ -205,6 +213,7 @@ impl Subscriber {
             match reader.try_read() {
                 Attempt::Frame(f) => return Ok(f),
                 Attempt::Skipped => continue,
+                Attempt::Failed(e) => return Err(e),
                 Attempt::Empty => {}
             }
             let left = match deadline {
