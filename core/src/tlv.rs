@@ -259,25 +259,44 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>> {
 }
 
 fn validate_outgoing(msg: &Message) -> Result<()> {
-    match msg {
-        Message::HelloReq(h) => check_consumer_name(h.consumer_name.as_bytes()).map(|_| ()),
-        Message::HelloResp(h) if h.result >= 0 => {
-            check_shm_path(h.shm_path.as_bytes(), "shm_path")?;
-            if let Some(p) = &h.packets {
-                check_shm_path(p.packet_shm_path.as_bytes(), "packet_shm_path")?;
+    // The checks are the decoder's (Protocol errors); an outgoing message that fails one is
+    // the caller's mistake, so every failure is reported as InvalidArg.
+    let check = || -> Result<()> {
+        match msg {
+            Message::HelloReq(h) => check_consumer_name(h.consumer_name.as_bytes()).map(|_| ()),
+            Message::HelloResp(h) if h.result >= 0 => {
+                check_shm_path(h.shm_path.as_bytes(), "shm_path")?;
+                if let Some(p) = &h.packets {
+                    check_shm_path(p.packet_shm_path.as_bytes(), "packet_shm_path")?;
+                }
+                if h.ring_size as usize > MAX_RING_SIZE {
+                    return Err(Error::invalid(format!(
+                        "HELLO_RESP: ring_size {} exceeds {MAX_RING_SIZE}",
+                        h.ring_size
+                    )));
+                }
+                Ok(())
             }
-            Ok(())
+            Message::SubscribeResp(s) if s.result == 0 && !(1..=31).contains(&s.assigned_bit) => {
+                Err(Error::invalid(format!(
+                    "SUBSCRIBE_RESP: assigned_bit {} is not in 1..31",
+                    s.assigned_bit
+                )))
+            }
+            Message::VmmFds(v) if v.frame_size_bytes == 0 => {
+                Err(Error::invalid("VMM_FDS: frame_size_bytes is 0"))
+            }
+            Message::VmmFds(v) => check_fd_count(v.fd_count),
+            Message::Error { message, .. } if message.len() > MAX_ERROR_MESSAGE_LEN => {
+                Err(Error::invalid(format!(
+                    "ERROR message is {} bytes; at most {MAX_ERROR_MESSAGE_LEN}",
+                    message.len()
+                )))
+            }
+            _ => Ok(()),
         }
-        Message::VmmFds(v) => check_fd_count(v.fd_count),
-        Message::Error { message, .. } if message.len() > MAX_ERROR_MESSAGE_LEN => {
-            Err(Error::invalid(format!(
-                "ERROR message is {} bytes; at most {MAX_ERROR_MESSAGE_LEN}",
-                message.len()
-            )))
-        }
-        _ => Ok(()),
-    }
-    .map_err(|e| Error::invalid(e.message().to_owned()))
+    };
+    check().map_err(|e| Error::invalid(e.message().to_owned()))
 }
 
 // ---------------------------------------------------------------------------------------
