@@ -22,6 +22,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::frames::shm::FrameShm;
 use crate::memory::host::HostSlots;
 use crate::memory::SlotStore;
+use crate::packet::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
 use crate::paths::{self, Key};
 use crate::shm;
 use crate::wire::frame::FRAME_SHM_SIZE;
@@ -82,6 +83,8 @@ pub(crate) struct Inner {
     pub options: PublisherOptions,
     pub socket_path: PathBuf,
     pub frames: OnceLock<FrameRing>,
+    /// The packet ring, once `enable_packets` was called.
+    pub packets: Mutex<Option<PacketRingWriter>>,
     pub table: Mutex<subscribers::Table>,
     pub stopping: AtomicBool,
     /// Written to wake the server thread (a kick, a new ring, shutdown).
@@ -91,6 +94,10 @@ pub(crate) struct Inner {
 impl Inner {
     pub fn wake_server(&self) {
         let _ = nix::unistd::write(self.wake_tx.as_fd(), &[1u8]);
+    }
+
+    pub fn packets(&self) -> std::sync::MutexGuard<'_, Option<PacketRingWriter>> {
+        self.packets.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn table(&self) -> std::sync::MutexGuard<'_, subscribers::Table> {
@@ -189,6 +196,7 @@ impl Publisher {
             options,
             socket_path,
             frames: OnceLock::new(),
+            packets: Mutex::new(None),
             table: Mutex::new(subscribers::Table::default()),
             stopping: AtomicBool::new(false),
             wake_tx,
@@ -350,6 +358,51 @@ impl Publisher {
         ring.publish(slot, pts_ns)
     }
 
+    /// Add the packet ring (once): codec (`AV_CODEC_ID_*`), Annex B extradata (may be empty,
+    /// then set once with `set_packet_extradata` before the first packet), geometry.
+    pub fn enable_packets(&self, config: PacketRingConfig) -> Result<()> {
+        let mut packets = self.inner.packets();
+        if packets.is_some() {
+            return Err(Error::new(
+                ErrorCode::AlreadyExists,
+                "this publisher already has a packet ring",
+            ));
+        }
+        *packets = Some(PacketRingWriter::create(
+            &self.inner.key,
+            config,
+            self.inner.options.file_mode,
+        )?);
+        Ok(())
+    }
+
+    /// Set the extradata of the packet ring (once, before the first packet, §10.3).
+    pub fn set_packet_extradata(&self, extradata: &[u8]) -> Result<()> {
+        match self.inner.packets().as_mut() {
+            Some(w) => w.set_extradata(extradata),
+            None => Err(Error::new(
+                ErrorCode::NotFound,
+                "this publisher has no packet ring",
+            )),
+        }
+    }
+
+    /// Publish one packet (§10.6 with R8/R29); returns its seq.
+    pub fn publish_packet(&self, data: &[u8], pts_ns: i64, dts_ns: i64, flags: u32) -> Result<u64> {
+        match self.inner.packets().as_mut() {
+            Some(w) => w.publish(data, pts_ns, dts_ns, flags),
+            None => Err(Error::new(
+                ErrorCode::NotFound,
+                "this publisher has no packet ring",
+            )),
+        }
+    }
+
+    /// Packet ring counters, if there is a packet ring.
+    pub fn packet_stats(&self) -> Option<PacketWriterStats> {
+        self.inner.packets().as_ref().map(PacketRingWriter::stats)
+    }
+
     /// The seq of the last published frame (0 = none).
     pub fn frame_seq(&self) -> u64 {
         self.inner.frames.get().map_or(0, |r| r.last_seq())
@@ -413,6 +466,9 @@ impl Publisher {
             ring.shm.shutdown_flag().store(1, Ordering::SeqCst);
             crate::futex::wake_all(ring.shm.global_seq_word());
         }
+        if let Some(w) = self.inner.packets().as_mut() {
+            w.shutdown();
+        }
         self.inner.wake_server();
         if let Some(h) = self.server.take() {
             let _ = h.join();
@@ -421,6 +477,8 @@ impl Publisher {
         if let Some(ring) = self.inner.frames.get() {
             let _ = shm::unlink(&ring.shm_name);
         }
+        // Dropping the writer unlinks the packet SHM.
+        drop(self.inner.packets().take());
         forget_key(&self.inner.key);
     }
 }

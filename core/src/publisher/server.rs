@@ -15,7 +15,7 @@ use super::subscribers::Entry;
 use super::Inner;
 use crate::error::{Error, ErrorCode, Result};
 use crate::sock::{self, Inbox, Pumped};
-use crate::tlv::{HelloReq, HelloResp, Message, SubscribeResp, VmmFds};
+use crate::tlv::{HelloReq, HelloResp, HelloRespPackets, Message, SubscribeResp, VmmFds};
 use crate::wire::*;
 
 /// Connections that have not finished their handshake, at most (protects the fd table
@@ -262,8 +262,13 @@ fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> Option<HelloResp> {
     if want_frames && ring.is_none() {
         return refuse(ErrorCode::NotFound);
     }
-    if want_packets {
-        // The packet ring is integrated by the packet-ring work; until then there is none.
+    let packets = inner.packets().as_ref().map(|w| HelloRespPackets {
+        packet_shm_path: w.shm_name().to_owned(),
+        codec_id: w.codec_id(),
+        // §10.8: where a late subscriber starts (0: no keyframe yet, wait for one, R26).
+        initial_packet_seq: w.last_keyframe_seq(),
+    });
+    if want_packets && packets.is_none() {
         return refuse(ErrorCode::NotFound);
     }
     let (ring_size, meta, shm_path) = match ring {
@@ -277,7 +282,7 @@ fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> Option<HelloResp> {
         ownership_mode: OWNERSHIP_LIBRARY as u32,
         meta,
         shm_path,
-        packets: None,
+        packets,
     })
 }
 

@@ -18,6 +18,7 @@ use crate::format::FrameLayout;
 use crate::frames::shm::FrameShm;
 use crate::memory::host::HostImport;
 use crate::memory::SlotImport;
+use crate::packet::{PacketInfo, PacketReaderStats, PacketRingReader};
 use crate::paths::{self, Key};
 use crate::sock::{self, Inbox, Pumped};
 use crate::tlv::{HelloReq, Message};
@@ -64,8 +65,9 @@ pub struct Subscriber {
     inbox: Inbox,
     bit: usize,
     frames: Option<FrameReader>,
-    /// Why the connection ended, once it has.
-    ended: Option<Error>,
+    packets: Option<PacketRingReader>,
+    /// Why the connection is ending, once it is (SHUTDOWN, ERROR, EOF).
+    closing: Option<Error>,
 }
 
 /// How long one futex sleep lasts before the socket is looked at again: bounds how late a
@@ -152,6 +154,36 @@ impl Subscriber {
                 })
             }
         };
+        let packets = if options.want_packets {
+            let p = est
+                .hello
+                .packets
+                .as_ref()
+                .filter(|p| !p.packet_shm_path.is_empty())
+                .ok_or_else(|| {
+                    Error::new(ErrorCode::NotFound, "the publisher has no packet ring")
+                })?;
+            let name = paths::parse_wire_shm_name(&p.packet_shm_path)?;
+            if name != key.packet_shm_name() {
+                return Err(Error::protocol(format!(
+                    "HELLO_RESP names packet SHM {name:?}; key {key:?} must use {:?}",
+                    key.packet_shm_name()
+                )));
+            }
+            let mut reader = PacketRingReader::open(&name)?;
+            if reader.codec_id() != p.codec_id {
+                return Err(Error::protocol(format!(
+                    "packet SHM codec {} differs from HELLO_RESP's {}",
+                    reader.codec_id(),
+                    p.codec_id
+                )));
+            }
+            // §10.8/R26: start on the keyframe the publisher named (0: wait for the first).
+            reader.start_at(p.initial_packet_seq);
+            Some(reader)
+        } else {
+            None
+        };
         est.stream
             .set_nonblocking(true)
             .map_err(|e| Error::new(ErrorCode::Io, format!("socket: {e}")))?;
@@ -161,7 +193,8 @@ impl Subscriber {
             inbox: Inbox::default(),
             bit,
             frames,
-            ended: None,
+            packets,
+            closing: None,
         })
     }
 
@@ -202,20 +235,27 @@ impl Subscriber {
             ));
         }
         loop {
-            self.check_connection()?;
+            self.poll_connection();
             let reader = self.frames.as_mut().expect("checked above");
-            if reader.ring.shm.shutdown_flag().load(Ordering::Acquire) != 0 {
-                return Err(self.end(Error::new(
-                    ErrorCode::Disconnected,
-                    "the publisher shut down",
-                )));
-            }
             match reader.try_read() {
                 Attempt::Frame(f) => return Ok(f),
                 Attempt::Skipped => continue,
                 Attempt::Failed(e) => return Err(e),
                 Attempt::Empty => {}
             }
+            // Everything published was delivered: now the end of the stream may be reported.
+            if reader.ring.shm.shutdown_flag().load(Ordering::Acquire) != 0
+                && self.closing.is_none()
+            {
+                self.closing = Some(Error::new(
+                    ErrorCode::Disconnected,
+                    "the publisher shut down",
+                ));
+            }
+            if let Some(e) = &self.closing {
+                return Err(e.clone());
+            }
+            let reader = self.frames.as_mut().expect("checked above");
             let left = match deadline {
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
@@ -240,48 +280,103 @@ impl Subscriber {
         }
     }
 
-    fn end(&mut self, e: Error) -> Error {
-        if self.ended.is_none() {
-            self.ended = Some(e.clone());
-        }
-        e
+    fn packet_reader(&mut self) -> Result<&mut PacketRingReader> {
+        self.packets.as_mut().ok_or_else(|| {
+            Error::new(
+                ErrorCode::NotFound,
+                "this subscriber did not ask for packets",
+            )
+        })
     }
 
-    /// Look at the socket without blocking: SHUTDOWN, ERROR, EOF end the subscription.
-    fn check_connection(&mut self) -> Result<()> {
-        if let Some(e) = &self.ended {
-            return Err(e.clone());
+    /// The packet ring's codec (`AV_CODEC_ID_*`).
+    pub fn packet_codec_id(&self) -> Option<u32> {
+        self.packets.as_ref().map(PacketRingReader::codec_id)
+    }
+
+    /// The packet ring's extradata (Annex B SPS/PPS/VPS, or the AV1 sequence header).
+    pub fn packet_extradata(&mut self) -> Result<Vec<u8>> {
+        self.packet_reader()?.extradata()
+    }
+
+    pub fn packet_stats(&self) -> Option<PacketReaderStats> {
+        self.packets.as_ref().map(PacketRingReader::stats)
+    }
+
+    /// The next packet into `out` (§10.7 with R8/R9/R29): the first one is a keyframe;
+    /// after an overrun the reader re-anchors on the newest keyframe and flags the packet
+    /// DISCONTINUITY. TIMEOUT, or DISCONNECTED at the end of the stream.
+    pub fn next_packet(
+        &mut self,
+        timeout: Option<Duration>,
+        out: &mut Vec<u8>,
+    ) -> Result<PacketInfo> {
+        self.packet_reader()?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            self.poll_connection();
+            let closing = self.closing.clone();
+            let slice = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
+                None => WAIT_SLICE,
+            };
+            // Once the connection is closing, only what is already published is read.
+            let slice = if closing.is_some() {
+                Duration::ZERO
+            } else {
+                slice
+            };
+            match self.packet_reader()?.next_packet(Some(slice), out) {
+                Err(e) if e.code() == ErrorCode::Timeout => {
+                    if let Some(c) = closing {
+                        return Err(c);
+                    }
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
         }
-        let pumped = self.inbox.pump(self.stream.as_fd());
-        let msgs = match pumped {
+    }
+
+    /// Look at the socket without blocking. SHUTDOWN, ERROR and EOF mark the connection as
+    /// closing: the readers still deliver what was published, then report DISCONNECTED.
+    fn poll_connection(&mut self) {
+        if self.closing.is_some() {
+            return;
+        }
+        let msgs = match self.inbox.pump(self.stream.as_fd()) {
             Ok(Pumped::Messages(m)) => m,
             Ok(Pumped::Closed) => {
-                return Err(self.end(Error::new(
+                self.closing = Some(Error::new(
                     ErrorCode::Disconnected,
                     "the publisher closed the connection",
-                )))
+                ));
+                return;
             }
             Err(e) => {
-                return Err(self.end(Error::new(
+                self.closing = Some(Error::new(
                     ErrorCode::Disconnected,
                     format!("connection broken: {e}"),
-                )))
+                ));
+                return;
             }
         };
         for m in msgs {
             match m {
                 Message::Shutdown { reason } => {
-                    return Err(self.end(Error::new(
+                    self.closing = Some(Error::new(
                         ErrorCode::Disconnected,
                         format!("the publisher shut down (reason {reason})"),
-                    )))
+                    ));
                 }
                 Message::Error { code, message } => {
                     let code = ErrorCode::from_i32(code).map_or("unknown", |c| c.name());
-                    return Err(self.end(Error::new(
+                    self.closing = Some(Error::new(
                         ErrorCode::Disconnected,
                         format!("the publisher dropped this subscriber ({code}): {message}"),
-                    )));
+                    ));
                 }
                 Message::Ping { token } => {
                     let _ = sock::send(self.stream.as_fd(), &Message::Pong { token }, &[]);
@@ -289,13 +384,12 @@ impl Subscriber {
                 _ => {}
             }
         }
-        Ok(())
     }
 }
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        if self.ended.is_none() {
+        if self.closing.is_none() {
             let _ = sock::send(self.stream.as_fd(), &Message::Unsubscribe, &[]);
         }
     }

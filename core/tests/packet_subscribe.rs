@@ -1,0 +1,167 @@
+//! Packets through the control plane: HELLO flags (R3), the HELLO_RESP tail (R4),
+//! packets-only publishers (R5), keyframe-aligned starts (§10.8, R26), clean end of stream.
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestEnv;
+use cuframes_core::packet::PacketRingConfig;
+use cuframes_core::publisher::{FrameRingConfig, Publisher};
+use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
+use cuframes_core::wire::{Format, CODEC_ID_HEVC, PACKET_FLAG_KEY};
+use cuframes_core::ErrorCode;
+
+fn packets_only(env: &TestEnv, name: &str) -> SubscriberOptions {
+    let mut o = env.subscriber_options(name);
+    o.want_frames = false;
+    o.want_packets = true;
+    o
+}
+
+fn config() -> PacketRingConfig {
+    PacketRingConfig {
+        codec_id: CODEC_ID_HEVC,
+        extradata: vec![0, 0, 0, 1, 0x40, 1],
+        ring_slots: 16,
+        data_size: 1 << 16,
+    }
+}
+
+#[test]
+fn packets_only_publisher_serves_packets_and_refuses_frames() {
+    let env = TestEnv::new("po");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_packets(config()).unwrap();
+    let e = Subscriber::connect(&env.key, &env.subscriber_options("frames"))
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+
+    for i in 0..5u8 {
+        let flags = if i == 0 || i == 3 { PACKET_FLAG_KEY } else { 0 };
+        p.publish_packet(&[i; 100], i as i64 * 40, i as i64 * 40, flags)
+            .unwrap();
+    }
+    // A late subscriber starts on the newest keyframe (seq 4).
+    let mut s = Subscriber::connect(&env.key, &packets_only(&env, "late")).unwrap();
+    assert_eq!(s.packet_codec_id(), Some(CODEC_ID_HEVC));
+    assert_eq!(s.packet_extradata().unwrap(), vec![0, 0, 0, 1, 0x40, 1]);
+    let mut buf = Vec::new();
+    let info = s
+        .next_packet(Some(Duration::from_secs(1)), &mut buf)
+        .unwrap();
+    assert_eq!(
+        (info.seq, info.flags & PACKET_FLAG_KEY),
+        (4, PACKET_FLAG_KEY)
+    );
+    assert_eq!(buf, vec![3u8; 100]);
+    assert_eq!(
+        s.next_packet(Some(Duration::from_secs(1)), &mut buf)
+            .unwrap()
+            .seq,
+        5
+    );
+    assert_eq!(
+        s.next_packet(Some(Duration::from_millis(30)), &mut buf)
+            .err()
+            .unwrap()
+            .code(),
+        ErrorCode::Timeout
+    );
+    p.publish_packet(&[9; 10], 1, 1, 0).unwrap();
+    drop(p);
+    // Everything published is still delivered, then the end of the stream.
+    assert_eq!(
+        s.next_packet(Some(Duration::from_secs(1)), &mut buf)
+            .unwrap()
+            .seq,
+        6
+    );
+    assert_eq!(
+        s.next_packet(Some(Duration::from_secs(2)), &mut buf)
+            .err()
+            .unwrap()
+            .code(),
+        ErrorCode::Disconnected
+    );
+}
+
+#[test]
+fn a_subscriber_before_any_keyframe_waits_for_the_first() {
+    let env = TestEnv::new("wk");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_packets(config()).unwrap();
+    p.publish_packet(&[1; 10], 0, 0, 0).unwrap(); // not a keyframe
+    let mut s = Subscriber::connect(&env.key, &packets_only(&env, "early")).unwrap();
+    p.publish_packet(&[2; 10], 1, 1, 0).unwrap();
+    p.publish_packet(&[3; 10], 2, 2, PACKET_FLAG_KEY).unwrap();
+    let mut buf = Vec::new();
+    let info = s
+        .next_packet(Some(Duration::from_secs(1)), &mut buf)
+        .unwrap();
+    assert_eq!(info.seq, 3, "R26: starts at the first KEY");
+    assert!(info.is_key());
+}
+
+#[test]
+fn frames_and_packets_from_one_publisher() {
+    let env = TestEnv::new("fp");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Rgba, 16, 16))
+        .unwrap();
+    p.enable_packets(config()).unwrap();
+    let mut o = env.subscriber_options("both");
+    o.want_packets = true;
+    let mut s = Subscriber::connect(&env.key, &o).unwrap();
+    let frame = vec![7u8; 16 * 16 * 4];
+    p.publish_host_planes(&[&frame], &[64], Some(5)).unwrap();
+    p.publish_packet(&[1, 2, 3], 5, 5, PACKET_FLAG_KEY).unwrap();
+    let f = s.next_frame(Some(Duration::from_secs(1))).unwrap();
+    assert_eq!(f.plane(0).unwrap().0[..64], frame[..64]);
+    let mut buf = Vec::new();
+    assert_eq!(
+        s.next_packet(Some(Duration::from_secs(1)), &mut buf)
+            .unwrap()
+            .seq,
+        1
+    );
+    assert_eq!(buf, vec![1, 2, 3]);
+    // A packets-only subscriber of this publisher gets no VMM_FDS and no frames (R21).
+    let mut po = Subscriber::connect(&env.key, &packets_only(&env, "po")).unwrap();
+    assert!(po.frame_layout().is_none());
+    assert_eq!(
+        po.next_frame(Some(Duration::from_millis(10)))
+            .err()
+            .unwrap()
+            .code(),
+        ErrorCode::NotFound
+    );
+    assert_eq!(p.subscriber_count(), 2);
+}
+
+#[test]
+fn oversized_packets_are_refused_without_damage() {
+    let env = TestEnv::new("big");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_packets(config()).unwrap();
+    p.publish_packet(&[5; 1000], 0, 0, PACKET_FLAG_KEY).unwrap();
+    let e = p
+        .publish_packet(&vec![0; (1 << 16) + 1], 1, 1, 0)
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), ErrorCode::InvalidArg);
+    assert!(
+        e.message().contains("65537") || e.message().to_lowercase().contains("larger"),
+        "{e}"
+    );
+    let mut s = Subscriber::connect(&env.key, &packets_only(&env, "after")).unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(
+        s.next_packet(Some(Duration::from_secs(1)), &mut buf)
+            .unwrap()
+            .seq,
+        1
+    );
+    assert_eq!(buf, vec![5; 1000]);
+}
