@@ -551,6 +551,55 @@ int cuframes_subscriber_is_zero_copy(const cuframes_subscriber_t *sub);
 /** CUFRAMES_MEMORY_* of the ring, or a negative error. */
 int cuframes_subscriber_memory_kind(const cuframes_subscriber_t *sub);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Packets (§10)                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct cuframes_packet_ring_config {
+    uint32_t codec_id;       /**< AV_CODEC_ID_* (H.264 27, HEVC 173, AV1 226) */
+    uint32_t ring_slots;     /**< 1..1024 (default 64) */
+    uint32_t data_size;      /**< bytes of the data ring: the largest packet that fits (default 8 MiB) */
+    uint32_t extradata_size; /**< <= 4096; 0 = set later with cuframes_publisher_set_packet_extradata */
+    const uint8_t *extradata; /**< Annex B SPS/PPS(/VPS), or the AV1 sequence header OBU (R30) */
+} cuframes_packet_ring_config_t;
+
+typedef struct cuframes_packet_info {
+    uint64_t seq;
+    int64_t pts_ns; /**< INT64_MIN = none (R25) */
+    int64_t dts_ns; /**< INT64_MIN = none */
+    uint32_t flags; /**< CUFRAMES_PACKET_FLAG_* */
+    uint32_t size;  /**< bytes at the returned data pointer */
+} cuframes_packet_info_t;
+
+typedef struct cuframes_packet_stats {
+    uint64_t packets, bytes;
+    uint64_t overruns; /**< times the reader was lapped and re-anchored on a keyframe (R9) */
+    uint64_t last_seq;
+} cuframes_packet_stats_t;
+
+void cuframes_packet_ring_config_default(cuframes_packet_ring_config_t *cfg);
+/** Add the packet ring (once). Works on a publisher without a frame ring (R5). */
+int cuframes_publisher_enable_packets(cuframes_publisher_t *pub, const cuframes_packet_ring_config_t *cfg);
+/** Set the extradata once, before the first packet (§10.3). */
+int cuframes_publisher_set_packet_extradata(cuframes_publisher_t *pub, const uint8_t *data, size_t size);
+/** Publish one packet; `seq_out` may be NULL. A packet larger than the data ring, empty, or
+ *  with reserved flag bits is refused (CUFRAMES_ERR_INVALID_ARG) and the ring is untouched. */
+int cuframes_publisher_publish_packet(cuframes_publisher_t *pub, const uint8_t *data, size_t size,
+                                      int64_t pts_ns, int64_t dts_ns, uint32_t flags, uint64_t *seq_out);
+
+/** Subscribers pass CUFRAMES_SUBSCRIBE_WANTS_PACKETS in their options' flags. */
+int cuframes_subscriber_packet_codec(const cuframes_subscriber_t *sub, uint32_t *codec_id);
+/** Copy the extradata into `buf`; `*size` receives its size. With buf NULL and cap 0, only
+ *  the size is returned; a too-small buffer is CUFRAMES_ERR_NO_MEMORY. */
+int cuframes_subscriber_packet_extradata(cuframes_subscriber_t *sub, uint8_t *buf, size_t cap, size_t *size);
+/** The next packet: `*data` points at `info->size` bytes owned by the subscriber, valid until
+ *  its next call. The first packet is a keyframe; the first one after an overrun carries
+ *  CUFRAMES_PACKET_FLAG_DISCONTINUITY (R9). `timeout_ms` < 0 waits forever.
+ *  CUFRAMES_ERR_DISCONNECTED once the publisher is gone and every packet was read. */
+int cuframes_subscriber_next_packet(cuframes_subscriber_t *sub, int64_t timeout_ms, const uint8_t **data,
+                                    cuframes_packet_info_t *info);
+int cuframes_subscriber_packet_stats(const cuframes_subscriber_t *sub, cuframes_packet_stats_t *stats);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

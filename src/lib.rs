@@ -14,6 +14,7 @@ use cuframes_core::ErrorCode;
 mod convert;
 mod error;
 mod layout;
+mod packets;
 mod publisher;
 mod subscriber;
 
@@ -23,6 +24,7 @@ pub use error::cuframes_last_error;
 /// against `cuframes.h` field by field.
 pub mod abi {
     pub use crate::layout::CFrameLayout;
+    pub use crate::packets::{CPacketInfo, CPacketRingConfig, CPacketStats};
     pub use crate::publisher::{CFrameRingConfig, CPublisherOptions, CSlot, CSubscriberInfo};
     pub use crate::subscriber::{CFrameInfo, CFrameStats, CSubscriberOptions};
 }

@@ -17,7 +17,7 @@ use crate::guard;
 use crate::layout::CFrameLayout;
 
 /// Opaque `cuframes_publisher_t`: a shared reference to the process's publisher of a key.
-pub struct CPublisher(Arc<Publisher>);
+pub struct CPublisher(pub(crate) Arc<Publisher>);
 
 /// Mirrors `cuframes_publisher_options_t`.
 #[repr(C)]

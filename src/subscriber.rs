@@ -12,8 +12,22 @@ use crate::error::{code_of, panicked};
 use crate::guard;
 use crate::layout::CFrameLayout;
 
-/// Opaque `cuframes_subscriber_t`.
-pub struct CSubscriber(Subscriber);
+/// Opaque `cuframes_subscriber_t`: the subscriber and the buffer its last packet is in.
+pub struct CSubscriber(Subscriber, Vec<u8>);
+
+impl CSubscriber {
+    pub(crate) fn inner(&self) -> &Subscriber {
+        &self.0
+    }
+
+    pub(crate) fn inner_mut(&mut self) -> &mut Subscriber {
+        &mut self.0
+    }
+
+    pub(crate) fn parts(&mut self) -> (&mut Subscriber, &mut Vec<u8>) {
+        (&mut self.0, &mut self.1)
+    }
+}
 
 /// Opaque `cuframes_frame_t`.
 pub struct CFrame(Frame);
@@ -103,7 +117,7 @@ pub unsafe extern "C" fn cuframes_subscriber_connect(
             let key = str_arg(key, "key")?;
             let out_sub = out(out_sub, "out")?;
             let s = Subscriber::connect(key, &options(opts.as_ref())?)?;
-            *out_sub = Box::into_raw(Box::new(CSubscriber(s)));
+            *out_sub = Box::into_raw(Box::new(CSubscriber(s, Vec::new())));
             Ok(())
         })())
     })

@@ -87,6 +87,44 @@ int main(void) {
     cuframes_subscriber_info_t infos[4];
     CHECK(cuframes_publisher_subscribers(pub, infos, 4) == 1 && strcmp(infos[0].name, "api-smoke") == 0, "infos");
 
+    /* Packets through the same publisher (§10): frames and packets side by side. */
+    static const uint8_t sps[] = {0, 0, 0, 1, 0x67, 0x42};
+    cuframes_packet_ring_config_t pc;
+    cuframes_packet_ring_config_default(&pc);
+    pc.codec_id = 27; /* AV_CODEC_ID_H264 */
+    pc.ring_slots = 8;
+    pc.data_size = 4096;
+    pc.extradata = sps;
+    pc.extradata_size = sizeof sps;
+    CHECK(cuframes_publisher_enable_packets(pub, &pc) == CUFRAMES_OK, "enable_packets");
+    uint8_t pkt[100];
+    memset(pkt, 0xAB, sizeof pkt);
+    uint64_t pseq = 0;
+    CHECK(cuframes_publisher_publish_packet(pub, pkt, sizeof pkt, 40, 20, CUFRAMES_PACKET_FLAG_KEY, &pseq) == CUFRAMES_OK &&
+              pseq == 1, "publish_packet");
+    uint8_t big[5000] = {0};
+    CHECK(cuframes_publisher_publish_packet(pub, big, sizeof big, 0, 0, 0, NULL) == CUFRAMES_ERR_INVALID_ARG,
+          "oversized packet refused");
+    cuframes_subscriber_options_t po2 = so;
+    po2.flags = CUFRAMES_SUBSCRIBE_WANTS_PACKETS;
+    cuframes_subscriber_t *psub = NULL;
+    CHECK(cuframes_subscriber_connect(key, &po2, &psub) == CUFRAMES_OK, "packet subscriber");
+    uint32_t codec = 0;
+    CHECK(cuframes_subscriber_packet_codec(psub, &codec) == CUFRAMES_OK && codec == 27, "codec");
+    size_t esz = 0;
+    uint8_t ebuf[16];
+    CHECK(cuframes_subscriber_packet_extradata(psub, NULL, 0, &esz) == CUFRAMES_OK && esz == sizeof sps, "extradata size");
+    CHECK(cuframes_subscriber_packet_extradata(psub, ebuf, 2, &esz) == CUFRAMES_ERR_NO_MEMORY, "small buffer");
+    CHECK(cuframes_subscriber_packet_extradata(psub, ebuf, sizeof ebuf, &esz) == CUFRAMES_OK &&
+              memcmp(ebuf, sps, sizeof sps) == 0, "extradata");
+    const uint8_t *pdata = NULL;
+    cuframes_packet_info_t pinfo;
+    CHECK(cuframes_subscriber_next_packet(psub, 1000, &pdata, &pinfo) == CUFRAMES_OK, "next_packet");
+    CHECK(pinfo.seq == 1 && pinfo.size == sizeof pkt && pinfo.pts_ns == 40 && pinfo.dts_ns == 20 &&
+              (pinfo.flags & CUFRAMES_PACKET_FLAG_KEY) && memcmp(pdata, pkt, sizeof pkt) == 0, "packet contents");
+    CHECK(cuframes_subscriber_next_packet(psub, 10, &pdata, &pinfo) == CUFRAMES_ERR_TIMEOUT, "packet timeout");
+    cuframes_subscriber_destroy(psub);
+
     /* Bad input gets an error code and a message, never a crash. */
     CHECK(cuframes_publisher_create("bad key!", &po, &again) == CUFRAMES_ERR_INVALID_ARG, "bad key");
     CHECK(cuframes_subscriber_connect(NULL, &so, &sub) == CUFRAMES_ERR_INVALID_ARG, "NULL key");

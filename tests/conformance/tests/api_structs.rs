@@ -123,3 +123,36 @@ fn subscriber_structs() {
         }
     );
 }
+
+#[test]
+fn packet_structs() {
+    same_layout!(
+        c::cuframes_packet_ring_config,
+        abi::CPacketRingConfig {
+            codec_id,
+            ring_slots,
+            data_size,
+            extradata_size,
+            extradata
+        }
+    );
+    same_layout!(
+        c::cuframes_packet_info,
+        abi::CPacketInfo {
+            seq,
+            pts_ns,
+            dts_ns,
+            flags,
+            size
+        }
+    );
+    same_layout!(
+        c::cuframes_packet_stats,
+        abi::CPacketStats {
+            packets,
+            bytes,
+            overruns,
+            last_seq
+        }
+    );
+}

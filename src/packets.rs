@@ -1,0 +1,249 @@
+//! Packet functions of the C API: publishing encoded packets and reading them (§10).
+
+use std::ffi::c_int;
+use std::time::Duration;
+
+use cuframes_core::packet::PacketRingConfig;
+use cuframes_core::{Error, Result};
+
+use crate::convert::{input, out};
+use crate::error::{code_of, panicked};
+use crate::guard;
+use crate::publisher::CPublisher;
+use crate::subscriber::CSubscriber;
+
+/// Mirrors `cuframes_packet_ring_config_t`.
+#[repr(C)]
+pub struct CPacketRingConfig {
+    pub codec_id: u32,
+    pub ring_slots: u32,
+    pub data_size: u32,
+    pub extradata_size: u32,
+    pub extradata: *const u8,
+}
+
+/// Mirrors `cuframes_packet_info_t`.
+#[repr(C)]
+pub struct CPacketInfo {
+    pub seq: u64,
+    pub pts_ns: i64,
+    pub dts_ns: i64,
+    pub flags: u32,
+    pub size: u32,
+}
+
+/// Mirrors `cuframes_packet_stats_t`.
+#[repr(C)]
+pub struct CPacketStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub overruns: u64,
+    pub last_seq: u64,
+}
+
+unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::invalid(format!(
+            "{what} is NULL with a size of {len}"
+        )));
+    }
+    Ok(std::slice::from_raw_parts(p, len))
+}
+
+/// Defaults: codec 0 (set it), 64 slots, 8 MiB data ring, no extradata.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_packet_ring_config_default(cfg: *mut CPacketRingConfig) {
+    if let Some(c) = cfg.as_mut() {
+        let d = PacketRingConfig::default();
+        *c = CPacketRingConfig {
+            codec_id: 0,
+            ring_slots: d.ring_slots,
+            data_size: d.data_size,
+            extradata_size: 0,
+            extradata: std::ptr::null(),
+        };
+    }
+}
+
+/// Add the packet ring (once).
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_enable_packets(
+    p: *mut CPublisher,
+    cfg: *const CPacketRingConfig,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let p = input(p, "publisher")?;
+            let c = input(cfg, "config")?;
+            let extradata = bytes(c.extradata, c.extradata_size as usize, "extradata")?.to_vec();
+            p.0.enable_packets(PacketRingConfig {
+                codec_id: c.codec_id,
+                extradata,
+                ring_slots: c.ring_slots,
+                data_size: c.data_size,
+            })
+        })())
+    })
+}
+
+/// Set the extradata once, before the first packet (§10.3).
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_set_packet_extradata(
+    p: *mut CPublisher,
+    data: *const u8,
+    size: usize,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            input(p, "publisher")?
+                .0
+                .set_packet_extradata(bytes(data, size, "extradata")?)
+        })())
+    })
+}
+
+/// Publish one packet; `seq_out` (may be NULL) receives its seq. Missing pts/dts: INT64_MIN.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_publish_packet(
+    p: *mut CPublisher,
+    data: *const u8,
+    size: usize,
+    pts_ns: i64,
+    dts_ns: i64,
+    flags: u32,
+    seq_out: *mut u64,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let seq = input(p, "publisher")?.0.publish_packet(
+                bytes(data, size, "data")?,
+                pts_ns,
+                dts_ns,
+                flags,
+            )?;
+            if let Some(s) = seq_out.as_mut() {
+                *s = seq;
+            }
+            Ok(())
+        })())
+    })
+}
+
+/// The packet ring's codec id.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_packet_codec(
+    s: *const CSubscriber,
+    codec_id: *mut u32,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let id = input(s, "subscriber")?
+                .inner()
+                .packet_codec_id()
+                .ok_or_else(|| {
+                    Error::new(
+                        cuframes_core::ErrorCode::NotFound,
+                        "this subscriber did not ask for packets",
+                    )
+                })?;
+            *out(codec_id, "codec_id")? = id;
+            Ok(())
+        })())
+    })
+}
+
+/// Copy the extradata into `buf` (capacity `cap`); `size` receives its size. NO_MEMORY when
+/// `cap` is too small (then `size` says how much is needed). `buf` may be NULL to ask.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_packet_extradata(
+    s: *mut CSubscriber,
+    buf: *mut u8,
+    cap: usize,
+    size: *mut usize,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let s = s
+                .as_mut()
+                .ok_or_else(|| Error::invalid("subscriber is NULL"))?;
+            let data = s.inner_mut().packet_extradata()?;
+            *out(size, "size")? = data.len();
+            if buf.is_null() || cap < data.len() {
+                if buf.is_null() && cap == 0 {
+                    return Ok(());
+                }
+                return Err(Error::new(
+                    cuframes_core::ErrorCode::NoMemory,
+                    format!("extradata is {} bytes; the buffer holds {cap}", data.len()),
+                ));
+            }
+            std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len());
+            Ok(())
+        })())
+    })
+}
+
+/// The next packet. `*data` points at its bytes (`info->size` of them), owned by the
+/// subscriber and valid until its next call. The first packet is a keyframe; after an
+/// overrun the next one carries CUFRAMES_PACKET_FLAG_DISCONTINUITY (R9). TIMEOUT, or
+/// DISCONNECTED once the publisher is gone and every packet was read.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_next_packet(
+    s: *mut CSubscriber,
+    timeout_ms: i64,
+    data: *mut *const u8,
+    info: *mut CPacketInfo,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let s = s
+                .as_mut()
+                .ok_or_else(|| Error::invalid("subscriber is NULL"))?;
+            let data = out(data, "data")?;
+            let info = out(info, "info")?;
+            let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+            let (sub, buf) = s.parts();
+            let i = sub.next_packet(timeout, buf)?;
+            *data = buf.as_ptr();
+            *info = CPacketInfo {
+                seq: i.seq,
+                pts_ns: i.pts_ns,
+                dts_ns: i.dts_ns,
+                flags: i.flags,
+                size: buf.len() as u32,
+            };
+            Ok(())
+        })())
+    })
+}
+
+/// Packet counters of this subscriber.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_packet_stats(
+    s: *const CSubscriber,
+    stats: *mut CPacketStats,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let st = input(s, "subscriber")?
+                .inner()
+                .packet_stats()
+                .ok_or_else(|| {
+                    Error::new(
+                        cuframes_core::ErrorCode::NotFound,
+                        "this subscriber did not ask for packets",
+                    )
+                })?;
+            *out(stats, "stats")? = CPacketStats {
+                packets: st.packets,
+                bytes: st.bytes,
+                overruns: st.overruns,
+                last_seq: st.last_seq,
+            };
+            Ok(())
+        })())
+    })
+}
