@@ -204,6 +204,26 @@ impl Drop for Event {
     }
 }
 
+/// Enqueue `f(data)` on `stream` (a raw `CUstream`): the driver runs it on one of its threads
+/// once all earlier work on the stream has completed. `f` must not call CUDA. On error `f` is
+/// never called and `data` stays the caller's.
+///
+/// # Safety
+/// `stream` must be a live CUstream (or null) and `data` what `f` expects, passed once.
+pub unsafe fn launch_host_func(
+    stream: *mut c_void,
+    f: extern "C" fn(*mut c_void),
+    data: *mut c_void,
+) -> Result<()> {
+    // SAFETY: an `extern "C" fn(*mut c_void)` has the ABI of `CUhostFn`'s function.
+    let hostfn: sys::CUhostFn = Some(unsafe {
+        std::mem::transmute::<extern "C" fn(*mut c_void), unsafe extern "C" fn(*mut c_void)>(f)
+    });
+    call("cuLaunchHostFunc", || unsafe {
+        sys::cuLaunchHostFunc(stream as sys::CUstream, hostfn, data)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,21 +247,4 @@ mod tests {
         check::<Stream>();
         check::<Event>();
     }
-}
-
-/// Enqueue `f(data)` on `stream` (a raw `CUstream`): the driver runs it on one of its threads
-/// once all earlier work on the stream has completed. `f` must not call CUDA. On error `f` is
-/// never called and `data` stays the caller's.
-pub fn launch_host_func(
-    stream: *mut c_void,
-    f: extern "C" fn(*mut c_void),
-    data: *mut c_void,
-) -> Result<()> {
-    // SAFETY: an `extern "C" fn(*mut c_void)` has the ABI of `CUhostFn`'s function.
-    let hostfn: sys::CUhostFn = Some(unsafe {
-        std::mem::transmute::<extern "C" fn(*mut c_void), unsafe extern "C" fn(*mut c_void)>(f)
-    });
-    call("cuLaunchHostFunc", || unsafe {
-        sys::cuLaunchHostFunc(stream as sys::CUstream, hostfn, data)
-    })
 }

@@ -312,7 +312,10 @@ impl Frame {
     /// Release after the CUDA work queued on `stream` (a `CUstream`) has finished (R12): a
     /// host function enqueued on the stream ACKs behind the last reader. Host frames, copies,
     /// and a null stream release now.
-    pub fn release_after_stream(mut self, stream: *mut std::ffi::c_void) {
+    ///
+    /// # Safety
+    /// `stream` must be null or a live CUstream of the frame's device.
+    pub unsafe fn release_after_stream(mut self, stream: *mut std::ffi::c_void) {
         if let FrameData::Borrowed { ring, index, acked } = &mut self.data {
             if !*acked && !stream.is_null() && ring.slots.kind() == MemoryKind::CudaVmm {
                 let pending = Box::new(PendingAck {
@@ -320,15 +323,18 @@ impl Frame {
                     index: *index,
                     seq: self.seq,
                 });
-                if crate::cuda::launch_host_func(
-                    stream,
-                    ack_from_stream,
-                    Box::into_raw(pending).cast(),
-                )
-                .is_ok()
+                let raw = Box::into_raw(pending);
+                // SAFETY: the caller hands us its live stream; on success the callback takes
+                // the box (once), on failure we take it back.
+                if unsafe { crate::cuda::launch_host_func(stream, ack_from_stream, raw.cast()) }
+                    .is_ok()
                 {
                     *acked = true;
-                } else if let Some(dev) = ring.slots.cuda_device() {
+                } else if let Some(dev) = {
+                    // SAFETY: not enqueued, so still ours.
+                    drop(unsafe { Box::from_raw(raw) });
+                    ring.slots.cuda_device()
+                } {
                     // Could not enqueue: wait for the stream here, then ACK below.
                     let _ = dev.make_current();
                     let _ = crate::cuda::Stream::from_raw(stream).synchronize();
