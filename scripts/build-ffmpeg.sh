@@ -1,0 +1,411 @@
+#!/usr/bin/env bash
+# Build a lean, static FFmpeg with the cuframes components (see docs/ffmpeg-build.md).
+#
+# Sources come only from Debian *testing* source packages, fetched with
+# `apt-get source --download-only` through a PRIVATE apt configuration under
+# the cache (nothing in /etc/apt is touched):
+#   ffmpeg            -> the FFmpeg tree (patched with patches/series)
+#   nv-codec-headers  -> ffnvcodec headers (>= 12.1; bookworm's are too old)
+#   dav1d             -> libdav1d built as a static library (Debian ships no .a)
+# Build tools and libx264 (.a) come from the system's own apt (bookworm).
+#
+# Environment:
+#   CUFRAMES_CACHE          cache root (default: $HOME/.cache/cuframes)
+#   CUFRAMES_ALLOW_UNPINNED 1 = accept a source version missing from the
+#                           KNOWN_SHA256 table (apt's signed index still checked)
+#   CUFRAMES_APT_MAX_AGE    seconds before the private apt lists are refreshed
+#                           (default 86400)
+#   CUFRAMES_KEEP_BUILD     1 = keep the FFmpeg object tree after installing
+#   CUFRAMES_FORCE          1 = rebuild even if the keyed prefix is complete
+#   CUFRAMES_SKIP_APT_INSTALL 1 = never call the system apt-get install
+#   JOBS                    parallel make jobs (default: nproc)
+set -euo pipefail
+
+T_START=$SECONDS
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SCRIPT="$REPO/scripts/build-ffmpeg.sh"
+CACHE=${CUFRAMES_CACHE:-$HOME/.cache/cuframes}
+JOBS=${JOBS:-$(nproc)}
+
+# Versions/checksums we have tested. apt already verifies every file against
+# the signed Sources index; this table pins what the patches were written and
+# tested against. A known file with a different checksum is always refused.
+declare -A KNOWN_SHA256=(
+  [ffmpeg_9.0.2.orig.tar.xz]=8c3850283eb25fa026482078a04051e0be17347b09ef81a0849bec15a96e002e
+  [nv-codec-headers_12.1.14.0.orig.tar.xz]=0ca1a0c85b149646fa6ce4d600584507fdccf5a23d58e668d8701e89cee0c3fb
+  [dav1d_1.5.4.orig.tar.xz]=686616b7c69eb88d44459391ab25cac13b6647a3b288835c5784e71c1514a5c5
+)
+# Bump when the way the deps (dav1d, nv-codec-headers) are built changes.
+DEPS_RECIPE=1
+
+# System (bookworm) packages needed to build. Kept in scripts/packages-debian.txt too.
+BUILD_PACKAGES=(
+  build-essential pkg-config make patch xz-utils nasm clang
+  libx264-dev meson ninja-build debian-archive-keyring
+)
+# Shared objects the final binaries may depend on (glibc family only).
+ALLOWED_SONAMES='^(linux-vdso\.so\.1|libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libutil\.so\.1|libgcc_s\.so\.1|/lib64/ld-linux-x86-64\.so\.2|ld-linux-x86-64\.so\.2)$'
+
+log()  { printf '[build-ffmpeg %4ds] %s\n' "$((SECONDS - T_START))" "$*" >&2; }
+warn() { printf '[build-ffmpeg] WARNING: %s\n' "$*" >&2; }
+die()  { printf '[build-ffmpeg] ERROR: %s\n' "$*" >&2; exit 1; }
+
+sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
+# unpack TARBALL DIR: extract the single top-level directory of TARBALL as DIR.
+unpack() { mkdir -p "$2" && tar --no-same-owner --strip-components=1 -xf "$1" -C "$2"; }
+
+# --------------------------------------------------------------------------
+# 0. Lock the cache (other workers may run this script concurrently).
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.build-ffmpeg.lock"
+if ! flock -n 9; then
+  log "another build-ffmpeg.sh holds $CACHE/.build-ffmpeg.lock; waiting"
+  flock 9
+fi
+
+# --------------------------------------------------------------------------
+# 1. System build dependencies (bookworm, system apt).
+record_packages() {
+  local list="$REPO/scripts/packages-debian.txt" p
+  touch "$list"
+  for p in "${BUILD_PACKAGES[@]}"; do
+    grep -qxF "$p" "$list" || printf '%s\n' "$p" >>"$list"
+  done
+}
+
+install_build_deps() {
+  local missing=() p
+  for p in "${BUILD_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  [[ ${CUFRAMES_SKIP_APT_INSTALL:-0} == 1 ]] && die "missing packages: ${missing[*]}"
+  local sudo=()
+  if [[ $EUID -ne 0 ]]; then
+    command -v sudo >/dev/null || die "missing packages (need root to install): ${missing[*]}"
+    sudo=(sudo)
+  fi
+  log "installing system packages: ${missing[*]}"
+  "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 \
+    install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# --------------------------------------------------------------------------
+# 2. Private apt configuration for Debian testing deb-src.
+APTDIR="$CACHE/apt"
+SRCDIR="$CACHE/src"
+
+setup_private_apt() {
+  mkdir -p "$APTDIR/etc/sources.list.d" "$APTDIR/etc/preferences.d" \
+           "$APTDIR/state/lists/partial" "$APTDIR/cache/archives/partial" "$SRCDIR"
+  [[ -e $APTDIR/state/status ]] || : >"$APTDIR/state/status"
+  printf '%s\n' 'deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian testing main' \
+    >"$APTDIR/etc/sources.list"
+  {
+    printf 'Dir::Etc::sourcelist "%s";\n' "$APTDIR/etc/sources.list"
+    printf 'Dir::Etc::sourceparts "%s";\n' "$APTDIR/etc/sources.list.d"
+    printf 'Dir::Etc::preferences "%s";\n' "$APTDIR/etc/preferences"
+    printf 'Dir::Etc::preferencesparts "%s";\n' "$APTDIR/etc/preferences.d"
+    printf 'Dir::State "%s";\n' "$APTDIR/state"
+    printf 'Dir::State::status "%s";\n' "$APTDIR/state/status"
+    printf 'Dir::Cache "%s";\n' "$APTDIR/cache"
+    printf 'Acquire::Languages "none";\n'
+    # root cannot hand the cache dirs to _apt without chown games; stay root.
+    [[ $EUID -eq 0 ]] && printf 'APT::Sandbox::User "root";\n'
+  } >"$APTDIR/apt.conf"
+}
+
+papt() { APT_CONFIG="$APTDIR/apt.conf" "$@"; }
+
+refresh_private_apt() {
+  local stamp="$APTDIR/state/.last-update" age max=${CUFRAMES_APT_MAX_AGE:-86400}
+  if [[ -e $stamp ]]; then
+    age=$(( $(date +%s) - $(stat -c %Y "$stamp") ))
+    (( age < max )) && return 0
+  fi
+  log "refreshing private apt lists (Debian testing deb-src)"
+  if papt apt-get update -qq; then
+    touch "$stamp"
+  else
+    warn "private apt-get update failed; using cached lists/tarballs if any"
+  fi
+}
+
+# fetch_src PKG -> sets SRC_FILE (path of verified orig tarball) and SRC_VER (upstream version)
+fetch_src() {
+  local pkg=$1 full up name idx_sha file sha cached
+  SRC_FILE='' SRC_VER=''
+  full=$(papt apt-cache showsrc --only-source "$pkg" 2>/dev/null | awk '/^Version:/{print $2}' | sort -V | tail -n1 || true)
+  if [[ -z $full ]]; then
+    # Offline fallback: newest pinned tarball already in the cache.
+    cached=$(for k in "${!KNOWN_SHA256[@]}"; do [[ $k == "${pkg}_"* && -f $SRCDIR/$k ]] && echo "$k"; done | sort -V | tail -n1)
+    [[ -n $cached ]] || die "Debian testing has no source package '$pkg' in the private index and nothing is cached"
+    warn "no index entry for $pkg; using cached $cached"
+    name=$cached idx_sha=''
+  else
+    up=${full#*:}; up=${up%-*}
+    read -r idx_sha name < <(papt apt-cache showsrc --only-source "$pkg" | awk -v v="$full" -v p="${pkg}_${up}.orig.tar." '
+      /^Package:/ {inrec=0} /^Version:/ {inrec=($2==v)}
+      inrec && /^Checksums-Sha256:/ {cs=1; next}
+      cs && /^ / { if (index($3, p) == 1 && $3 !~ /\.asc$/) print $1, $3; next }
+      {cs=0}' | head -n1) || true
+    [[ -n ${name:-} ]] || die "cannot find the orig tarball of $pkg $full in the Sources index"
+    if [[ -z ${KNOWN_SHA256[$name]:-} ]]; then
+      cached=$(for k in "${!KNOWN_SHA256[@]}"; do [[ $k == "${pkg}_"* && -f $SRCDIR/$k ]] && echo "$k"; done | sort -V | tail -n1)
+      if [[ ${CUFRAMES_ALLOW_UNPINNED:-0} == 1 ]]; then
+        warn "$name ($pkg $full in testing) is not in KNOWN_SHA256; accepted because CUFRAMES_ALLOW_UNPINNED=1"
+      elif [[ -n $cached ]]; then
+        warn "testing now has $pkg $full ($name, untested); building the pinned, cached $cached instead"
+        name=$cached idx_sha=''
+      else
+        die "testing has $pkg $full ($name, sha256 $idx_sha), which is not in KNOWN_SHA256 of $SCRIPT. Test it and add it to the table, or set CUFRAMES_ALLOW_UNPINNED=1."
+      fi
+    fi
+  fi
+  file="$SRCDIR/$name"
+  if [[ ! -f $file ]] || { [[ -n $idx_sha ]] && [[ $(sha256_of "$file") != "$idx_sha" ]]; }; then
+    rm -f "$file"
+    log "apt-get source --download-only $pkg=$full"
+    # Only the orig tarball is used; tolerate failures on the Debian packaging
+    # files (.dsc/.debian.tar.xz) as long as the orig tarball arrived intact.
+    if ! (cd "$SRCDIR" && papt apt-get source -qq --download-only "$pkg=$full") >"$SRCDIR/apt-source-$pkg.log" 2>&1; then
+      warn "apt-get source $pkg reported errors (see $SRCDIR/apt-source-$pkg.log); only the orig tarball is needed"
+    fi
+    [[ -f $file ]] || { cat "$SRCDIR/apt-source-$pkg.log" >&2; die "apt-get source did not deliver $name"; }
+  fi
+  sha=$(sha256_of "$file")
+  [[ -z $idx_sha || $sha == "$idx_sha" ]] || die "$name: sha256 $sha does not match the signed Debian index ($idx_sha)"
+  if [[ -n ${KNOWN_SHA256[$name]:-} && $sha != "${KNOWN_SHA256[$name]}" ]]; then
+    die "$name: sha256 $sha does not match the pinned ${KNOWN_SHA256[$name]}; refusing"
+  fi
+  SRC_FILE=$file
+  SRC_VER=${name#"${pkg}"_}; SRC_VER=${SRC_VER%.orig.tar.*}
+}
+
+# --------------------------------------------------------------------------
+record_packages
+install_build_deps
+setup_private_apt
+refresh_private_apt
+
+fetch_src ffmpeg;           FF_TAR=$SRC_FILE FF_VER=$SRC_VER
+fetch_src nv-codec-headers; NV_TAR=$SRC_FILE NV_VER=$SRC_VER
+fetch_src dav1d;            DAV1D_TAR=$SRC_FILE DAV1D_VER=$SRC_VER
+log "sources: ffmpeg $FF_VER, nv-codec-headers $NV_VER, dav1d $DAV1D_VER"
+
+case $FF_VER in
+  9.0.*) ;;
+  *) die "FFmpeg $FF_VER from Debian testing is not a supported major version: patches/ and the configure flags are written for FFmpeg 9.0.x. Port patches/ and extend the version check in $SCRIPT." ;;
+esac
+dpkg --compare-versions "$NV_VER" ge 12.1 || die "nv-codec-headers $NV_VER < 12.1"
+
+# --------------------------------------------------------------------------
+# 3. cuframes mode: enabled only if libcuframes is installed and the glue exists.
+GLUE_FILES=(
+  libavfilter/vf_hwupload_cuframes.c
+  libavdevice/cuframes_dec.c
+  libavformat/cuframes_pktenc.c
+  libavformat/cuframes_pktdec.c
+)
+CUFRAMES_MODE=1 why=''
+if ! pkg-config --exists cuframes 2>/dev/null; then
+  CUFRAMES_MODE=0 why="pkg-config cannot find 'cuframes' (PKG_CONFIG_PATH=${PKG_CONFIG_PATH:-})"
+fi
+for f in "${GLUE_FILES[@]}"; do
+  [[ -f $REPO/ffmpeg-glue/$f ]] || { CUFRAMES_MODE=0; why="${why:+$why; }missing ffmpeg-glue/$f"; }
+done
+CUFRAMES_INPUTS=''
+if [[ $CUFRAMES_MODE == 1 ]]; then
+  cf_libdir=$(pkg-config --variable=libdir cuframes)
+  cf_incdir=$(pkg-config --variable=includedir cuframes)
+  for f in "$cf_libdir/libcuframes.a" "$cf_incdir/cuframes.h"; do
+    [[ -f $f ]] && CUFRAMES_INPUTS+="$f $(sha256_of "$f")"$'\n'
+  done
+  CUFRAMES_INPUTS+="pc $(pkg-config --static --cflags --libs cuframes)"$'\n'
+  log "libcuframes found ($(pkg-config --modversion cuframes)): building WITH --enable-libcuframes"
+else
+  log "building WITHOUT --enable-libcuframes: $why (patches are still applied; they are inert)"
+fi
+
+# --------------------------------------------------------------------------
+# 4. Configure flags.
+# shellcheck disable=SC2054  # commas are part of the --enable-X=a,b,c values
+CONFIGURE_FLAGS=(
+  --pkg-config-flags=--static
+  --enable-static --disable-shared
+  --disable-doc --disable-debug
+  --disable-autodetect
+  --disable-everything
+  --disable-ffplay --enable-ffmpeg --enable-ffprobe
+  --enable-gpl --enable-libx264 --enable-libdav1d
+  --enable-ffnvcodec --enable-cuda --enable-cuda-llvm --enable-cuvid --enable-nvdec
+  --enable-decoder=h264,hevc,av1,libdav1d,rawvideo,wrapped_avframe,h264_cuvid,hevc_cuvid,av1_cuvid
+  --enable-encoder=libx264,rawvideo,wrapped_avframe
+  --enable-hwaccel=h264_nvdec,hevc_nvdec,av1_nvdec
+  --enable-parser=h264,hevc,av1
+  --enable-bsf=h264_mp4toannexb,hevc_mp4toannexb,av1_frame_merge,extract_extradata,dump_extradata
+  --enable-demuxer=mov,matroska,mpegts,flv,h264,hevc,ivf,obu,rawvideo,rtsp,sdp
+  --enable-muxer=mp4,mov,matroska,mpegts,flv,h264,hevc,ivf,obu,framecrc,framemd5,md5,null,rawvideo,rtsp,rtp
+  --enable-protocol=file,pipe,tcp,udp,rtp
+  --enable-indev=lavfi
+  --enable-filter=scale_cuda,hwupload_cuda,hwdownload,format,null,testsrc,testsrc2,scale
+)
+if [[ $CUFRAMES_MODE == 1 ]]; then
+  CONFIGURE_FLAGS+=(
+    --enable-libcuframes
+    --enable-filter=hwupload_cuframes
+    --enable-indev=cuframes
+    --enable-muxer=cuframes_pkt
+    --enable-demuxer=cuframes_pkt
+  )
+fi
+
+# --------------------------------------------------------------------------
+# 5. Input hash -> build directory.
+hash_dir_files() { # relative path + sha256 of every file under $1 (sorted)
+  [[ -d $1 ]] || return 0
+  (cd "$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum)
+}
+tool_versions() {
+  dpkg-query -W -f='${Package} ${Version}\n' "${BUILD_PACKAGES[@]}" 2>/dev/null | LC_ALL=C sort
+}
+DEPS_HASH=$( {
+  echo "recipe $DEPS_RECIPE"
+  echo "nv $(sha256_of "$NV_TAR")"
+  echo "dav1d $(sha256_of "$DAV1D_TAR")"
+  tool_versions
+} | sha256sum | cut -c1-16)
+BUILD_HASH=$( {
+  echo "deps $DEPS_HASH"
+  echo "ffmpeg $(sha256_of "$FF_TAR")"
+  echo "script $(sha256_of "$SCRIPT")"
+  echo "== patches"; hash_dir_files "$REPO/patches"
+  echo "== glue";    hash_dir_files "$REPO/ffmpeg-glue"
+  echo "== flags";   printf '%s\n' "${CONFIGURE_FLAGS[@]}"
+  echo "== cuframes"; printf '%s' "$CUFRAMES_INPUTS"
+} | sha256sum | cut -c1-16)
+
+DEPS_DIR="$CACHE/deps-$DEPS_HASH"
+DEPS_PREFIX="$DEPS_DIR/prefix"
+BUILD_DIR="$CACHE/ffmpeg-$BUILD_HASH"
+PREFIX="$BUILD_DIR/prefix"
+
+link_results() {
+  ln -sfn "$PREFIX" "$CACHE/.ffmpeg-current.tmp" && mv -Tf "$CACHE/.ffmpeg-current.tmp" "$CACHE/ffmpeg-current"
+  mkdir -p "$REPO/build"
+  ln -sfn "$PREFIX" "$REPO/build/.ffmpeg.tmp" && mv -Tf "$REPO/build/.ffmpeg.tmp" "$REPO/build/ffmpeg"
+}
+
+if [[ ${CUFRAMES_FORCE:-0} != 1 && -f $BUILD_DIR/.complete && -x $PREFIX/bin/ffmpeg ]]; then
+  link_results
+  log "up to date (inputs hash $BUILD_HASH); nothing to do"
+  echo "$PREFIX/bin/ffmpeg"
+  exit 0
+fi
+
+# --------------------------------------------------------------------------
+# 6. Dependencies built from Debian testing sources: nv-codec-headers, dav1d.
+build_deps() {
+  if [[ -f $DEPS_DIR/.complete ]]; then
+    log "deps up to date: $DEPS_DIR"
+    return 0
+  fi
+  rm -rf "$DEPS_DIR"; mkdir -p "$DEPS_DIR/src"
+  local t0=$SECONDS
+  log "nv-codec-headers $NV_VER -> $DEPS_PREFIX"
+  unpack "$NV_TAR" "$DEPS_DIR/src/nv-codec-headers"
+  make -s -C "$DEPS_DIR/src/nv-codec-headers" PREFIX="$DEPS_PREFIX" install >/dev/null
+  log "dav1d $DAV1D_VER (static) -> $DEPS_PREFIX"
+  local d="$DEPS_DIR/src/dav1d"
+  unpack "$DAV1D_TAR" "$d"
+  meson setup "$d/build" "$d" --prefix="$DEPS_PREFIX" --libdir=lib --buildtype=release \
+    -Ddefault_library=static -Denable_tools=false -Denable_tests=false \
+    -Denable_examples=false -Denable_docs=false >"$DEPS_DIR/dav1d-setup.log" 2>&1 \
+    || { tail -n 30 "$DEPS_DIR/dav1d-setup.log"; die "dav1d meson setup failed"; }
+  ninja -C "$d/build" -j "$JOBS" install >"$DEPS_DIR/dav1d-build.log" 2>&1 \
+    || { tail -n 30 "$DEPS_DIR/dav1d-build.log"; die "dav1d build failed"; }
+  # libx264: Debian ships libx264.a; expose only the .a so the linker cannot pick the .so.
+  mkdir -p "$DEPS_PREFIX/staticlib"
+  local x264a
+  x264a=$(dpkg -L libx264-dev | grep '/libx264\.a$' | head -n1)
+  [[ -n $x264a && -f $x264a ]] || die "libx264-dev ships no libx264.a"
+  ln -sf "$x264a" "$DEPS_PREFIX/staticlib/libx264.a"
+  rm -rf "$DEPS_DIR/src"
+  touch "$DEPS_DIR/.complete"
+  log "deps built in $((SECONDS - t0))s"
+}
+build_deps
+export PKG_CONFIG_PATH="$DEPS_PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+
+# --------------------------------------------------------------------------
+# 7. FFmpeg: unpack, patch, copy glue, configure, build, install.
+rm -rf "$BUILD_DIR"; mkdir -p "$BUILD_DIR"
+T_FF=$SECONDS
+log "unpacking FFmpeg $FF_VER into $BUILD_DIR"
+SRC="$BUILD_DIR/ffmpeg-$FF_VER"
+unpack "$FF_TAR" "$SRC"
+[[ -x $SRC/configure ]] || die "unexpected tarball layout: no $SRC/configure"
+
+[[ -f $REPO/patches/series ]] || die "missing $REPO/patches/series"
+while read -r p; do
+  [[ -z $p || $p == \#* ]] && continue
+  log "patch -p1 < patches/$p"
+  patch -d "$SRC" -p1 --forward --batch --quiet <"$REPO/patches/$p" || die "patch $p does not apply to FFmpeg $FF_VER"
+done <"$REPO/patches/series"
+
+if [[ $CUFRAMES_MODE == 1 ]]; then
+  for f in "${GLUE_FILES[@]}"; do cp "$REPO/ffmpeg-glue/$f" "$SRC/$f"; done
+  # Extra headers the glue may carry (e.g. libavformat/cuframes_pkt.h).
+  (cd "$REPO/ffmpeg-glue" && find . -type f -name '*.h' -print0) | while IFS= read -r -d '' h; do
+    mkdir -p "$SRC/$(dirname "$h")"; cp "$REPO/ffmpeg-glue/$h" "$SRC/$h"
+  done
+  log "copied ffmpeg-glue/ into the tree"
+fi
+
+log "configure ${CONFIGURE_FLAGS[*]}"
+(cd "$SRC" && ./configure --prefix="$PREFIX" \
+   --extra-ldflags="-L$DEPS_PREFIX/staticlib" \
+   "${CONFIGURE_FLAGS[@]}" >"$BUILD_DIR/configure.log" 2>&1) \
+  || { tail -n 40 "$BUILD_DIR/configure.log"; tail -n 40 "$SRC/ffbuild/config.log"; die "FFmpeg configure failed (full log: $SRC/ffbuild/config.log)"; }
+T_CONF=$SECONDS
+log "make -j$JOBS"
+make -C "$SRC" -j"$JOBS" >"$BUILD_DIR/make.log" 2>&1 \
+  || { tail -n 40 "$BUILD_DIR/make.log"; die "FFmpeg build failed (log: $BUILD_DIR/make.log)"; }
+make -C "$SRC" install >"$BUILD_DIR/install.log" 2>&1 \
+  || { tail -n 40 "$BUILD_DIR/install.log"; die "FFmpeg install failed"; }
+T_MAKE=$SECONDS
+
+# --------------------------------------------------------------------------
+# 8. Portability check: only glibc-family shared libraries may be needed.
+for b in ffmpeg ffprobe; do
+  bad=$(ldd "$PREFIX/bin/$b" | awk '{print $1}' | grep -Ev "$ALLOWED_SONAMES" || true)
+  [[ -z $bad ]] || die "$b links non-glibc libraries: $bad"
+done
+# Smoke test (CPU only): lavfi -> libx264 -> mp4 -> h264 decode -> framemd5, ffprobe.
+smoke="$BUILD_DIR/smoke"; mkdir -p "$smoke"
+"$PREFIX/bin/ffmpeg" -nostdin -hide_banner -loglevel error -f lavfi -i testsrc2=size=320x240:rate=25 \
+  -t 1 -c:v libx264 -preset ultrafast -y "$smoke/t.mp4" || die "smoke test: x264 encode failed"
+"$PREFIX/bin/ffmpeg" -nostdin -hide_banner -loglevel error -i "$smoke/t.mp4" -f framemd5 "$smoke/t.framemd5" \
+  || die "smoke test: h264 decode failed"
+[[ $(grep -vc '^#' "$smoke/t.framemd5") == 25 ]] || die "smoke test: expected 25 decoded frames"
+"$PREFIX/bin/ffprobe" -v error -show_entries stream=codec_name -of csv=p=0 "$smoke/t.mp4" | grep -qx h264 \
+  || die "smoke test: ffprobe failed"
+rm -rf "$smoke"
+{
+  echo "ffmpeg $FF_VER ($(basename "$FF_TAR") $(sha256_of "$FF_TAR"))"
+  echo "nv-codec-headers $NV_VER, dav1d $DAV1D_VER (static), x264 $(pkg-config --modversion x264) (static)"
+  echo "libcuframes: $([[ $CUFRAMES_MODE == 1 ]] && echo enabled || echo "disabled ($why)")"
+  echo "inputs hash: $BUILD_HASH"
+} >"$PREFIX/BUILDINFO"
+
+[[ ${CUFRAMES_KEEP_BUILD:-0} == 1 ]] || rm -rf "$SRC"
+touch "$BUILD_DIR/.complete"
+link_results
+
+log "done: unpack+configure $((T_CONF - T_FF))s, make+install $((T_MAKE - T_CONF))s, total $((SECONDS - T_START))s (jobs=$JOBS)"
+log "ldd $PREFIX/bin/ffmpeg:"
+ldd "$PREFIX/bin/ffmpeg" >&2
+log "libcuframes: $([[ $CUFRAMES_MODE == 1 ]] && echo enabled || echo disabled)"
+log "ffmpeg-current -> $PREFIX; $REPO/build/ffmpeg -> $PREFIX"
+echo "$PREFIX/bin/ffmpeg"
