@@ -42,18 +42,45 @@ fn subscriber(key: &str, zero_copy: bool) -> Result<()> {
     println!("ready");
     let layout = s.frame_layout().context("no frame ring")?.clone();
     let (mut ok, mut bad) = (0u64, 0u64);
+    let mut cuda_stream: Option<cuframes_core::cuda::Stream> = None;
     loop {
         match s.next_frame(Some(Duration::from_secs(10))) {
             Ok(f) => {
                 let expect = pattern(&layout, f.seq);
-                let good = expect.iter().enumerate().all(|(i, plane)| {
-                    let (bytes, pitch) = f.plane(i).unwrap();
-                    let p = layout.planes()[i];
-                    (0..p.rows).all(|r| {
-                        bytes[r * pitch..r * pitch + p.row_bytes]
-                            == plane[r * p.row_bytes..(r + 1) * p.row_bytes]
-                    })
-                });
+                let good = match f.plane(0) {
+                    // Host memory: compare in place.
+                    Some(_) => expect.iter().enumerate().all(|(i, plane)| {
+                        let (bytes, pitch) = f.plane(i).unwrap();
+                        let p = layout.planes()[i];
+                        (0..p.rows).all(|r| {
+                            bytes[r * pitch..r * pitch + p.row_bytes]
+                                == plane[r * p.row_bytes..(r + 1) * p.row_bytes]
+                        })
+                    }),
+                    // GPU memory: download each plane (the demo's check, not the data path).
+                    None => {
+                        let stream = cuda_stream.get_or_insert_with(|| {
+                            let dev =
+                                cuframes_core::cuda::CudaDevice::open(0).expect("CUDA device");
+                            cuframes_core::cuda::Stream::new(&dev).expect("CUDA stream")
+                        });
+                        expect.iter().enumerate().all(|(i, plane)| {
+                            let p = layout.planes()[i];
+                            let mut host = vec![0u8; p.row_bytes * p.rows];
+                            cuframes_core::cuda::copy_dtoh_2d(
+                                &mut host,
+                                p.row_bytes,
+                                f.address() + p.offset as u64,
+                                p.pitch,
+                                p.row_bytes,
+                                p.rows,
+                                stream,
+                            )
+                            .is_ok()
+                                && host == *plane
+                        })
+                    }
+                };
                 if good {
                     ok += 1
                 } else {
