@@ -51,6 +51,8 @@ fn child_entry() {
     };
     let mut s = Subscriber::connect(&key, &opts).unwrap();
     assert_eq!(s.memory_kind(), Some(MemoryKind::CudaVmm));
+    println!("\nREADY");
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
     let dev = CudaDevice::open(0).unwrap();
     dev.make_current().unwrap();
     let stream = Stream::new(&dev).unwrap();
@@ -115,12 +117,13 @@ fn result(c: &mut Child) -> std::collections::HashMap<String, u64> {
     let mut out = String::new();
     c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     assert!(c.wait().unwrap().success(), "child failed: {out}");
+    // The harness prints "test child_entry ... " without a newline before our output.
     let line = out
-        .lines()
-        .find(|l| l.starts_with("RESULT "))
+        .split("RESULT ")
+        .nth(1)
+        .and_then(|r| r.lines().next())
         .unwrap_or_else(|| panic!("no RESULT: {out}"));
-    line[7..]
-        .split_whitespace()
+    line.split_whitespace()
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.into(), v.parse().unwrap()))
         .collect()
@@ -137,13 +140,20 @@ fn run(policy: Policy, modes: &[(&str, bool)], frames: u64) {
     p.enable_frames(cfg).unwrap();
     let layout = p.frame_layout().unwrap().clone();
     let mut kids: Vec<Child> = modes.iter().map(|(m, a)| spawn(&env, m, *a)).collect();
-    let t = Instant::now();
-    while p.subscriber_count() < kids.len() {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "subscribers did not connect"
-        );
-        std::thread::sleep(Duration::from_millis(10));
+    // Each child says READY once its imports are done (the publisher counts it earlier).
+    for k in kids.iter_mut() {
+        let mut out = k.stdout.take().unwrap();
+        let mut seen = String::new();
+        let mut b = [0u8; 1];
+        while !seen.contains("READY") {
+            assert_eq!(
+                out.read(&mut b).unwrap(),
+                1,
+                "a subscriber died before READY: {seen}"
+            );
+            seen.push(b[0] as char);
+        }
+        k.stdout = Some(out);
     }
     let dev = CudaDevice::open(0).unwrap();
     dev.make_current().unwrap();

@@ -114,6 +114,22 @@ fn garbage_instead_of_hello_resp_is_a_protocol_error() {
     assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
 }
 
+/// A valid frame SHM for the fake publisher's key (so that the refusal under test is the
+/// one the case is about); removed by TestEnv.
+fn valid_frame_shm(key: &str) -> cuframes_core::frames::shm::FrameShm {
+    let (_fd, map) =
+        cuframes_core::shm::create(&format!("cuframes-{key}"), FRAME_SHM_SIZE, 0o600).unwrap();
+    let shm = cuframes_core::frames::shm::FrameShm::new(map).unwrap();
+    shm.initialise(
+        &good_hello(key).meta,
+        2,
+        Policy::DropOldest,
+        MemoryKind::HostMemfd,
+        std::process::id(),
+    );
+    shm
+}
+
 fn through_subscribe(s: &mut UnixStream, key: &str) {
     read_msg(s);
     send(s, &Message::HelloResp(good_hello(key)));
@@ -135,6 +151,7 @@ fn send_fds(s: &UnixStream, v: VmmFds, fds: &[std::os::fd::RawFd]) {
 #[test]
 fn vmm_fds_with_too_few_descriptors_is_refused() {
     let env = TestEnv::new("hp5");
+    let _shm = valid_frame_shm(&env.key);
     let key = env.key.clone();
     let e = against(&env, move |mut s| {
         through_subscribe(&mut s, &key);
@@ -153,6 +170,7 @@ fn vmm_fds_with_too_few_descriptors_is_refused() {
 #[test]
 fn unsealed_memfd_slots_are_refused() {
     let env = TestEnv::new("hp6");
+    let _shm = valid_frame_shm(&env.key);
     let key = env.key.clone();
     let e = against(&env, move |mut s| {
         through_subscribe(&mut s, &key);
@@ -173,6 +191,7 @@ fn unsealed_memfd_slots_are_refused() {
 #[test]
 fn an_unknown_memory_kind_is_a_format_error() {
     let env = TestEnv::new("hp7");
+    let _shm = valid_frame_shm(&env.key);
     let key = env.key.clone();
     let e = against(&env, move |mut s| {
         through_subscribe(&mut s, &key);

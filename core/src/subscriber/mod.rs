@@ -102,6 +102,11 @@ impl Subscriber {
         let frames = match est.frames {
             None => None,
             Some((layout, vmm, fds)) => {
+                // Map and check the SHM first: it is cheap, and once mapped it stays valid even
+                // if the publisher goes away while the (slow) device imports run.
+                let (shm_fd, map) = crate::shm::open(&key.frame_shm_name(), FRAME_SHM_SIZE, true)?;
+                let shm = FrameShm::new(map)?;
+                shm.validate(est.hello.ring_size as usize, &est.hello.meta)?;
                 let slots: Box<dyn SlotImport> = match MemoryKind::from_u32(vmm.memory_kind) {
                     Some(MemoryKind::HostMemfd) => {
                         Box::new(HostImport::import(fds, vmm.frame_size_bytes as usize)?)
@@ -121,9 +126,6 @@ impl Subscriber {
                         ))
                     }
                 };
-                let (shm_fd, map) = crate::shm::open(&key.frame_shm_name(), FRAME_SHM_SIZE, true)?;
-                let shm = FrameShm::new(map)?;
-                shm.validate(est.hello.ring_size as usize, &est.hello.meta)?;
                 let policy = shm
                     .policy()
                     .ok_or_else(|| Error::protocol("frame SHM has an unknown policy"))?;
