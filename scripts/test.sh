@@ -17,6 +17,8 @@ echo "== C link through pkg-config --static"
 scripts/check-c-link.sh
 echo "== cargo test (release: the stress tests push millions of packets)"
 cargo test --workspace --release -- --test-threads=2 2>&1 | tee /tmp/cuframes-test.log
+echo "== GPU tests (they run on a GPU machine through scripts/gpu-check.sh; here they say why not)"
+cargo test --release -p cuframes-core --test cuda_vmm --test frame_ring_cuda -- --nocapture 2>&1 | grep -E 'SKIPPED' | sort | uniq -c || true
 leftovers=$(ls /dev/shm | grep -E '^cuframes-t-' || true)
 if [ -n "$leftovers" ]; then
   echo "tests left SHM objects behind:" $leftovers >&2
