@@ -18,7 +18,11 @@ use cuframes_core::wire::{Format, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
 
 fn child(key: &str) {
-    let opts = SubscriberOptions { name: "bench".into(), mode: SubscriberMode::ZeroCopy, ..Default::default() };
+    let opts = SubscriberOptions {
+        name: "bench".into(),
+        mode: SubscriberMode::ZeroCopy,
+        ..Default::default()
+    };
     let mut s = Subscriber::connect(key, &opts).expect("connect");
     println!("ready");
     std::io::stdout().flush().unwrap();
@@ -55,7 +59,11 @@ struct Row {
 }
 
 fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>) -> Row {
-    let key = format!("bench-{}-{}", std::process::id(), cuframes_core::util::unique_suffix() & 0xFFFFFF);
+    let key = format!(
+        "bench-{}-{}",
+        std::process::id(),
+        cuframes_core::util::unique_suffix() & 0xFFFFFF
+    );
     let p = Publisher::create(&key, PublisherOptions::default()).unwrap();
     let mut cfg = FrameRingConfig::new(Format::Nv12, w, h);
     cfg.policy = Policy::StrictWait;
@@ -67,7 +75,11 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>) -> Row 
     let exe = std::env::current_exe().unwrap();
     let mut kids: Vec<_> = (0..subs)
         .map(|_| {
-            let mut c = Command::new(&exe).args(["--child", &key]).stdout(Stdio::piped()).spawn().unwrap();
+            let mut c = Command::new(&exe)
+                .args(["--child", &key])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
             let mut out = BufReader::new(c.stdout.take().unwrap());
             let mut line = String::new();
             out.read_line(&mut line).unwrap();
@@ -93,10 +105,19 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>) -> Row 
         let slot = p.acquire().unwrap();
         // The frame's content: one device-to-device copy per plane, like a decoder's output.
         for pl in layout.planes() {
-            cuda::copy_2d_async(slot.address + pl.offset as u64, pl.pitch, src.device_ptr() + pl.offset as u64, pl.pitch, pl.row_bytes, pl.rows, &stream)
-                .unwrap();
+            cuda::copy_2d_async(
+                slot.address + pl.offset as u64,
+                pl.pitch,
+                src.device_ptr() + pl.offset as u64,
+                pl.pitch,
+                pl.row_bytes,
+                pl.rows,
+                &stream,
+            )
+            .unwrap();
         }
-        p.publish_after_stream(slot, stream.raw(), Some(monotonic_ns())).unwrap();
+        p.publish_after_stream(slot, stream.raw(), Some(monotonic_ns()))
+            .unwrap();
         pub_cost += t.elapsed();
     }
     let elapsed = start.elapsed();
@@ -109,7 +130,11 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>) -> Row 
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         c.wait().unwrap();
-        lat.extend(line.split_whitespace().skip(1).filter_map(|v| v.parse::<i64>().ok()));
+        lat.extend(
+            line.split_whitespace()
+                .skip(1)
+                .filter_map(|v| v.parse::<i64>().ok()),
+        );
     }
     Row {
         label: format!("{w}x{h}"),
@@ -130,15 +155,39 @@ fn host_path(w: u32, h: u32, frames: u32) -> (f64, f64) {
     let a = DeviceBuffer::new(&dev, layout.frame_size).unwrap();
     let b = DeviceBuffer::new(&dev, layout.frame_size).unwrap();
     let fd = cuframes_core::shm::memfd("bench-host-path", layout.frame_size).unwrap();
-    let map = cuframes_core::shm::Mapping::map(std::os::fd::AsFd::as_fd(&fd), layout.frame_size, true, "bench").unwrap();
+    let map = cuframes_core::shm::Mapping::map(
+        std::os::fd::AsFd::as_fd(&fd),
+        layout.frame_size,
+        true,
+        "bench",
+    )
+    .unwrap();
     let mut host = vec![0u8; layout.frame_size];
     let mut times = Vec::new();
     for _ in 0..frames {
         let t = Instant::now();
-        cuda::copy_dtoh_2d(&mut host, layout.frame_size, a.device_ptr(), layout.frame_size, layout.frame_size, 1, &stream).unwrap();
+        cuda::copy_dtoh_2d(
+            &mut host,
+            layout.frame_size,
+            a.device_ptr(),
+            layout.frame_size,
+            layout.frame_size,
+            1,
+            &stream,
+        )
+        .unwrap();
         map.write_bytes(0, &host);
         map.read_bytes(0, &mut host);
-        cuda::copy_htod_2d_async(b.device_ptr(), layout.frame_size, &host, layout.frame_size, layout.frame_size, 1, &stream).unwrap();
+        cuda::copy_htod_2d_async(
+            b.device_ptr(),
+            layout.frame_size,
+            &host,
+            layout.frame_size,
+            layout.frame_size,
+            1,
+            &stream,
+        )
+        .unwrap();
         stream.synchronize().unwrap();
         times.push(t.elapsed().as_nanos() as i64);
     }
@@ -155,12 +204,30 @@ fn dtod_bandwidth() -> f64 {
     let a = DeviceBuffer::new(&dev, size).unwrap();
     let b = DeviceBuffer::new(&dev, size).unwrap();
     let row = 1 << 16;
-    cuda::copy_2d_async(b.device_ptr(), row, a.device_ptr(), row, row, size / row, &stream).unwrap();
+    cuda::copy_2d_async(
+        b.device_ptr(),
+        row,
+        a.device_ptr(),
+        row,
+        row,
+        size / row,
+        &stream,
+    )
+    .unwrap();
     stream.synchronize().unwrap();
     let t = Instant::now();
     let reps = 20;
     for _ in 0..reps {
-        cuda::copy_2d_async(b.device_ptr(), row, a.device_ptr(), row, row, size / row, &stream).unwrap();
+        cuda::copy_2d_async(
+            b.device_ptr(),
+            row,
+            a.device_ptr(),
+            row,
+            row,
+            size / row,
+            &stream,
+        )
+        .unwrap();
     }
     stream.synchronize().unwrap();
     (size * reps) as f64 / t.elapsed().as_secs_f64() / 1e9
@@ -175,7 +242,12 @@ fn main() {
         eprintln!("frame_bench needs a CUDA device: {e}");
         std::process::exit(2);
     }
-    let frames: u64 = args.iter().position(|a| a == "--frames").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(300);
+    let frames: u64 = args
+        .iter()
+        .position(|a| a == "--frames")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
     let dir = std::env::temp_dir().join(format!("cuframes-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::env::set_var("CUFRAMES_RUNTIME_DIR", &dir);
@@ -188,7 +260,13 @@ fn main() {
         let frame_bytes = FrameLayout::new(Format::Nv12, w, h).unwrap().frame_size as f64;
         for subs in [1usize, 8, 31] {
             let max = run(w, h, subs, frames, None);
-            let paced = run(w, h, subs, frames.min(180), Some(Duration::from_micros(16_667)));
+            let paced = run(
+                w,
+                h,
+                subs,
+                frames.min(180),
+                Some(Duration::from_micros(16_667)),
+            );
             println!(
                 "| {} NV12 | {subs} | {:.0} | {:.1} µs | {:.1} µs | {:.1} µs | {host_mean:.0} µs, {host_p99:.0} µs | {:.1}x faster | {:.1} µs |",
                 max.label,
