@@ -483,12 +483,15 @@ int cuframes_publisher_publish_host(cuframes_publisher_t *pub, const uint8_t *co
                                     const size_t *strides, int plane_count, int64_t pts_ns);
 /** CUDA rings: publish a slot written by GPU work queued on `cuda_stream` (a CUstream;
  *  NULL = the legacy default stream). The stream is synchronised first, so no subscriber
- *  sees the frame before its data is complete (§5). */
+ *  sees the frame before its data is complete (§5). A non-NULL stream belongs to the caller's
+ *  context, which must be current on the calling thread (FFmpeg: cuCtxPushCurrent of the
+ *  hwcontext's cuda_ctx); slot addresses are valid in every context of the ring's device. */
 int cuframes_publisher_publish_after_stream(cuframes_publisher_t *pub, const cuframes_slot_t *slot,
                                             void *cuda_stream, int64_t pts_ns);
 /** CUDA rings: copy a frame from device memory (one CUdeviceptr and pitch per plane) into the
  *  next slot, ordered after earlier work on `cuda_stream` (NULL: the library's own stream),
- *  and publish it. Host memory is never involved. */
+ *  and publish it. Host memory is never involved. As above, a non-NULL stream's context must
+ *  be current on the calling thread. */
 int cuframes_publisher_publish_device(cuframes_publisher_t *pub, const uint64_t *planes,
                                       const size_t *pitches, int plane_count, void *cuda_stream,
                                       int64_t pts_ns);

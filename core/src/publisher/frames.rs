@@ -287,15 +287,22 @@ impl FrameRing {
     }
 
     /// §5: wait until the caller's work on `stream` (a raw `CUstream`; null = the legacy
-    /// default stream) has finished, so that the frame is complete before it is published.
+    /// default stream of the ring's device) has finished, so that the frame is complete before
+    /// it is published. A caller's stream belongs to the caller's context, which must be
+    /// current on this thread (FFmpeg: `cuCtxPushCurrent(hwctx->cuda_ctx)`); only for a null
+    /// stream is the ring's own context made current.
     pub(crate) fn sync_stream(&self, stream: *mut std::ffi::c_void) -> Result<()> {
         let (dev, _) = self.cuda()?;
-        dev.make_current()?;
+        if stream.is_null() {
+            dev.make_current()?;
+        }
         crate::cuda::Stream::from_raw(stream).synchronize()
     }
 
     /// Copy a frame from device memory (plane pointers and pitches) into a CUDA slot on
     /// `stream` (null: the ring's own stream), ordered after the caller's earlier work on it.
+    /// With a caller's stream, the caller's context must be current on this thread (VMM
+    /// memory is addressable from every context of the device).
     pub(crate) fn write_device_planes(
         &self,
         slot: &AcquiredSlot,
@@ -316,9 +323,10 @@ impl FrameRing {
                 ),
             ));
         }
-        dev.make_current()?;
+        // The caller's stream runs in the caller's (current) context; our own stream in ours.
         let borrowed;
         let stream = if stream.is_null() {
+            dev.make_current()?;
             own
         } else {
             borrowed = crate::cuda::Stream::from_raw(stream);
