@@ -98,6 +98,14 @@ fn child_entry() {
     match role.as_str() {
         "subscriber" => child_subscriber(&key),
         "publisher" => child_publisher(&key),
+        "refused_subscriber" => {
+            // Runs as an unprivileged user: the publisher's uid restriction must refuse it.
+            let e = Subscriber::connect(&key, &SubscriberOptions::default())
+                .err()
+                .expect("must be refused");
+            println!("RESULT code={}", -(e.code() as i32));
+            eprintln!("refused as expected: {e}");
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -605,4 +613,41 @@ fn an_idle_subscriber_sleeps_and_wakes_fast() {
         lat[100] / 1000,
         lat[198] / 1000
     );
+}
+
+#[test]
+fn peers_outside_the_allowed_uid_are_refused() {
+    if unsafe { libc::geteuid() } != 0 || Command::new("setpriv").arg("--version").output().is_err()
+    {
+        eprintln!("SKIPPED (needs root and setpriv to run a peer as another user)");
+        return;
+    }
+    let env = TestEnv::new("uid");
+    let mut opts = env.publisher_options();
+    opts.file_mode = 0o666; // the socket lets anyone connect: SO_PEERCRED must do the refusing
+    opts.allowed_uid = Some(0);
+    let p = Publisher::create(&env.key, opts).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&env.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(ROLE_ENV, "refused_subscriber")
+        .env("CUFRAMES_TEST_KEY", &env.key)
+        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {stdout} {stderr}");
+    assert!(
+        stdout.contains(&format!("RESULT code={}", -(ErrorCode::Permission as i32))),
+        "{stdout} {stderr}"
+    );
+    assert!(stderr.contains("does not accept this user"), "{stderr}");
+    // Root (this process) is still served.
+    assert_still_serving(&env, &p);
 }
