@@ -603,6 +603,24 @@ int cuframes_subscriber_next_packet(cuframes_subscriber_t *sub, int64_t timeout_
                                     cuframes_packet_info_t *info);
 int cuframes_subscriber_packet_stats(const cuframes_subscriber_t *sub, cuframes_packet_stats_t *stats);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Frame helpers for FFmpeg                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Used by the hwupload_cuframes filter and the cuframes input device (docs/ffmpeg.md).
+ *
+ * Releasing a CUDA frame from a COPY subscriber (cuframes_frame_release with a stream): the
+ * frame's device buffer returns to the subscriber's pool, so the call first waits for the work
+ * queued on that stream (the caller's context must be current, as for every call taking a
+ * caller's stream). Zero-copy frames are ACKed behind the stream without a host wait (R12). */
+
+/** Host<->device copies cuframes made in this process so far (uploads of host frames into a
+ *  CUDA ring, downloads). A path that stays on the GPU leaves it unchanged. Thread-safe. */
+uint64_t cuframes_host_copy_count(void);
+
+/** Number of CUDA devices a CUDA ring could use; 0 without a driver or device. Never fails. */
+int cuframes_cuda_device_count(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

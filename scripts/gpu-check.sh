@@ -4,6 +4,7 @@
 #   scripts/gpu-check.sh build   # here (needs cargo): build the GPU binaries into .gpu/
 #   scripts/gpu-check.sh run     # on the GPU machine (no cargo needed): run them all
 #   scripts/gpu-check.sh         # both, on a machine that has cargo and a GPU
+#   GPU_CHECK_ONLY=ffmpeg scripts/gpu-check.sh run   # only the FFmpeg frame-path steps
 #
 # .gpu/ is git-ignored; carry it to a GPU machine that has no toolchain. The summary ends
 # with "N passed, N failed".
@@ -27,8 +28,84 @@ for l in sys.stdin:
   cp target/release/examples/frame_bench target/release/cuframes-demo "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
   cp scripts/gpu-check.sh "$out/"
+  # FFmpeg frame path (hwupload_cuframes, -f cuframes): the cuframes FFmpeg build, the real
+  # sample, and a 1080p H.264 clip for the decode-pipeline benchmark (made here with libx264).
+  if [ -x build/ffmpeg/bin/ffmpeg ]; then
+    cp build/ffmpeg/bin/ffmpeg build/ffmpeg/bin/ffprobe "$out/"
+    cp /work/shared/samples/test-25fps.h264 "$out/sample.h264" 2>/dev/null || true
+    build/ffmpeg/bin/ffmpeg -hide_banner -loglevel error -y -f lavfi -i testsrc2=s=1920x1080:r=25 \
+      -frames:v 300 -c:v libx264 -preset ultrafast -crf 32 -g 50 -pix_fmt yuv420p "$out/bench1080.h264"
+  fi
   ls -la "$out"
   set +e
+}
+
+# --- FFmpeg frame path on the GPU (hwupload_cuframes filter, cuframes input device) -------
+# framemd5 columns 1..5 (stream, dts, pts, duration, size) and the hash; headers dropped.
+ff_frames() { grep -v '^#' "$1"; }
+ff_hashes() { grep -v '^#' "$1" | awk -F, '{gsub(/ /,"",$NF); print $NF}'; }
+# Publisher on the sample (-hwaccel cuda frames) + N `-f cuframes` readers; every reader's
+# frames after hwdownload (or after $3 filters) must equal the direct decode's.
+ff_ring_check() { # readers, reader_opts, reader_filters, direct_filters, tag
+  local n=$1 ropts=$2 rvf=$3 dvf=$4 tag=$5 ff="$out/ffmpeg" d key ok=0 pids=() i
+  d=$(mktemp -d /tmp/cuframes-ff.XXXXXX); key="gpuff-$tag-$$"
+  "$ff" -hide_banner -nostdin -y -hwaccel cuda -hwaccel_output_format cuda -i "$out/sample.h264" \
+    -vf "$dvf" -f framemd5 "$d/direct.md5" 2>"$d/direct.log" || { tail -5 "$d/direct.log"; return 1; }
+  for i in $(seq 1 "$n"); do
+    # shellcheck disable=SC2086
+    "$ff" -hide_banner -nostdin -y -f cuframes -framerate 25 -connect_timeout 30000 -timeout 30000 \
+      $ropts -name "r$i" -i "$key" -vf "$rvf" -f framemd5 "$d/r$i.md5" 2>"$d/r$i.log" & pids+=($!)
+  done
+  "$ff" -hide_banner -nostdin -y -hwaccel cuda -hwaccel_output_format cuda -i "$out/sample.h264" \
+    -vf "hwupload_cuframes=key=$key:policy=strict_wait:ring_size=8:ack_timeout=10000:wait_subscribers=$n:wait_timeout=30000" \
+    -f null - 2>"$d/pub.log" || { echo "publisher failed"; tail -5 "$d/pub.log"; ok=1; }
+  grep -h "published\|Publishing" "$d/pub.log"
+  grep -q "cuframes host copies: 0" "$d/pub.log" || { echo "publisher made host copies"; ok=1; }
+  for i in $(seq 1 "$n"); do
+    wait "${pids[$((i - 1))]}" || { echo "reader $i failed"; tail -5 "$d/r$i.log"; ok=1; continue; }
+    if [ "$i" = 1 ]; then grep -h "frames out" "$d/r$i.log"; fi
+    grep -q "cuframes host copies: 0" "$d/r$i.log" || { echo "reader $i made host copies"; ok=1; }
+    if ! diff -q <(ff_hashes "$d/direct.md5") <(ff_hashes "$d/r$i.md5") >/dev/null; then
+      echo "reader $i: frame hashes differ from the direct decode"; ok=1
+    elif [ "$i" = 1 ]; then
+      echo "reader 1: $(ff_hashes "$d/r1.md5" | wc -l) frames, hashes identical to the direct decode" \
+        "(full frame lines identical: $(diff -q <(ff_frames "$d/direct.md5") <(ff_frames "$d/r1.md5") >/dev/null && echo yes || echo no))"
+    fi
+  done
+  rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
+  return "$ok"
+}
+# fps of a decode pipeline with and without the ring (docs/benchmarks.md, "FFmpeg decode pipeline").
+ff_bench() {
+  local ff="$out/ffmpeg" key="gpuffb-$$" t0 t1 n=300 d pid
+  d=$(mktemp -d /tmp/cuframes-ffb.XXXXXX)
+  fps() { python3 -c "print(f'{$n/($2-$1):.0f}')"; }
+  for rep in 1 2; do
+    t0=$(date +%s.%N); "$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
+      -i "$out/bench1080.h264" -f null - ; t1=$(date +%s.%N)
+    echo "bench1080 decode only (nvdec, CUDA frames):                  $(fps "$t0" "$t1") fps"
+    t0=$(date +%s.%N); "$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
+      -i "$out/bench1080.h264" -vf "hwupload_cuframes=key=$key" -f null - ; t1=$(date +%s.%N)
+    echo "bench1080 decode + hwupload_cuframes (no subscriber):        $(fps "$t0" "$t1") fps"
+    "$ff" -hide_banner -nostdin -loglevel error -f cuframes -connect_timeout 30000 -i "$key" -f null - 2>"$d/r.log" & pid=$!
+    t0=$(date +%s.%N); "$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
+      -i "$out/bench1080.h264" -vf "hwupload_cuframes=key=$key:policy=strict_wait:wait_subscribers=1:ring_size=8:ack_timeout=10000" \
+      -f null - ; t1=$(date +%s.%N); wait "$pid"
+    echo "bench1080 decode + hwupload_cuframes, 1 zero-copy reader (strict_wait): $(fps "$t0" "$t1") fps"
+  done
+  rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
+}
+ffmpeg_steps() {
+  [ -x "$out/ffmpeg" ] || { echo "=== FFmpeg frame checks: SKIPPED (no $out/ffmpeg: build/ffmpeg missing at build time)"; return 0; }
+  step "FFmpeg: -hwaccel cuda into hwupload_cuframes, 1 reader, hwdownload = direct decode, no host copy" \
+    ff_ring_check 1 "" "hwdownload,format=nv12" "hwdownload,format=nv12" one
+  step "FFmpeg: same with 8 -f cuframes readers" \
+    ff_ring_check 8 "" "hwdownload,format=nv12" "hwdownload,format=nv12" eight
+  step "FFmpeg: reader mode=copy (device copies), 2 readers" \
+    ff_ring_check 2 "-mode copy" "hwdownload,format=nv12" "hwdownload,format=nv12" copy
+  step "FFmpeg: scale_cuda after the input device = scale_cuda after the decoder" \
+    ff_ring_check 1 "" "scale_cuda=w=160:h=120,hwdownload,format=nv12" "scale_cuda=w=160:h=120,hwdownload,format=nv12" scale
+  step "FFmpeg: decode pipeline fps with and without the ring (1080p H.264, 300 frames)" ff_bench
 }
 
 run() {
@@ -41,10 +118,13 @@ run() {
     if "$@"; then pass=$((pass + 1)); echo "--- $name: PASS"; else fail=$((fail + 1)); failed+=("$name"); echo "--- $name: FAIL"; fi
   }
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  if [ "${GPU_CHECK_ONLY:-}" = ffmpeg ]; then ffmpeg_steps; else
   step "CUDA VMM layer (alloc/export/import across processes, copies, events)" "$out/cuda_vmm" --test-threads=1 --nocapture
   step "frame ring on CUDA VMM (both policies, COPY/ZERO_COPY, 8 subscribers, bit-exact)" "$out/frame_ring_cuda" --test-threads=1 --nocapture
   step "demo on CUDA (4 subscriber processes, 1080p)" "$out/cuframes-demo" --frames 120 --subscribers 4 --cuda 0
   step "frame ring benchmark" "$out/frame_bench" --frames "${GPU_BENCH_FRAMES:-300}"
+  ffmpeg_steps
+  fi
   rm -rf "$CUFRAMES_RUNTIME_DIR"
   echo
   echo "GPU check summary: ${failed[*]:-all steps passed}"

@@ -13,6 +13,7 @@ use cuframes_core::ErrorCode;
 
 mod convert;
 mod error;
+mod ffmpeg_frames;
 mod layout;
 mod packets;
 mod publisher;

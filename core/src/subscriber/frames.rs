@@ -341,6 +341,14 @@ impl Frame {
                 }
             }
         }
+        if let FrameData::Device { .. } = &self.data {
+            // A COPY frame's buffer goes back to the pool (and is rewritten by the next copy)
+            // when dropped: the reads queued on the caller's stream must have finished first.
+            // The caller's context is current (as for any call with its stream).
+            if !stream.is_null() {
+                let _ = crate::cuda::Stream::from_raw(stream).synchronize();
+            }
+        }
         drop(self);
     }
 }

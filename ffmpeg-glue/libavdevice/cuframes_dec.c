@@ -1,0 +1,512 @@
+/*
+ * cuframes input device: read the frames a cuframes publisher shares (-f cuframes -i KEY).
+ *
+ * This file is part of FFmpeg (cuframes glue).
+ *
+ * FFmpeg is free software; you can redistribute it and/or
+ * modify it under the terms of the GNU Lesser General Public
+ * License as published by the Free Software Foundation; either
+ * version 2.1 of the License, or (at your option) any later version.
+ *
+ * FFmpeg is distributed in the hope that it will be useful,
+ * but WITHOUT ANY WARRANTY; without even the implied warranty of
+ * MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the GNU
+ * Lesser General Public License for more details.
+ *
+ * You should have received a copy of the GNU Lesser General Public
+ * License along with FFmpeg; if not, write to the Free Software
+ * Foundation, Inc., 51 Franklin Street, Fifth Floor, Boston, MA 02110-1301 USA
+ */
+
+/**
+ * @file
+ * Frames come out as AV_CODEC_ID_WRAPPED_AVFRAME packets (like kmsgrab): AV_PIX_FMT_CUDA
+ * frames with a hardware frames context whose sw_format is the ring's format, or software
+ * frames (output=software, and host rings by default).
+ *
+ * Zero copy (R12): where the policy allows it (STRICT_WAIT, or accept_overwrite), a frame's
+ * data pointers are the ring slot itself; the buffer's free callback releases the frame with
+ * the CUDA stream of the device context, so the slot is ACKed only after the GPU work queued
+ * there by the last reader has run. Otherwise the subscriber copies each frame (COPY) and the
+ * AVFrame wraps that copy.
+ *
+ * Probing: avformat_find_stream_info keeps the packets it reads until the caller asks for
+ * them, maybe much later. The device sets all stream parameters in read_header, turns the
+ * frame-rate analysis off (fpsprobesize 0 unless the user set it), so probing reads one
+ * frame, and hands out the first frame as a copy, so no ring slot is held by the probe.
+ */
+
+#include <cuframes.h>
+
+#include "libavutil/avstring.h"
+#include "libavutil/buffer.h"
+#include "libavutil/dict.h"
+#include "libavutil/hwcontext.h"
+#include "libavutil/hwcontext_cuda_internal.h"
+#include "libavutil/imgutils.h"
+#include "libavutil/internal.h"
+#include "libavutil/mathematics.h"
+#include "libavutil/mem.h"
+#include "libavutil/opt.h"
+#include "libavutil/pixdesc.h"
+#include "libavutil/time.h"
+
+#include "libavformat/avformat.h"
+#include "libavformat/demux.h"
+#include "libavformat/internal.h"
+#include "libavformat/url.h"
+
+#define CUFRAMES_CU_STREAM_LEGACY ((void *)0x1)
+
+enum { MODE_AUTO = -1 }; /* else CUFRAMES_MODE_COPY / CUFRAMES_MODE_ZERO_COPY */
+enum { OUTPUT_AUTO = -1, OUTPUT_CUDA = 0, OUTPUT_SOFTWARE = 1 };
+
+typedef struct CuframesDemuxContext {
+    const AVClass *class;
+
+    /* options */
+    int mode;
+    int accept_overwrite;
+    int output;
+    int device;
+    AVRational framerate;
+    int connect_timeout_ms;
+    int timeout_ms;
+    char *name;
+    char *runtime_dir;
+
+    /* state */
+    cuframes_subscriber_t *sub;
+    cuframes_frame_layout_t layout;
+    enum AVPixelFormat sw_format;
+    int memory_kind;
+    int zero_copy;
+    int out_cuda;
+    AVBufferRef *device_ref;
+    AVBufferRef *frames_ref;
+    AVRational time_base;
+    uint64_t frames_out, copies;
+    uint64_t host_copies_at_start;
+} CuframesDemuxContext;
+
+/* What the free callback of a frame's buffer needs: the cuframes frame, and the CUDA device
+ * (kept alive by the reference) whose stream the last reader used. */
+typedef struct HeldFrame {
+    cuframes_frame_t *frame;
+    AVBufferRef *device_ref;
+} HeldFrame;
+
+static const struct {
+    enum AVPixelFormat pix_fmt;
+    cuframes_format_t format;
+} format_map[] = {
+    { AV_PIX_FMT_NV12,    CUFRAMES_FORMAT_NV12    },
+    { AV_PIX_FMT_P010LE,  CUFRAMES_FORMAT_P010    },
+    { AV_PIX_FMT_P016LE,  CUFRAMES_FORMAT_P016    },
+    { AV_PIX_FMT_YUV420P, CUFRAMES_FORMAT_YUV420P },
+    { AV_PIX_FMT_YUV444P, CUFRAMES_FORMAT_YUV444P },
+    { AV_PIX_FMT_RGBA,    CUFRAMES_FORMAT_RGBA    },
+    { AV_PIX_FMT_BGRA,    CUFRAMES_FORMAT_BGRA    },
+};
+
+static enum AVPixelFormat from_cuframes_format(uint32_t f)
+{
+    for (int i = 0; i < FF_ARRAY_ELEMS(format_map); i++)
+        if (format_map[i].format == f)
+            return format_map[i].pix_fmt;
+    return AV_PIX_FMT_NONE;
+}
+
+static int cuframes_err(AVFormatContext *avctx, int code, const char *what)
+{
+    av_log(avctx, AV_LOG_ERROR, "%s: %s (%s)\n", what, cuframes_last_error(),
+           cuframes_strerror(code));
+    switch (code) {
+    case CUFRAMES_ERR_INVALID_ARG:
+    case CUFRAMES_ERR_FORMAT:     return AVERROR(EINVAL);
+    case CUFRAMES_ERR_NOT_FOUND:  return AVERROR(ENOENT);
+    case CUFRAMES_ERR_NO_MEMORY:  return AVERROR(ENOMEM);
+    case CUFRAMES_ERR_PERMISSION: return AVERROR(EACCES);
+    case CUFRAMES_ERR_TIMEOUT:    return AVERROR(ETIMEDOUT);
+    default:                      return AVERROR_EXTERNAL;
+    }
+}
+
+static void release_held(void *opaque, uint8_t *data)
+{
+    HeldFrame *h = opaque;
+
+    if (h->device_ref) {
+        AVHWDeviceContext *dc = (AVHWDeviceContext *)h->device_ref->data;
+        AVCUDADeviceContext *hw = dc->hwctx;
+        CudaFunctions *cu = hw->internal->cuda_dl;
+        CUcontext dummy;
+        int pushed = cu->cuCtxPushCurrent(hw->cuda_ctx) == CUDA_SUCCESS;
+        /* R12: the ACK (or, for a COPY frame, the buffer's reuse) follows the work the
+         * readers queued on the device's stream. */
+        cuframes_frame_release(h->frame, pushed ? (hw->stream ? (void *)hw->stream
+                                                               : CUFRAMES_CU_STREAM_LEGACY)
+                                                : NULL);
+        if (pushed)
+            cu->cuCtxPopCurrent(&dummy);
+        av_buffer_unref(&h->device_ref);
+    } else {
+        cuframes_frame_release(h->frame, NULL);
+    }
+    av_free(h);
+}
+
+static void free_wrapped_frame(void *opaque, uint8_t *data)
+{
+    AVFrame *frame = (AVFrame *)data;
+    av_frame_free(&frame);
+}
+
+static av_cold int cuframes_read_close(AVFormatContext *avctx)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+
+    if (s->sub) {
+        cuframes_frame_stats_t st = { 0 };
+        cuframes_subscriber_stats(s->sub, &st);
+        av_log(avctx, AV_LOG_INFO, "key %s: %"PRIu64" frames out (%s, %"PRIu64" copied); "
+               "delivered %"PRIu64", dropped %"PRIu64" overwritten + %"PRIu64" torn; "
+               "cuframes host copies: %"PRIu64"\n", avctx->url, s->frames_out,
+               s->zero_copy ? "zero copy" : "copy", s->copies, st.delivered,
+               st.dropped_overrun, st.dropped_torn,
+               cuframes_host_copy_count() - s->host_copies_at_start);
+        cuframes_subscriber_destroy(s->sub);
+        s->sub = NULL;
+    }
+    av_buffer_unref(&s->frames_ref);
+    av_buffer_unref(&s->device_ref);
+    return 0;
+}
+
+static int connect_subscriber(AVFormatContext *avctx)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    cuframes_subscriber_options_t o;
+    int64_t deadline = av_gettime_relative() + (int64_t)s->connect_timeout_ms * 1000;
+    int ret;
+
+    cuframes_subscriber_options_default(&o);
+    o.runtime_dir = s->runtime_dir;
+    o.name = s->name;
+    o.cuda_device = s->device;
+    o.mode = s->mode == CUFRAMES_MODE_COPY ? CUFRAMES_MODE_COPY : CUFRAMES_MODE_ZERO_COPY;
+    o.flags = CUFRAMES_SUBSCRIBE_WANTS_FRAMES;
+    o.accept_zero_copy_overwrite = s->accept_overwrite;
+
+    for (;;) {
+        ret = cuframes_subscriber_connect(avctx->url, &o, &s->sub);
+        if (ret == CUFRAMES_OK)
+            return 0;
+        /* Wait for a publisher that is not there (yet), or whose frame ring is not set up
+         * yet; any other error is final. */
+        if (ret != CUFRAMES_ERR_NOT_FOUND && ret != CUFRAMES_ERR_DISCONNECTED &&
+            ret != CUFRAMES_ERR_IO && ret != CUFRAMES_ERR_TIMEOUT)
+            break;
+        if (av_gettime_relative() >= deadline)
+            break;
+        if (ff_check_interrupt(&avctx->interrupt_callback))
+            return AVERROR_EXIT;
+        av_usleep(20000);
+    }
+    return cuframes_err(avctx, ret, "Cannot subscribe");
+}
+
+static int setup_cuda(AVFormatContext *avctx)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    AVHWFramesContext *fc;
+    AVDictionary *opts = NULL;
+    char dev[16];
+    int ret;
+
+    snprintf(dev, sizeof(dev), "%d", s->device);
+    /* The primary context: the one cuframes imports the ring into. */
+    av_dict_set(&opts, "primary_ctx", "1", 0);
+    ret = av_hwdevice_ctx_create(&s->device_ref, AV_HWDEVICE_TYPE_CUDA, dev, opts, 0);
+    av_dict_free(&opts);
+    if (ret < 0) {
+        av_log(avctx, AV_LOG_ERROR, "Cannot open CUDA device %d for the output frames.\n",
+               s->device);
+        return ret;
+    }
+    s->frames_ref = av_hwframe_ctx_alloc(s->device_ref);
+    if (!s->frames_ref)
+        return AVERROR(ENOMEM);
+    fc = (AVHWFramesContext *)s->frames_ref->data;
+    fc->format    = AV_PIX_FMT_CUDA;
+    fc->sw_format = s->sw_format;
+    fc->width     = s->layout.width;
+    fc->height    = s->layout.height;
+    ret = av_hwframe_ctx_init(s->frames_ref);
+    if (ret < 0)
+        av_log(avctx, AV_LOG_ERROR, "Cannot create the CUDA frames context.\n");
+    return ret;
+}
+
+static av_cold int cuframes_read_header(AVFormatContext *avctx)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    AVStream *st;
+    int ret;
+
+    s->host_copies_at_start = cuframes_host_copy_count();
+    ret = connect_subscriber(avctx);
+    if (ret < 0)
+        return ret;
+    ret = cuframes_subscriber_frame_layout(s->sub, &s->layout);
+    if (ret != CUFRAMES_OK)
+        return cuframes_err(avctx, ret, "The publisher has no frame ring");
+    s->sw_format = from_cuframes_format(s->layout.format);
+    if (s->sw_format == AV_PIX_FMT_NONE) {
+        av_log(avctx, AV_LOG_ERROR, "The ring carries unknown format %u.\n", s->layout.format);
+        return AVERROR(EINVAL);
+    }
+    s->memory_kind = cuframes_subscriber_memory_kind(s->sub);
+    s->zero_copy   = cuframes_subscriber_is_zero_copy(s->sub);
+    if (s->output == OUTPUT_AUTO)
+        s->out_cuda = s->memory_kind == CUFRAMES_MEMORY_CUDA_VMM;
+    else
+        s->out_cuda = s->output == OUTPUT_CUDA;
+    if (s->mode == CUFRAMES_MODE_ZERO_COPY && !s->zero_copy)
+        av_log(avctx, AV_LOG_WARNING, "ZERO_COPY is not possible under DROP_OLDEST without "
+               "accept_overwrite=1 (R12); frames are copied.\n");
+    if (s->out_cuda || s->memory_kind == CUFRAMES_MEMORY_CUDA_VMM) {
+        /* CUDA output, or a CUDA ring downloaded for software output. */
+        ret = setup_cuda(avctx);
+        if (ret < 0)
+            return ret;
+    }
+
+    st = avformat_new_stream(avctx, NULL);
+    if (!st)
+        return AVERROR(ENOMEM);
+    st->codecpar->codec_type = AVMEDIA_TYPE_VIDEO;
+    st->codecpar->codec_id   = AV_CODEC_ID_WRAPPED_AVFRAME;
+    st->codecpar->width      = s->layout.width;
+    st->codecpar->height     = s->layout.height;
+    st->codecpar->format     = s->out_cuda ? AV_PIX_FMT_CUDA : s->sw_format;
+    if (s->framerate.num > 0 && s->framerate.den > 0) {
+        s->time_base = av_inv_q(s->framerate);
+        st->avg_frame_rate = st->r_frame_rate = s->framerate;
+    } else {
+        s->time_base = (AVRational){ 1, 1000000000 }; /* pts_ns as they are (R25) */
+    }
+    avpriv_set_pts_info(st, 64, s->time_base.num, s->time_base.den);
+    /* Probing must not sit on ring slots: with every parameter known, one frame suffices. */
+    if (avctx->fps_probe_size < 0)
+        avctx->fps_probe_size = 0;
+
+    av_log(avctx, AV_LOG_INFO, "Subscribed to %s: %ux%u %s in %s memory, %s, %s output.\n",
+           avctx->url, s->layout.width, s->layout.height, av_get_pix_fmt_name(s->sw_format),
+           s->memory_kind == CUFRAMES_MEMORY_CUDA_VMM ? "CUDA VMM" : "host",
+           s->zero_copy ? "zero copy" : "copy", s->out_cuda ? "CUDA" : "software");
+    return 0;
+}
+
+/* An AVFrame whose planes are the cuframes frame's (the ring slot, or the subscriber's copy);
+ * freeing its buffer releases the cuframes frame. */
+static AVFrame *wrap_frame(AVFormatContext *avctx, cuframes_frame_t *f,
+                           const cuframes_frame_info_t *info)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    int cuda = info->memory_kind == CUFRAMES_MEMORY_CUDA_VMM;
+    AVFrame *out = av_frame_alloc();
+    HeldFrame *h = av_mallocz(sizeof(*h));
+
+    if (!out || !h)
+        goto fail;
+    h->frame = f;
+    if (cuda) {
+        h->device_ref = av_buffer_ref(s->device_ref);
+        if (!h->device_ref)
+            goto fail;
+    }
+    /* Ring memory must never be written through a frame: read-only buffer. */
+    out->buf[0] = av_buffer_create((uint8_t *)h, sizeof(*h), release_held, h,
+                                   AV_BUFFER_FLAG_READONLY);
+    if (!out->buf[0])
+        goto fail;
+    for (unsigned i = 0; i < info->plane_count && i < 3; i++) {
+        out->data[i]     = (uint8_t *)(uintptr_t)info->data[i];
+        out->linesize[i] = info->pitch[i];
+    }
+    out->width  = s->layout.width;
+    out->height = s->layout.height;
+    if (cuda) {
+        out->format = AV_PIX_FMT_CUDA;
+        out->hw_frames_ctx = av_buffer_ref(s->frames_ref);
+        if (!out->hw_frames_ctx) {
+            av_frame_free(&out);
+            return NULL;
+        }
+    } else {
+        out->format = s->sw_format;
+    }
+    return out;
+fail:
+    if (h && h->device_ref)
+        av_buffer_unref(&h->device_ref);
+    av_free(h);
+    av_frame_free(&out);
+    cuframes_frame_release(f, NULL);
+    return NULL;
+}
+
+/* A frame of the output kind (CUDA or software) holding a copy of `src`. */
+static int copy_frame(AVFormatContext *avctx, AVFrame **dst, const AVFrame *src)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    AVFrame *out = av_frame_alloc();
+    int ret;
+
+    if (!out)
+        return AVERROR(ENOMEM);
+    if (s->out_cuda) {
+        ret = av_hwframe_get_buffer(s->frames_ref, out, 0);
+        if (ret >= 0)
+            ret = av_hwframe_transfer_data(out, src, 0); /* on the device's stream */
+    } else {
+        out->format = s->sw_format;
+        out->width  = src->width;
+        out->height = src->height;
+        ret = av_frame_get_buffer(out, 0);
+        if (ret >= 0)
+            ret = src->hw_frames_ctx ? av_hwframe_transfer_data(out, src, 0)
+                                     : av_frame_copy(out, src);
+    }
+    if (ret < 0) {
+        av_log(avctx, AV_LOG_ERROR, "Cannot copy the frame: %s\n", av_err2str(ret));
+        av_frame_free(&out);
+        return ret;
+    }
+    *dst = out;
+    s->copies++;
+    return 0;
+}
+
+static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    int64_t deadline = s->timeout_ms >= 0 ? av_gettime_relative() + (int64_t)s->timeout_ms * 1000 : 0;
+    cuframes_frame_t *f = NULL;
+    cuframes_frame_info_t info;
+    AVFrame *frame;
+    int ret, is_cuda;
+
+    for (;;) {
+        ret = cuframes_subscriber_next_frame(s->sub, 100, &f);
+        if (ret == CUFRAMES_OK)
+            break;
+        if (ret == CUFRAMES_ERR_DISCONNECTED) {
+            av_log(avctx, AV_LOG_VERBOSE, "End of stream: %s\n", cuframes_last_error());
+            return AVERROR_EOF;
+        }
+        if (ret != CUFRAMES_ERR_TIMEOUT)
+            return cuframes_err(avctx, ret, "Cannot read a frame");
+        if (ff_check_interrupt(&avctx->interrupt_callback))
+            return AVERROR_EXIT;
+        if (s->timeout_ms >= 0 && av_gettime_relative() >= deadline) {
+            av_log(avctx, AV_LOG_ERROR, "No frame from %s within %d ms.\n", avctx->url,
+                   s->timeout_ms);
+            return AVERROR(ETIMEDOUT);
+        }
+    }
+    ret = cuframes_frame_info(f, &info);
+    if (ret != CUFRAMES_OK) {
+        cuframes_frame_release(f, NULL);
+        return cuframes_err(avctx, ret, "Cannot inspect the frame");
+    }
+    frame = wrap_frame(avctx, f, &info);
+    if (!frame)
+        return AVERROR(ENOMEM);
+    is_cuda = info.memory_kind == CUFRAMES_MEMORY_CUDA_VMM;
+
+    /* Copy when the output kind differs from the ring's memory, and for the first zero-copy
+     * frame (the one probing may keep indefinitely). Freeing the wrapper releases the slot
+     * after the copy (R12: the copy runs on the stream the release follows). */
+    if (is_cuda != s->out_cuda || (info.zero_copy && s->frames_out == 0)) {
+        AVFrame *copy;
+        ret = copy_frame(avctx, &copy, frame);
+        av_frame_free(&frame);
+        if (ret < 0)
+            return ret;
+        frame = copy;
+    }
+
+    frame->pts = av_rescale_q(info.pts_ns, (AVRational){ 1, 1000000000 }, s->time_base);
+    frame->pkt_dts = frame->pts;
+    frame->time_base = s->time_base;
+
+    pkt->buf = av_buffer_create((uint8_t *)frame, sizeof(*frame), free_wrapped_frame, NULL, 0);
+    if (!pkt->buf) {
+        av_frame_free(&frame);
+        return AVERROR(ENOMEM);
+    }
+    pkt->data  = (uint8_t *)frame;
+    pkt->size  = sizeof(*frame);
+    pkt->pts   = pkt->dts = frame->pts;
+    pkt->flags |= AV_PKT_FLAG_KEY | AV_PKT_FLAG_TRUSTED;
+    pkt->stream_index = 0;
+    s->frames_out++;
+    return 0;
+}
+
+#define OFFSET(x) offsetof(CuframesDemuxContext, x)
+#define FLAGS AV_OPT_FLAG_DECODING_PARAM
+static const AVOption options[] = {
+    { "mode", "how frames are received",
+      OFFSET(mode), AV_OPT_TYPE_INT, { .i64 = MODE_AUTO }, -1, 1, FLAGS, .unit = "mode" },
+        { "auto", "zero copy where the publisher's policy allows it (strict_wait), copy otherwise",
+          0, AV_OPT_TYPE_CONST, { .i64 = MODE_AUTO }, 0, 0, FLAGS, .unit = "mode" },
+        { "zero_copy", "frames are the ring's slots, ACKed after the last reader (R12); warns and copies under drop_oldest unless accept_overwrite",
+          0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_MODE_ZERO_COPY }, 0, 0, FLAGS, .unit = "mode" },
+        { "copy", "copy every frame out of the ring at once",
+          0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_MODE_COPY }, 0, 0, FLAGS, .unit = "mode" },
+    { "accept_overwrite", "allow zero copy under drop_oldest although a held frame can be overwritten (R12)",
+      OFFSET(accept_overwrite), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, FLAGS },
+    { "output", "kind of the output frames",
+      OFFSET(output), AV_OPT_TYPE_INT, { .i64 = OUTPUT_AUTO }, -1, 1, FLAGS, .unit = "output" },
+        { "auto", "CUDA frames from a CUDA ring, software frames from a host ring",
+          0, AV_OPT_TYPE_CONST, { .i64 = OUTPUT_AUTO }, 0, 0, FLAGS, .unit = "output" },
+        { "cuda", "AV_PIX_FMT_CUDA frames (a host ring is uploaded)",
+          0, AV_OPT_TYPE_CONST, { .i64 = OUTPUT_CUDA }, 0, 0, FLAGS, .unit = "output" },
+        { "software", "software frames in the ring's pixel format (a CUDA ring is downloaded)",
+          0, AV_OPT_TYPE_CONST, { .i64 = OUTPUT_SOFTWARE }, 0, 0, FLAGS, .unit = "output" },
+    { "device", "CUDA device ordinal to import the ring on and to output frames from",
+      OFFSET(device), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, INT_MAX, FLAGS },
+    { "framerate", "nominal frame rate; when set, timestamps are in 1/framerate units (else nanoseconds)",
+      OFFSET(framerate), AV_OPT_TYPE_RATIONAL, { .dbl = 0 }, 0, 1000000, FLAGS },
+    { "connect_timeout", "milliseconds to wait for the publisher to appear",
+      OFFSET(connect_timeout_ms), AV_OPT_TYPE_INT, { .i64 = 5000 }, 0, INT_MAX, FLAGS },
+    { "timeout", "milliseconds to wait for a frame before failing (-1: forever)",
+      OFFSET(timeout_ms), AV_OPT_TYPE_INT, { .i64 = -1 }, -1, INT_MAX, FLAGS },
+    { "name", "subscriber name shown to operators (printable ASCII, at most 31 bytes)",
+      OFFSET(name), AV_OPT_TYPE_STRING, { .str = "ffmpeg" }, 0, 0, FLAGS },
+    { "runtime_dir", "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)",
+      OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, FLAGS },
+    { NULL },
+};
+
+static const AVClass cuframes_demuxer_class = {
+    .class_name = "cuframes indev",
+    .item_name  = av_default_item_name,
+    .option     = options,
+    .version    = LIBAVUTIL_VERSION_INT,
+    .category   = AV_CLASS_CATEGORY_DEVICE_VIDEO_INPUT,
+};
+
+const FFInputFormat ff_cuframes_demuxer = {
+    .p.name         = "cuframes",
+    .p.long_name    = NULL_IF_CONFIG_SMALL("cuframes shared frame ring (GPU or host memory)"),
+    .p.flags        = AVFMT_NOFILE,
+    .p.priv_class   = &cuframes_demuxer_class,
+    .priv_data_size = sizeof(CuframesDemuxContext),
+    .read_header    = cuframes_read_header,
+    .read_packet    = cuframes_read_packet,
+    .read_close     = cuframes_read_close,
+};

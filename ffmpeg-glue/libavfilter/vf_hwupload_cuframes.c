@@ -1,0 +1,505 @@
+/*
+ * hwupload_cuframes: publish every frame into a cuframes ring and pass it on unchanged.
+ *
+ * This file is part of FFmpeg (cuframes glue).
+ *
+ * FFmpeg is free software; you can redistribute it and/or
+ * modify it under the terms of the GNU Lesser General Public
+ * License as published by the Free Software Foundation; either
+ * version 2.1 of the License, or (at your option) any later version.
+ *
+ * FFmpeg is distributed in the hope that it will be useful,
+ * but WITHOUT ANY WARRANTY; without even the implied warranty of
+ * MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the GNU
+ * Lesser General Public License for more details.
+ *
+ * You should have received a copy of the GNU Lesser General Public
+ * License along with FFmpeg; if not, write to the Free Software
+ * Foundation, Inc., 51 Franklin Street, Fifth Floor, Boston, MA 02110-1301 USA
+ */
+
+/**
+ * @file
+ * The filter publishes each input frame into the frame ring of a cuframes publisher (key
+ * `key`), then passes the frame on untouched. Software frames are copied (uploaded for a CUDA
+ * ring); AV_PIX_FMT_CUDA frames are copied device to device on the frames' CUDA stream, with
+ * the frames' context pushed, and published only once that stream has finished (so no
+ * subscriber can see a frame before its data is complete).
+ *
+ * The publisher is created on the first frame, when the size and format are known, with
+ * cuframes_publisher_open_shared (R6: a cuframes_pkt muxer of the same command shares it).
+ * The ring's geometry is fixed for the publisher's lifetime: a frame of another size or
+ * format is an error that names both geometries (see docs/ffmpeg.md).
+ */
+
+#include <cuframes.h>
+
+#include "libavutil/avstring.h"
+#include "libavutil/buffer.h"
+#include "libavutil/hwcontext.h"
+#include "libavutil/hwcontext_cuda_internal.h"
+#include "libavutil/log.h"
+#include "libavutil/mathematics.h"
+#include "libavutil/opt.h"
+#include "libavutil/pixdesc.h"
+#include "libavutil/time.h"
+
+#include "avfilter.h"
+#include "filters.h"
+#include "formats.h"
+#include "video.h"
+
+/* The legacy default stream of the current context (CU_STREAM_LEGACY in cuda.h). FFmpeg's
+ * hwcontext uses it when AVCUDADeviceContext.stream is NULL; cuframes treats a NULL stream
+ * as "no caller stream", so the legacy stream is named explicitly. */
+#define CUFRAMES_CU_STREAM_LEGACY ((void *)0x1)
+
+enum { MEMORY_AUTO = -1 }; /* otherwise CUFRAMES_MEMORY_CUDA_VMM / CUFRAMES_MEMORY_HOST_MEMFD */
+
+typedef struct CuframesUploadContext {
+    const AVClass *class;
+
+    /* options */
+    char *key;
+    char *runtime_dir;
+    int ring_size;
+    int policy;
+    int ack_timeout_ms;
+    int memory;
+    int device;
+    int wait_subscribers;
+    int wait_timeout_ms;
+
+    /* state */
+    cuframes_publisher_t *pub;
+    int ring_memory;                /* CUFRAMES_MEMORY_* of the ring once created */
+    enum AVPixelFormat ring_pix_fmt; /* software format of the ring */
+    int ring_w, ring_h;
+    uint64_t published, device_copies, host_uploads, downloads;
+    uint64_t host_copies_at_start;
+} CuframesUploadContext;
+
+static const struct {
+    enum AVPixelFormat pix_fmt;
+    cuframes_format_t format;
+} format_map[] = {
+    { AV_PIX_FMT_NV12,    CUFRAMES_FORMAT_NV12    },
+    { AV_PIX_FMT_P010LE,  CUFRAMES_FORMAT_P010    },
+    { AV_PIX_FMT_P016LE,  CUFRAMES_FORMAT_P016    },
+    { AV_PIX_FMT_YUV420P, CUFRAMES_FORMAT_YUV420P },
+    { AV_PIX_FMT_YUV444P, CUFRAMES_FORMAT_YUV444P },
+    { AV_PIX_FMT_RGBA,    CUFRAMES_FORMAT_RGBA    },
+    { AV_PIX_FMT_BGRA,    CUFRAMES_FORMAT_BGRA    },
+};
+
+static int to_cuframes_format(enum AVPixelFormat f)
+{
+    for (int i = 0; i < FF_ARRAY_ELEMS(format_map); i++)
+        if (format_map[i].pix_fmt == f)
+            return format_map[i].format;
+    return CUFRAMES_FORMAT_NONE;
+}
+
+static enum AVPixelFormat from_cuframes_format(uint32_t f)
+{
+    for (int i = 0; i < FF_ARRAY_ELEMS(format_map); i++)
+        if (format_map[i].format == f)
+            return format_map[i].pix_fmt;
+    return AV_PIX_FMT_NONE;
+}
+
+static int cuframes_err(AVFilterContext *ctx, int code, const char *what)
+{
+    av_log(ctx, AV_LOG_ERROR, "%s: %s (%s)\n", what, cuframes_last_error(),
+           cuframes_strerror(code));
+    switch (code) {
+    case CUFRAMES_ERR_INVALID_ARG:
+    case CUFRAMES_ERR_FORMAT:       return AVERROR(EINVAL);
+    case CUFRAMES_ERR_NO_MEMORY:    return AVERROR(ENOMEM);
+    case CUFRAMES_ERR_PERMISSION:   return AVERROR(EACCES);
+    case CUFRAMES_ERR_ALREADY_EXISTS: return AVERROR(EEXIST);
+    case CUFRAMES_ERR_TIMEOUT:      return AVERROR(ETIMEDOUT);
+    default:                        return AVERROR_EXTERNAL;
+    }
+}
+
+static const char *memory_name(int m)
+{
+    return m == CUFRAMES_MEMORY_CUDA_VMM ? "CUDA VMM" : "host memfd";
+}
+
+static av_cold int cuframes_upload_init(AVFilterContext *ctx)
+{
+    CuframesUploadContext *s = ctx->priv;
+
+    if (!s->key || !*s->key) {
+        av_log(ctx, AV_LOG_ERROR, "The key option is required (e.g. hwupload_cuframes=key=cam1).\n");
+        return AVERROR(EINVAL);
+    }
+    s->ring_pix_fmt = AV_PIX_FMT_NONE;
+    s->host_copies_at_start = cuframes_host_copy_count();
+    return 0;
+}
+
+static av_cold void cuframes_upload_uninit(AVFilterContext *ctx)
+{
+    CuframesUploadContext *s = ctx->priv;
+
+    if (s->pub) {
+        av_log(ctx, AV_LOG_INFO, "key %s: published %"PRIu64" frames into the %s ring "
+               "(%"PRIu64" device copies, %"PRIu64" host uploads, %"PRIu64" downloads); "
+               "cuframes host copies: %"PRIu64"\n", s->key, s->published,
+               memory_name(s->ring_memory), s->device_copies, s->host_uploads, s->downloads,
+               cuframes_host_copy_count() - s->host_copies_at_start);
+        cuframes_publisher_destroy(s->pub);
+        s->pub = NULL;
+    }
+}
+
+static int cuframes_upload_query_formats(const AVFilterContext *ctx,
+                                         AVFilterFormatsConfig **cfg_in,
+                                         AVFilterFormatsConfig **cfg_out)
+{
+    static const enum AVPixelFormat pix_fmts[] = {
+        AV_PIX_FMT_NV12, AV_PIX_FMT_P010LE, AV_PIX_FMT_P016LE, AV_PIX_FMT_YUV420P,
+        AV_PIX_FMT_YUV444P, AV_PIX_FMT_RGBA, AV_PIX_FMT_BGRA, AV_PIX_FMT_CUDA,
+        AV_PIX_FMT_NONE,
+    };
+    AVFilterFormats *fmts = ff_make_pixel_format_list(pix_fmts);
+    int ret = ff_formats_ref(fmts, &cfg_in[0]->formats);
+    if (ret < 0)
+        return ret;
+    return ff_formats_ref(fmts, &cfg_out[0]->formats);
+}
+
+static int cuframes_upload_config_output(AVFilterLink *outlink)
+{
+    AVFilterContext *ctx = outlink->src;
+    AVFilterLink *inlink = ctx->inputs[0];
+    FilterLink *inl  = ff_filter_link(inlink);
+    FilterLink *outl = ff_filter_link(outlink);
+
+    if (inlink->format == AV_PIX_FMT_CUDA) {
+        AVHWFramesContext *fc;
+        if (!inl->hw_frames_ctx) {
+            av_log(ctx, AV_LOG_ERROR, "CUDA input without a hardware frames context.\n");
+            return AVERROR(EINVAL);
+        }
+        fc = (AVHWFramesContext *)inl->hw_frames_ctx->data;
+        if (to_cuframes_format(fc->sw_format) == CUFRAMES_FORMAT_NONE) {
+            av_log(ctx, AV_LOG_ERROR, "CUDA frames of software format %s cannot be published: "
+                   "a cuframes ring carries nv12, p010le, p016le, yuv420p, yuv444p, rgba or bgra.\n",
+                   av_get_pix_fmt_name(fc->sw_format));
+            return AVERROR(EINVAL);
+        }
+        av_buffer_unref(&outl->hw_frames_ctx);
+        outl->hw_frames_ctx = av_buffer_ref(inl->hw_frames_ctx);
+        if (!outl->hw_frames_ctx)
+            return AVERROR(ENOMEM);
+    }
+    outlink->w = inlink->w;
+    outlink->h = inlink->h;
+    outlink->sample_aspect_ratio = inlink->sample_aspect_ratio;
+    outlink->time_base = inlink->time_base;
+    outl->frame_rate = inl->frame_rate;
+    return 0;
+}
+
+/* The CUDA device ordinal of a hardware frame's context (the ring goes on the same device). */
+static int frame_cuda_ordinal(AVFilterContext *ctx, const AVFrame *frame, int *ordinal)
+{
+    AVHWFramesContext *fc = (AVHWFramesContext *)frame->hw_frames_ctx->data;
+    AVCUDADeviceContext *hw = fc->device_ctx->hwctx;
+    CudaFunctions *cu = hw->internal->cuda_dl;
+    CUcontext dummy;
+    CUdevice dev;
+    int ret;
+
+    if (cu->cuCtxPushCurrent(hw->cuda_ctx) != CUDA_SUCCESS)
+        return AVERROR_EXTERNAL;
+    ret = cu->cuCtxGetDevice(&dev) == CUDA_SUCCESS ? 0 : AVERROR_EXTERNAL;
+    cu->cuCtxPopCurrent(&dummy);
+    if (ret < 0)
+        av_log(ctx, AV_LOG_ERROR, "Cannot tell the CUDA device of the input frames.\n");
+    *ordinal = dev;
+    return ret;
+}
+
+static int geometry_mismatch(AVFilterContext *ctx, enum AVPixelFormat old_fmt, int old_w,
+                             int old_h, enum AVPixelFormat new_fmt, int new_w, int new_h)
+{
+    CuframesUploadContext *s = ctx->priv;
+    av_log(ctx, AV_LOG_ERROR, "The input changed from %dx%d %s to %dx%d %s mid-stream. The "
+           "frame ring of key '%s' has a fixed geometry for the publisher's lifetime "
+           "(subscribers map it once), so frames of another size or format cannot be "
+           "published. Scale/convert before hwupload_cuframes to keep one geometry, or "
+           "restart the publisher.\n",
+           old_w, old_h, av_get_pix_fmt_name(old_fmt), new_w, new_h,
+           av_get_pix_fmt_name(new_fmt), s->key);
+    return AVERROR(EINVAL);
+}
+
+static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVPixelFormat sw)
+{
+    CuframesUploadContext *s = ctx->priv;
+    cuframes_publisher_options_t po;
+    cuframes_frame_ring_config_t rc;
+    cuframes_frame_layout_t layout;
+    int ret, memory = s->memory, ordinal = s->device;
+    char where[64];
+
+    cuframes_publisher_options_default(&po);
+    po.runtime_dir = s->runtime_dir;
+    ret = cuframes_publisher_open_shared(s->key, &po, &s->pub);
+    if (ret != CUFRAMES_OK)
+        return cuframes_err(ctx, ret, "Cannot create the publisher");
+
+    if (frame->format == AV_PIX_FMT_CUDA && ordinal < 0) {
+        ret = frame_cuda_ordinal(ctx, frame, &ordinal);
+        if (ret < 0)
+            return ret;
+    }
+    if (ordinal < 0)
+        ordinal = 0;
+    if (memory == MEMORY_AUTO) {
+        if (frame->format == AV_PIX_FMT_CUDA || cuframes_cuda_device_count() > ordinal)
+            memory = CUFRAMES_MEMORY_CUDA_VMM;
+        else
+            memory = CUFRAMES_MEMORY_HOST_MEMFD;
+    }
+
+    /* R6: a component of this process (a previous instance of this filter kept alive by the
+     * cuframes_pkt muxer's handle) may already have given the key a frame ring. */
+    if (cuframes_publisher_frame_layout(s->pub, &layout) == CUFRAMES_OK) {
+        enum AVPixelFormat f = from_cuframes_format(layout.format);
+        if (f != sw || layout.width != frame->width || layout.height != frame->height)
+            return geometry_mismatch(ctx, f, layout.width, layout.height, sw,
+                                     frame->width, frame->height);
+        av_log(ctx, AV_LOG_VERBOSE, "Reusing the frame ring of key %s (%dx%d %s).\n",
+               s->key, frame->width, frame->height, av_get_pix_fmt_name(sw));
+    } else {
+        cuframes_frame_ring_config_default(&rc);
+        rc.format         = to_cuframes_format(sw);
+        rc.width          = frame->width;
+        rc.height         = frame->height;
+        rc.ring_size      = s->ring_size;
+        rc.policy         = s->policy;
+        rc.ack_timeout_ms = s->ack_timeout_ms;
+        rc.memory_kind    = memory;
+        rc.cuda_device    = ordinal;
+        ret = cuframes_publisher_enable_frames(s->pub, &rc);
+        if (ret != CUFRAMES_OK)
+            return cuframes_err(ctx, ret, "Cannot create the frame ring");
+        if (memory == CUFRAMES_MEMORY_CUDA_VMM)
+            snprintf(where, sizeof(where), "CUDA VMM memory on device %d", ordinal);
+        else
+            snprintf(where, sizeof(where), "host memfd memory");
+        av_log(ctx, AV_LOG_INFO, "Publishing key %s: %dx%d %s, %d slots in %s, %s.\n",
+               s->key, frame->width, frame->height, av_get_pix_fmt_name(sw), s->ring_size,
+               where, s->policy == CUFRAMES_POLICY_STRICT_WAIT ? "STRICT_WAIT" : "DROP_OLDEST");
+    }
+    s->ring_memory  = memory;
+    s->ring_pix_fmt = sw;
+    s->ring_w       = frame->width;
+    s->ring_h       = frame->height;
+
+    if (s->wait_subscribers > 0) {
+        int64_t deadline = av_gettime_relative() + (int64_t)s->wait_timeout_ms * 1000;
+        int n = 0;
+        while ((n = cuframes_publisher_subscriber_count(s->pub)) < s->wait_subscribers &&
+               av_gettime_relative() < deadline)
+            av_usleep(5000);
+        if (n < s->wait_subscribers)
+            av_log(ctx, AV_LOG_WARNING, "Only %d of %d subscribers connected within %d ms; "
+                   "publishing anyway.\n", n, s->wait_subscribers, s->wait_timeout_ms);
+        else
+            av_log(ctx, AV_LOG_VERBOSE, "%d subscribers connected.\n", n);
+    }
+    return 0;
+}
+
+static int publish_cuda_frame(AVFilterContext *ctx, const AVFrame *frame, int64_t pts_ns)
+{
+    CuframesUploadContext *s = ctx->priv;
+    AVHWFramesContext *fc = (AVHWFramesContext *)frame->hw_frames_ctx->data;
+    AVCUDADeviceContext *hw = fc->device_ctx->hwctx;
+    CudaFunctions *cu = hw->internal->cuda_dl;
+    uint64_t planes[3] = { 0 };
+    size_t pitches[3] = { 0 };
+    int n = av_pix_fmt_count_planes(fc->sw_format), ret;
+    CUcontext dummy;
+
+    for (int i = 0; i < n && i < 3; i++) {
+        planes[i]  = (uint64_t)(uintptr_t)frame->data[i];
+        pitches[i] = frame->linesize[i];
+    }
+    if (cu->cuCtxPushCurrent(hw->cuda_ctx) != CUDA_SUCCESS) {
+        av_log(ctx, AV_LOG_ERROR, "cuCtxPushCurrent failed.\n");
+        return AVERROR_EXTERNAL;
+    }
+    /* The copy is queued on the frames' stream after the producer's work, and the frame is
+     * published only once that stream has finished. */
+    ret = cuframes_publisher_publish_device(s->pub, planes, pitches, n,
+                                            hw->stream ? (void *)hw->stream : CUFRAMES_CU_STREAM_LEGACY,
+                                            pts_ns);
+    cu->cuCtxPopCurrent(&dummy);
+    if (ret != CUFRAMES_OK)
+        return cuframes_err(ctx, ret, "Cannot publish the CUDA frame");
+    s->device_copies++;
+    return 0;
+}
+
+static int publish_host_frame(AVFilterContext *ctx, const AVFrame *frame, int64_t pts_ns)
+{
+    CuframesUploadContext *s = ctx->priv;
+    const uint8_t *planes[3] = { NULL };
+    size_t strides[3] = { 0 };
+    int n = av_pix_fmt_count_planes(frame->format), ret;
+
+    for (int i = 0; i < n && i < 3; i++) {
+        if (frame->linesize[i] < 0) {
+            av_log(ctx, AV_LOG_ERROR, "Frames with negative line sizes (vertically flipped) "
+                   "are not supported.\n");
+            return AVERROR(EINVAL);
+        }
+        planes[i]  = frame->data[i];
+        strides[i] = frame->linesize[i];
+    }
+    ret = cuframes_publisher_publish_host(s->pub, planes, strides, n, pts_ns);
+    if (ret != CUFRAMES_OK)
+        return cuframes_err(ctx, ret, "Cannot publish the frame");
+    s->host_uploads += s->ring_memory == CUFRAMES_MEMORY_CUDA_VMM;
+    return 0;
+}
+
+static int cuframes_upload_filter_frame(AVFilterLink *inlink, AVFrame *frame)
+{
+    AVFilterContext *ctx = inlink->dst;
+    CuframesUploadContext *s = ctx->priv;
+    enum AVPixelFormat sw = frame->format;
+    int64_t pts_ns = INT64_MIN; /* R25: none -> CLOCK_MONOTONIC at publish */
+    int ret;
+
+    if (frame->format == AV_PIX_FMT_CUDA) {
+        if (!frame->hw_frames_ctx) {
+            av_log(ctx, AV_LOG_ERROR, "CUDA frame without a hardware frames context.\n");
+            ret = AVERROR(EINVAL);
+            goto fail;
+        }
+        sw = ((AVHWFramesContext *)frame->hw_frames_ctx->data)->sw_format;
+    }
+    if (to_cuframes_format(sw) == CUFRAMES_FORMAT_NONE) {
+        av_log(ctx, AV_LOG_ERROR, "Pixel format %s cannot be published.\n",
+               av_get_pix_fmt_name(sw));
+        ret = AVERROR(EINVAL);
+        goto fail;
+    }
+
+    if (!s->pub) {
+        ret = create_publisher(ctx, frame, sw);
+        if (ret < 0)
+            goto fail;
+    } else if (sw != s->ring_pix_fmt || frame->width != s->ring_w || frame->height != s->ring_h) {
+        ret = geometry_mismatch(ctx, s->ring_pix_fmt, s->ring_w, s->ring_h, sw,
+                                frame->width, frame->height);
+        goto fail;
+    }
+
+    if (frame->pts != AV_NOPTS_VALUE)
+        pts_ns = av_rescale_q(frame->pts, inlink->time_base, (AVRational){ 1, 1000000000 });
+
+    if (frame->format == AV_PIX_FMT_CUDA && s->ring_memory == CUFRAMES_MEMORY_CUDA_VMM) {
+        ret = publish_cuda_frame(ctx, frame, pts_ns);
+    } else if (frame->format == AV_PIX_FMT_CUDA) {
+        /* memory=host with CUDA input: download, then publish the host copy. */
+        AVFrame *sw_frame = av_frame_alloc();
+        if (!sw_frame) {
+            ret = AVERROR(ENOMEM);
+            goto fail;
+        }
+        ret = av_hwframe_transfer_data(sw_frame, frame, 0);
+        if (ret >= 0) {
+            s->downloads++;
+            ret = publish_host_frame(ctx, sw_frame, pts_ns);
+        } else {
+            av_log(ctx, AV_LOG_ERROR, "Cannot download the CUDA frame for the host ring.\n");
+        }
+        av_frame_free(&sw_frame);
+    } else {
+        ret = publish_host_frame(ctx, frame, pts_ns);
+    }
+    if (ret < 0)
+        goto fail;
+    s->published++;
+    return ff_filter_frame(ctx->outputs[0], frame);
+
+fail:
+    av_frame_free(&frame);
+    return ret;
+}
+
+#define OFFSET(x) offsetof(CuframesUploadContext, x)
+#define FLAGS (AV_OPT_FLAG_FILTERING_PARAM | AV_OPT_FLAG_VIDEO_PARAM)
+static const AVOption cuframes_upload_options[] = {
+    { "key", "publisher key: subscribers connect with -f cuframes -i KEY ([A-Za-z0-9_-]{1,63})",
+      OFFSET(key), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, FLAGS },
+    { "ring_size", "number of frame slots in the ring",
+      OFFSET(ring_size), AV_OPT_TYPE_INT, { .i64 = 4 }, 1, CUFRAMES_MAX_RING_SIZE, FLAGS },
+    { "policy", "what the publisher does when a slot is still being read",
+      OFFSET(policy), AV_OPT_TYPE_INT, { .i64 = CUFRAMES_POLICY_DROP_OLDEST }, 0, 1, FLAGS, .unit = "policy" },
+        { "drop_oldest", "never wait: overwrite the oldest slot (slow subscribers skip frames)",
+          0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_POLICY_DROP_OLDEST }, 0, 0, FLAGS, .unit = "policy" },
+        { "strict_wait", "wait for every subscriber's ACK: each one sees every frame",
+          0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_POLICY_STRICT_WAIT }, 0, 0, FLAGS, .unit = "policy" },
+    { "ack_timeout", "strict_wait: milliseconds after which a subscriber that has not ACKed is declared dead",
+      OFFSET(ack_timeout_ms), AV_OPT_TYPE_INT, { .i64 = 1000 }, 1, INT_MAX, FLAGS },
+    { "memory", "where the ring's slots live",
+      OFFSET(memory), AV_OPT_TYPE_INT, { .i64 = MEMORY_AUTO }, -1, 1, FLAGS, .unit = "memory" },
+        { "auto", "CUDA VMM for CUDA input or when a CUDA device exists, else host memory",
+          0, AV_OPT_TYPE_CONST, { .i64 = MEMORY_AUTO }, 0, 0, FLAGS, .unit = "memory" },
+        { "cuda", "CUDA VMM device memory",
+          0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_MEMORY_CUDA_VMM }, 0, 0, FLAGS, .unit = "memory" },
+        { "host", "host memory (memfd); CPU-only machines",
+          0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_MEMORY_HOST_MEMFD }, 0, 0, FLAGS, .unit = "memory" },
+    { "device", "CUDA device ordinal of the ring (-1: the input frames' device, else 0)",
+      OFFSET(device), AV_OPT_TYPE_INT, { .i64 = -1 }, -1, INT_MAX, FLAGS },
+    { "wait_subscribers", "before publishing the first frame, wait until this many subscribers are connected",
+      OFFSET(wait_subscribers), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, CUFRAMES_MAX_SUBSCRIBERS, FLAGS },
+    { "wait_timeout", "milliseconds to wait for wait_subscribers before publishing anyway",
+      OFFSET(wait_timeout_ms), AV_OPT_TYPE_INT, { .i64 = 10000 }, 0, INT_MAX, FLAGS },
+    { "runtime_dir", "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)",
+      OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, FLAGS },
+    { NULL },
+};
+
+AVFILTER_DEFINE_CLASS(cuframes_upload);
+
+static const AVFilterPad cuframes_upload_inputs[] = {
+    {
+        .name         = "default",
+        .type         = AVMEDIA_TYPE_VIDEO,
+        .filter_frame = cuframes_upload_filter_frame,
+    },
+};
+
+static const AVFilterPad cuframes_upload_outputs[] = {
+    {
+        .name         = "default",
+        .type         = AVMEDIA_TYPE_VIDEO,
+        .config_props = cuframes_upload_config_output,
+    },
+};
+
+const FFFilter ff_vf_hwupload_cuframes = {
+    .p.name        = "hwupload_cuframes",
+    .p.description = NULL_IF_CONFIG_SMALL("Publish frames into a cuframes ring (GPU or host "
+                                          "memory) and pass them on unchanged."),
+    .p.priv_class  = &cuframes_upload_class,
+    .init          = cuframes_upload_init,
+    .uninit        = cuframes_upload_uninit,
+    .priv_size     = sizeof(CuframesUploadContext),
+    FILTER_INPUTS(cuframes_upload_inputs),
+    FILTER_OUTPUTS(cuframes_upload_outputs),
+    FILTER_QUERY_FUNC2(cuframes_upload_query_formats),
+    .flags_internal = FF_FILTER_FLAG_HWFRAME_AWARE,
+};

@@ -1,0 +1,249 @@
+//! FFmpeg frame path on the host-memory ring (CI): testsrc through `hwupload_cuframes` and
+//! back through `-f cuframes` gives the framemd5 of the direct path, for every pixel format
+//! the ring carries, under both policies, with 8 readers at once. Skipped without a cuframes
+//! FFmpeg build (scripts/build-ffmpeg.sh).
+
+mod ffmpeg_frames_support;
+
+use std::time::Duration;
+
+use ffmpeg_frames_support::{args, ffmpeg, frame_lines, Env, SKIP};
+
+const FORMATS: [&str; 7] = [
+    "nv12", "yuv420p", "p010le", "p016le", "yuv444p", "rgba", "bgra",
+];
+const READERS: usize = 8;
+const FRAMES: usize = 8;
+const SIZE: &str = "64x48";
+
+/// 8 frames at 25 fps (a duration, not -frames:v: the filter graph would run one frame more
+/// than the output keeps).
+fn testsrc() -> String {
+    format!("testsrc=s={SIZE}:r=25:d=0.32")
+}
+
+/// framemd5 of the direct path: testsrc -> format -> framemd5.
+fn direct(env: &Env, fmt: &str, out: &str) -> String {
+    let path = env.path(out);
+    let o = env.run(&args(&[
+        "-f",
+        "lavfi",
+        "-i",
+        &testsrc(),
+        "-vf",
+        &format!("format={fmt}"),
+        "-f",
+        "framemd5",
+        path.to_str().unwrap(),
+    ]));
+    assert!(
+        o.status.success(),
+        "direct path failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// Publish with `policy` while READERS `-f cuframes` processes write framemd5 files; returns
+/// the readers' files.
+fn through_ring(env: &mut Env, fmt: &str, policy: &str) -> Vec<String> {
+    let key = env.key(&format!("{}{}", &fmt[..3], &policy[..1]));
+    let ring = if policy == "strict_wait" { "2" } else { "16" };
+    let mut readers = Vec::new();
+    for r in 0..READERS {
+        let out = env.path(&format!("{key}-{r}.md5"));
+        let i = env.spawn(
+            &args(&[
+                "-f",
+                "cuframes",
+                "-framerate",
+                "25",
+                "-connect_timeout",
+                "30000",
+                "-timeout",
+                "30000",
+                "-name",
+                &format!("reader{r}"),
+                "-i",
+                &key,
+                "-f",
+                "framemd5",
+                out.to_str().unwrap(),
+            ]),
+            &format!("{key}-{r}.log"),
+        );
+        readers.push((i, out, format!("{key}-{r}.log")));
+    }
+    // -re paces the publisher at 25 fps: under drop_oldest nobody waits for the readers.
+    let filter = format!(
+        "format={fmt},hwupload_cuframes=key={key}:memory=host:policy={policy}:ring_size={ring}:\
+         ack_timeout=10000:wait_subscribers={READERS}:wait_timeout=30000"
+    );
+    let p = env.spawn(
+        &args(&[
+            "-re",
+            "-f",
+            "lavfi",
+            "-i",
+            &testsrc(),
+            "-vf",
+            &filter,
+            "-f",
+            "null",
+            "-",
+        ]),
+        &format!("{key}-pub.log"),
+    );
+    let (ok, log) = env.wait(p, &format!("{key}-pub.log"), Duration::from_secs(60));
+    assert!(ok, "publisher ({fmt}, {policy}) failed:\n{log}");
+    assert!(log.contains("host memfd"), "expected a host ring:\n{log}");
+    let mut files = Vec::new();
+    for (i, out, log) in readers {
+        let (ok, text) = env.wait(i, &log, Duration::from_secs(30));
+        assert!(ok, "reader ({fmt}, {policy}) failed:\n{text}");
+        files.push(std::fs::read_to_string(out).unwrap());
+    }
+    files
+}
+
+fn check_format(fmt: &str) {
+    let Some(ff) = ffmpeg() else {
+        println!("{SKIP}");
+        return;
+    };
+    let mut env = Env::new(ff, fmt);
+    let want = direct(&env, fmt, "direct.md5");
+    let want_frames = frame_lines(&want);
+    assert_eq!(want_frames.len(), FRAMES);
+    for policy in ["strict_wait", "drop_oldest"] {
+        for (r, got) in through_ring(&mut env, fmt, policy).iter().enumerate() {
+            assert_eq!(
+                frame_lines(got),
+                want_frames,
+                "{fmt} {policy} reader {r}: framemd5 differs from the direct path\n\
+                 direct:\n{want}\nthrough the ring:\n{got}"
+            );
+        }
+    }
+}
+
+#[test]
+fn roundtrip_nv12() {
+    check_format(FORMATS[0]);
+}
+#[test]
+fn roundtrip_yuv420p() {
+    check_format(FORMATS[1]);
+}
+#[test]
+fn roundtrip_p010le() {
+    check_format(FORMATS[2]);
+}
+#[test]
+fn roundtrip_p016le() {
+    check_format(FORMATS[3]);
+}
+#[test]
+fn roundtrip_yuv444p() {
+    check_format(FORMATS[4]);
+}
+#[test]
+fn roundtrip_rgba() {
+    check_format(FORMATS[5]);
+}
+#[test]
+fn roundtrip_bgra() {
+    check_format(FORMATS[6]);
+}
+
+/// A size change inside one filter instance is an error naming both geometries, never a
+/// silently wrong frame.
+#[test]
+fn size_change_mid_stream_is_an_error() {
+    let Some(ff) = ffmpeg() else {
+        println!("{SKIP}");
+        return;
+    };
+    let mut env = Env::new(ff, "resize");
+    let key = env.key("resize");
+    let o = env.run(&args(&[
+        "-f",
+        "lavfi",
+        "-i",
+        &testsrc(),
+        "-vf",
+        &format!(
+            "scale=w='if(lt(n\\,3)\\,64\\,80)':h=48:eval=frame,format=nv12,\
+             hwupload_cuframes=key={key}:memory=host"
+        ),
+        "-f",
+        "null",
+        "-",
+    ]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a size change must fail:\n{err}");
+    assert!(
+        err.contains("changed from 64x48 nv12 to 80x48 nv12"),
+        "the error names both geometries:\n{err}"
+    );
+}
+
+/// The options are documented in `ffmpeg -h`.
+#[test]
+fn options_are_documented() {
+    let Some(ff) = ffmpeg() else {
+        println!("{SKIP}");
+        return;
+    };
+    let env = Env::new(ff, "help");
+    let f = env.run(&args(&["-h", "filter=hwupload_cuframes"]));
+    let f = String::from_utf8_lossy(&f.stdout);
+    for opt in [
+        "key",
+        "ring_size",
+        "policy",
+        "strict_wait",
+        "ack_timeout",
+        "memory",
+        "device",
+    ] {
+        assert!(f.contains(opt), "filter help lacks {opt}:\n{f}");
+    }
+    let d = env.run(&args(&["-h", "demuxer=cuframes"]));
+    let d = String::from_utf8_lossy(&d.stdout);
+    for opt in [
+        "mode",
+        "zero_copy",
+        "output",
+        "software",
+        "framerate",
+        "connect_timeout",
+    ] {
+        assert!(d.contains(opt), "device help lacks {opt}:\n{d}");
+    }
+}
+
+/// Without a publisher the device fails after its connect timeout, with cuframes' reason.
+#[test]
+fn missing_publisher_is_a_clear_error() {
+    let Some(ff) = ffmpeg() else {
+        println!("{SKIP}");
+        return;
+    };
+    let mut env = Env::new(ff, "nopub");
+    let key = env.key("nopub");
+    let o = env.run(&args(&[
+        "-f",
+        "cuframes",
+        "-connect_timeout",
+        "200",
+        "-i",
+        &key,
+        "-f",
+        "null",
+        "-",
+    ]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("Cannot subscribe"), "{err}");
+}
