@@ -11,6 +11,7 @@ pub mod error;
 pub mod format;
 pub mod frames;
 pub mod futex;
+pub mod inspect;
 pub mod liveness;
 pub mod memory;
 pub mod packet;

@@ -1,0 +1,221 @@
+//! `cuframes clean`: remove the sockets and SHM objects of dead publishers, never a live
+//! one's. The verdict is the one of [`super::list`] (socket listening per `/proc/net/unix`,
+//! producer pids alive); a "dead" key is then checked once more as `Publisher::create`
+//! checks it (§1): by connecting to its socket. A connection that is accepted means a live
+//! publisher this process cannot see (another network namespace, a different path to the
+//! same directory): the key is kept. A refused one disturbs nobody.
+
+use std::ffi::CString;
+use std::io::ErrorKind;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use nix::errno::Errno;
+
+use super::objects::{self, ObjectMeta};
+use super::{list, Liveness, PublisherInfo, SocketState};
+use crate::error::{Error, ErrorCode, Result};
+use crate::paths::Key;
+use crate::wire::{FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC};
+
+/// One object removed (or, with `dry_run`, that would be).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removal {
+    pub key: String,
+    /// "socket", "frame SHM" or "packet SHM".
+    pub what: &'static str,
+    pub path: String,
+    /// Why the key was judged dead.
+    pub reason: String,
+}
+
+/// What [`clean`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanReport {
+    pub dry_run: bool,
+    pub removed: Vec<Removal>,
+    /// Keys left alone, with the reason (alive, or cannot tell).
+    pub kept: Vec<(String, String)>,
+    /// Objects that could not be removed, with the error.
+    pub failed: Vec<(String, String)>,
+}
+
+/// Remove what dead publishers left (only `keys` when given). With `dry_run`, only say
+/// what would be removed.
+pub fn clean(runtime_dir: &Path, keys: Option<&[Key]>, dry_run: bool) -> Result<CleanReport> {
+    let mut report = CleanReport {
+        dry_run,
+        ..Default::default()
+    };
+    for info in list(runtime_dir, keys)? {
+        let reason = match &info.liveness {
+            Liveness::Dead(r) => r.clone(),
+            Liveness::Alive(r) => {
+                report.kept.push((info.key.clone(), format!("alive: {r}")));
+                continue;
+            }
+            Liveness::Unknown(r) => {
+                report.kept.push((
+                    info.key.clone(),
+                    format!("cannot tell whether it is alive: {r}"),
+                ));
+                continue;
+            }
+        };
+        if let Some(why) = confirm_socket_dead(&info) {
+            report.kept.push((info.key.clone(), why));
+            continue;
+        }
+        remove_key(&info, &reason, dry_run, &mut report);
+    }
+    Ok(report)
+}
+
+/// `None` when the socket (if any) refuses connections, else why the key must be kept.
+fn confirm_socket_dead(info: &PublisherInfo) -> Option<String> {
+    if !matches!(
+        info.socket,
+        SocketState::NotListening | SocketState::Unknown(_)
+    ) {
+        return None;
+    }
+    match UnixStream::connect(&info.socket_path) {
+        Ok(_) => Some(format!(
+            "alive: {} accepts connections (a publisher outside this network namespace?)",
+            info.socket_path.display()
+        )),
+        Err(e) if matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::NotFound) => None,
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => Some(format!(
+            "cannot tell whether it is alive: {}",
+            objects::permission_error(&info.socket_path, "write (w)", "connect to").message()
+        )),
+        Err(e) => Some(format!(
+            "cannot tell whether it is alive: connect {}: {e}",
+            info.socket_path.display()
+        )),
+    }
+}
+
+fn remove_key(info: &PublisherInfo, reason: &str, dry_run: bool, report: &mut CleanReport) {
+    let mut removal = |what: &'static str, path: String| {
+        report.removed.push(Removal {
+            key: info.key.clone(),
+            what,
+            path,
+            reason: reason.to_owned(),
+        })
+    };
+    // SHM first: if a new publisher takes the key meanwhile, its objects carry a live pid
+    // and the re-check below keeps them.
+    let objects = [
+        info.frames.as_ref().map(|o| (o.name.clone(), "frame SHM")),
+        info.packets
+            .as_ref()
+            .map(|o| (o.name.clone(), "packet SHM")),
+    ];
+    for (name, what) in objects.into_iter().flatten() {
+        let path = objects::shm_path(&name);
+        if let Some(pid) = live_owner(&name) {
+            report.failed.push((
+                path.display().to_string(),
+                format!("kept: it now belongs to live process {pid}"),
+            ));
+            return;
+        }
+        if dry_run {
+            removal(what, path.display().to_string());
+            continue;
+        }
+        match unlink_shm(&name) {
+            Ok(true) => removal(what, path.display().to_string()),
+            Ok(false) => {}
+            Err(e) => report
+                .failed
+                .push((path.display().to_string(), e.message().to_owned())),
+        }
+    }
+    if matches!(
+        info.socket,
+        SocketState::NotListening | SocketState::Unknown(_)
+    ) {
+        let path = info.socket_path.display().to_string();
+        if dry_run {
+            removal("socket", path);
+            return;
+        }
+        // Only a socket file, and only while it still refuses connections.
+        if ObjectMeta::of(&info.socket_path).is_some_and(|m| m.is_socket)
+            && confirm_socket_dead(info).is_none()
+        {
+            match std::fs::remove_file(&info.socket_path) {
+                Ok(()) => removal("socket", path),
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                    let dir = info.socket_path.parent().unwrap_or(Path::new("/"));
+                    report.failed.push((
+                        path,
+                        format!(
+                            "{} (removing a file needs write and execute (wx) permission on \
+                             the directory; with the sticky bit also ownership of the file)",
+                            objects::permission_error(
+                                dir,
+                                "write and execute (wx)",
+                                "remove a file from"
+                            )
+                            .message()
+                        ),
+                    ))
+                }
+                Err(e) => report.failed.push((path, e.to_string())),
+            }
+        }
+    }
+}
+
+/// The producer pid of an SHM object, if it is alive right now.
+fn live_owner(name: &str) -> Option<u64> {
+    let obj = objects::open_readonly(name, 0x20).ok()?;
+    if obj.map.len() < 0x20 {
+        return None;
+    }
+    let magic = obj
+        .map
+        .atomic_u32(0)
+        .load(std::sync::atomic::Ordering::Acquire);
+    if ![FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC].contains(&magic) {
+        return None;
+    }
+    // producer_pid is at 0x18 in both headers (§2.0, §10.2).
+    let pid = obj
+        .map
+        .atomic_u64(0x18)
+        .load(std::sync::atomic::Ordering::Acquire);
+    objects::pid_alive(pid).then_some(pid)
+}
+
+/// `shm_unlink`; `Ok(false)` when it was already gone.
+fn unlink_shm(name: &str) -> Result<bool> {
+    let path = objects::shm_path(name);
+    let c = CString::new(format!("/{name}")).map_err(|_| Error::invalid("NUL in SHM name"))?;
+    match nix::sys::mman::shm_unlink(c.as_c_str()) {
+        Ok(()) => Ok(true),
+        Err(Errno::ENOENT) => Ok(false),
+        Err(Errno::EACCES | Errno::EPERM) => {
+            // SAFETY: getuid cannot fail.
+            let uid = unsafe { libc::getuid() };
+            let owner = ObjectMeta::of(&path).map_or(String::from("its owner"), |m| {
+                format!("its owner (uid {})", m.uid)
+            });
+            Err(Error::new(
+                ErrorCode::Permission,
+                format!(
+                    "permission denied: cannot remove {}: {SHM} has the sticky bit, so only \
+                     {owner} or root may remove it (this user is uid {uid})",
+                    path.display(),
+                    SHM = objects::SHM_DIR
+                ),
+            ))
+        }
+        Err(e) => Err(Error::os(format!("shm_unlink {}", path.display()), e)),
+    }
+}

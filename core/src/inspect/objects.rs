@@ -1,0 +1,180 @@
+//! Opening SHM objects read-only for inspection, with errors that name the object and the
+//! access that was missing, and process liveness that does not count zombies.
+
+use std::ffi::CString;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::SystemTime;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::mman::shm_open;
+use nix::sys::stat::{fstat, Mode};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::shm::Mapping;
+
+/// Where POSIX SHM objects live on Linux.
+pub const SHM_DIR: &str = "/dev/shm";
+
+/// What `stat` says about an object (works without read permission on the object).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub size: u64,
+    /// Permission bits (e.g. 0o660).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub modified: SystemTime,
+    pub is_socket: bool,
+}
+
+impl ObjectMeta {
+    /// `stat` (not following symlinks) of `path`; `None` when it does not exist.
+    pub fn of(path: &Path) -> Option<ObjectMeta> {
+        use std::os::unix::fs::FileTypeExt;
+        let md = std::fs::symlink_metadata(path).ok()?;
+        Some(ObjectMeta {
+            size: md.size(),
+            mode: md.mode() & 0o7777,
+            uid: md.uid(),
+            gid: md.gid(),
+            modified: md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            is_socket: md.file_type().is_socket(),
+        })
+    }
+
+    /// Seconds since the object was last modified (0 if its clock is ahead of ours).
+    pub fn age_secs(&self) -> f64 {
+        SystemTime::now()
+            .duration_since(self.modified)
+            .map_or(0.0, |d| d.as_secs_f64())
+    }
+}
+
+/// The path of SHM object `name` (relative to /dev/shm).
+pub fn shm_path(name: &str) -> std::path::PathBuf {
+    Path::new(SHM_DIR).join(name)
+}
+
+/// A permission error for `path` that says who owns it, its mode, who we are and which
+/// access (`needed`, e.g. "read (r)") is missing.
+pub fn permission_error(path: &Path, needed: &str, doing: &str) -> Error {
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let owner = match ObjectMeta::of(path) {
+        Some(m) => format!(
+            " (mode {:04o}, owner uid {}, group gid {})",
+            m.mode, m.uid, m.gid
+        ),
+        None => String::new(),
+    };
+    Error::new(
+        ErrorCode::Permission,
+        format!(
+            "permission denied: cannot {doing} {}{owner}; this user (uid {uid}, gid {gid}) needs \
+             {needed} permission on it: run as its owner or root, or have the publisher create \
+             it with a group mode (file_mode 0640 or 0660) and a group this user is in \
+             (see docs/operations.md)",
+            path.display()
+        ),
+    )
+}
+
+/// A read-only mapping of (a prefix of) an SHM object.
+pub struct ReadOnlyObject {
+    pub map: Mapping,
+    /// Size of the whole object (the mapping may be shorter: at most `max_map` bytes).
+    pub size: usize,
+}
+
+/// Open `/dev/shm/<name>` read-only and map at most `max_map` bytes of it read-only.
+/// Errors: `NotFound`, `Permission` (naming the object and "read (r)"), `Protocol` for an
+/// empty object.
+pub fn open_readonly(name: &str, max_map: usize) -> Result<ReadOnlyObject> {
+    let path = shm_path(name);
+    let cpath =
+        CString::new(format!("/{name}")).map_err(|_| Error::invalid("SHM name contains NUL"))?;
+    let fd = shm_open(
+        cpath.as_c_str(),
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        Errno::EACCES | Errno::EPERM => permission_error(&path, "read (r)", "open"),
+        Errno::ENOENT => Error::new(
+            ErrorCode::NotFound,
+            format!("{} does not exist", path.display()),
+        ),
+        other => Error::os(format!("open {}", path.display()), other),
+    })?;
+    let st = fstat(fd.as_fd()).map_err(|e| Error::os(format!("fstat {}", path.display()), e))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(Error::protocol(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    let size = usize::try_from(st.st_size).unwrap_or(0);
+    if size == 0 {
+        return Err(Error::protocol(format!(
+            "{} is corrupt: it is empty (0 bytes)",
+            path.display()
+        )));
+    }
+    let map = Mapping::map(
+        fd.as_fd(),
+        size.min(max_map),
+        false,
+        &path.display().to_string(),
+    )?;
+    Ok(ReadOnlyObject { map, size })
+}
+
+/// The first four bytes of an object (its magic), if it can be read.
+pub fn read_magic(name: &str) -> Option<u32> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(shm_path(name)).ok()?;
+    let mut b = [0u8; 4];
+    file.read_exact_at(&mut b, 0).ok()?;
+    Some(u32::from_le_bytes(b))
+}
+
+/// True when `pid` is a live process in our PID namespace. Unlike
+/// [`crate::liveness::is_alive`], a zombie (exited, not yet reaped) counts as dead: it can no
+/// longer listen on a socket nor write a ring.
+pub fn pid_alive(pid: u64) -> bool {
+    crate::liveness::is_alive(pid) && !is_zombie(pid)
+}
+
+fn is_zombie(pid: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": comm may contain ')' and spaces, so look after the last ')'.
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next())
+        .is_some_and(|s| s == 'Z' || s == 'X')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reaped_or_zombie_child_is_dead() {
+        assert!(pid_alive(std::process::id() as u64));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as u64;
+        // Not reaped yet: a zombie once it exits.
+        let t = std::time::Instant::now();
+        while !is_zombie(pid) && t.elapsed().as_secs() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!pid_alive(pid));
+        child.wait().unwrap();
+        assert!(!pid_alive(pid));
+        assert!(!pid_alive(0));
+    }
+}

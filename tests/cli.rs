@@ -1,0 +1,665 @@
+//! The `cuframes` operator tool as a user runs it: `ls`, `stat` (text and JSON), `clean`
+//! on a SIGKILLed publisher's leftovers and next to a live one, and objects the user may not
+//! read. Children are this test binary re-executed with `CUFRAMES_CHILD_ROLE`.
+
+#[path = "../core/tests/common/mod.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::TestEnv;
+use cuframes_core::packet::{PacketRingConfig, PacketRingWriter};
+use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
+use cuframes_core::subscriber::Subscriber;
+use cuframes_core::wire::{Format, CODEC_ID_H264, PACKET_FLAG_KEY};
+use cuframes_core::Key;
+
+const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
+const BIN: &str = env!("CARGO_BIN_EXE_cuframes");
+
+fn run(env: &TestEnv, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--runtime-dir")
+        .arg(&env.dir)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn publish(p: &Publisher) -> u64 {
+    let layout = p.frame_layout().unwrap().clone();
+    let planes: Vec<Vec<u8>> = layout
+        .planes()
+        .iter()
+        .map(|pl| vec![3u8; pl.row_bytes * pl.rows])
+        .collect();
+    let refs: Vec<&[u8]> = planes.iter().map(|v| v.as_slice()).collect();
+    let strides: Vec<usize> = layout.planes().iter().map(|pl| pl.row_bytes).collect();
+    p.publish_host_planes(&refs, &strides, None).unwrap()
+}
+
+fn shm_exists(name: &str) -> bool {
+    Path::new("/dev/shm").join(name).exists()
+}
+
+/// Children killed and reaped when the test ends, passed or failed.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(ROLE_ENV) else {
+        return;
+    };
+    assert_eq!(role, "publisher");
+    let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
+    let mode = u32::from_str_radix(&std::env::var("CUFRAMES_TEST_MODE").unwrap(), 8).unwrap();
+    let opts = PublisherOptions {
+        file_mode: mode,
+        ..Default::default()
+    };
+    let p = Publisher::create(&key, opts).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 32, 32))
+        .unwrap();
+    let cfg = PacketRingConfig {
+        codec_id: CODEC_ID_H264,
+        ring_slots: 8,
+        data_size: 8192,
+        ..Default::default()
+    };
+    let mut w = PacketRingWriter::create(&Key::new(&key).unwrap(), cfg, mode).unwrap();
+    for n in 0..5u64 {
+        publish(&p);
+        w.publish(&[9; 64], n as i64, n as i64, PACKET_FLAG_KEY)
+            .unwrap();
+    }
+    println!("READY");
+    std::io::stdout().flush().unwrap();
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// A publisher (frames + packets, objects with `mode`) in a child process, SIGKILLed.
+fn dead_publisher(env: &TestEnv, mode: &str) -> u32 {
+    let mut kids = Children(vec![Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(ROLE_ENV, "publisher")
+        .env("CUFRAMES_TEST_KEY", &env.key)
+        .env("CUFRAMES_TEST_MODE", mode)
+        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()]);
+    let child = &mut kids.0[0];
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child died early");
+        if line.contains("READY") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    pid
+}
+
+// --- a small JSON parser, to check that the output is JSON and read values from it -------
+
+#[derive(Debug, Clone, PartialEq)]
+enum V {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(String),
+    Arr(Vec<V>),
+    Obj(BTreeMap<String, V>),
+}
+
+impl V {
+    fn get(&self, k: &str) -> &V {
+        match self {
+            V::Obj(m) => m.get(k).unwrap_or_else(|| panic!("no {k:?} in {self:?}")),
+            _ => panic!("not an object: {self:?}"),
+        }
+    }
+    fn num(&self) -> f64 {
+        match self {
+            V::Num(n) => *n,
+            _ => panic!("not a number: {self:?}"),
+        }
+    }
+    fn str(&self) -> &str {
+        match self {
+            V::Str(s) => s,
+            _ => panic!("not a string: {self:?}"),
+        }
+    }
+    fn arr(&self) -> &[V] {
+        match self {
+            V::Arr(a) => a,
+            _ => panic!("not an array: {self:?}"),
+        }
+    }
+}
+
+fn parse_json(s: &str) -> V {
+    let b = s.trim().as_bytes();
+    let mut i = 0;
+    let v = value(b, &mut i);
+    assert_eq!(i, b.len(), "trailing bytes after JSON in {s}");
+    v
+}
+
+fn ws(b: &[u8], i: &mut usize) {
+    while *i < b.len() && b[*i].is_ascii_whitespace() {
+        *i += 1;
+    }
+}
+
+fn value(b: &[u8], i: &mut usize) -> V {
+    ws(b, i);
+    let v = match b[*i] {
+        b'{' => {
+            *i += 1;
+            let mut m = BTreeMap::new();
+            ws(b, i);
+            if b[*i] == b'}' {
+                *i += 1;
+                return V::Obj(m);
+            }
+            loop {
+                ws(b, i);
+                let V::Str(k) = value(b, i) else {
+                    panic!("object key")
+                };
+                ws(b, i);
+                assert_eq!(b[*i], b':');
+                *i += 1;
+                m.insert(k, value(b, i));
+                ws(b, i);
+                *i += 1;
+                match b[*i - 1] {
+                    b',' => continue,
+                    b'}' => break,
+                    c => panic!("unexpected {}", c as char),
+                }
+            }
+            V::Obj(m)
+        }
+        b'[' => {
+            *i += 1;
+            let mut a = Vec::new();
+            ws(b, i);
+            if b[*i] == b']' {
+                *i += 1;
+                return V::Arr(a);
+            }
+            loop {
+                a.push(value(b, i));
+                ws(b, i);
+                *i += 1;
+                match b[*i - 1] {
+                    b',' => continue,
+                    b']' => break,
+                    c => panic!("unexpected {}", c as char),
+                }
+            }
+            V::Arr(a)
+        }
+        b'"' => {
+            *i += 1;
+            let mut s = String::new();
+            loop {
+                let c = b[*i];
+                *i += 1;
+                match c {
+                    b'"' => break,
+                    b'\\' => {
+                        let e = b[*i];
+                        *i += 1;
+                        match e {
+                            b'"' => s.push('"'),
+                            b'\\' => s.push('\\'),
+                            b'/' => s.push('/'),
+                            b'n' => s.push('\n'),
+                            b'r' => s.push('\r'),
+                            b't' => s.push('\t'),
+                            b'b' => s.push('\u{8}'),
+                            b'f' => s.push('\u{c}'),
+                            b'u' => {
+                                let h = std::str::from_utf8(&b[*i..*i + 4]).unwrap();
+                                s.push(
+                                    char::from_u32(u32::from_str_radix(h, 16).unwrap()).unwrap(),
+                                );
+                                *i += 4;
+                            }
+                            _ => panic!("bad escape"),
+                        }
+                    }
+                    c if c < 0x20 => panic!("raw control character in a JSON string"),
+                    _ => {
+                        // Copy one UTF-8 sequence.
+                        let start = *i - 1;
+                        let mut end = *i;
+                        while end < b.len() && (b[end] & 0xC0) == 0x80 {
+                            end += 1;
+                        }
+                        s.push_str(std::str::from_utf8(&b[start..end]).unwrap());
+                        *i = end;
+                    }
+                }
+            }
+            V::Str(s)
+        }
+        b't' => {
+            *i += 4;
+            V::Bool(true)
+        }
+        b'f' => {
+            *i += 5;
+            V::Bool(false)
+        }
+        b'n' => {
+            *i += 4;
+            V::Null
+        }
+        _ => {
+            let start = *i;
+            while *i < b.len() && matches!(b[*i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                *i += 1;
+            }
+            V::Num(std::str::from_utf8(&b[start..*i]).unwrap().parse().unwrap())
+        }
+    };
+    v
+}
+
+// --- tests --------------------------------------------------------------------------------
+
+#[test]
+fn help_and_usage_errors() {
+    let env = TestEnv::new("cli-help");
+    let o = run(&env, &["--help"]);
+    assert!(o.status.success());
+    let (out, _) = text(&o);
+    assert!(
+        out.contains("Usage:") && out.contains("clean [--dry-run]"),
+        "{out}"
+    );
+    for bad in [
+        &["stat"][..],
+        &["frobnicate"],
+        &["ls", "--dry-run"],
+        &["stat", "a b"],
+    ] {
+        let o = run(&env, bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+        assert!(text(&o).1.contains("cuframes: "), "{bad:?}");
+    }
+    let o = run(&env, &["stat", "nosuchkey-cli-test"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).1.contains("no publisher \"nosuchkey-cli-test\""),
+        "{:?}",
+        text(&o)
+    );
+}
+
+#[test]
+fn ls_and_stat_show_a_live_publisher() {
+    let env = TestEnv::new("cli-live");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 48);
+    cfg.ring_size = 8;
+    p.enable_frames(cfg).unwrap();
+    let weird = "we\"ird\\name";
+    let mut a = Subscriber::connect(&env.key, &env.subscriber_options("alpha")).unwrap();
+    let mut b = Subscriber::connect(&env.key, &env.subscriber_options(weird)).unwrap();
+    for _ in 0..6 {
+        publish(&p);
+    }
+    for _ in 0..6 {
+        a.next_frame(Some(Duration::from_secs(5))).unwrap();
+    }
+    for _ in 0..2 {
+        b.next_frame(Some(Duration::from_secs(5))).unwrap();
+    }
+    let cfg = PacketRingConfig {
+        codec_id: CODEC_ID_H264,
+        extradata: vec![0, 0, 0, 1, 0x67],
+        ring_slots: 32,
+        data_size: 1 << 20,
+    };
+    let mut w = PacketRingWriter::create(&Key::new(&env.key).unwrap(), cfg, 0o660).unwrap();
+    for n in 1..=5u64 {
+        let flags = if n == 3 { PACKET_FLAG_KEY } else { 0 };
+        w.publish(
+            &[1; 1000],
+            n as i64 * 20_000_000,
+            n as i64 * 20_000_000,
+            flags,
+        )
+        .unwrap();
+    }
+
+    // While nothing is published: exact numbers.
+    let o = run(&env, &["stat", &env.key, "--interval", "0"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.starts_with(&format!("{}: alive", env.key)), "{out}");
+    assert!(out.contains("nv12 64x48 ring 8 drop_oldest host"), "{out}");
+    assert!(out.contains("seq 6 "), "{out}");
+    let alpha = out.lines().find(|l| l.contains("alpha")).expect(&out);
+    let cols: Vec<&str> = alpha.split_whitespace().collect();
+    // BIT NAME PID STATE READS LAG LAST ACK ... DELIVERED DROPS OVERRUN TORN
+    assert_eq!(cols[1], "alpha");
+    assert_eq!(cols[2], std::process::id().to_string());
+    assert_eq!(
+        (cols[3], cols[4], cols[5]),
+        ("active", "frames", "0"),
+        "{alpha}"
+    );
+    assert!(cols[6].ends_with('s') && cols[7] == "ago", "{alpha}");
+    assert_eq!(&cols[8..], ["6", "0", "0", "0"], "{alpha}");
+    let weird_line = out.lines().find(|l| l.contains(weird)).expect(&out);
+    assert!(weird_line.contains(" 4 "), "{weird_line}");
+    assert!(
+        out.contains("h264 (codec id 27)  32 slots  1.0MiB data  extradata 5 bytes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("last keyframe seq 3 (2 packets ago, 0.04s of stream)"),
+        "{out}"
+    );
+
+    let o = run(&env, &["stat", &env.key, "--json", "--interval", "0"]);
+    assert!(o.status.success());
+    let j = parse_json(&text(&o).0);
+    assert_eq!(j.get("key").str(), env.key);
+    assert_eq!(j.get("state").str(), "alive");
+    assert_eq!(j.get("alive"), &V::Bool(true));
+    assert_eq!(j.get("pid").num(), std::process::id() as f64);
+    assert_eq!(j.get("subscriber_count").num(), 2.0);
+    assert_eq!(j.get("socket").get("state").str(), "listening");
+    assert_eq!(j.get("socket").get("connections").num(), 2.0);
+    let f = j.get("frames");
+    assert_eq!(f.get("format").str(), "nv12");
+    assert_eq!((f.get("width").num(), f.get("height").num()), (64.0, 48.0));
+    assert_eq!(f.get("ring_size").num(), 8.0);
+    assert_eq!(f.get("policy").str(), "drop_oldest");
+    assert_eq!(f.get("memory").str(), "host");
+    assert_eq!(f.get("seq").num(), 6.0);
+    assert_eq!(f.get("fps"), &V::Null);
+    let subs = f.get("subscribers").arr();
+    assert_eq!(subs.len(), 2);
+    let sb = subs.iter().find(|s| s.get("name").str() == weird).unwrap();
+    assert_eq!(sb.get("lag").num(), 4.0);
+    assert_eq!(sb.get("delivered").num(), 2.0);
+    assert_eq!(sb.get("drops").num(), 0.0);
+    assert_eq!(sb.get("state").str(), "active");
+    assert!(sb.get("last_ack_age_s").num() < 60.0);
+    let pk = j.get("packets");
+    assert_eq!(pk.get("codec").str(), "h264");
+    assert_eq!(pk.get("seq").num(), 5.0);
+    assert_eq!(pk.get("bytes").num(), 5000.0);
+    assert_eq!(pk.get("last_keyframe_seq").num(), 3.0);
+    assert_eq!(pk.get("keyframe_age_packets").num(), 2.0);
+    assert_eq!(pk.get("keyframe_age_s").num(), 0.04);
+
+    // While frames and packets flow: rates.
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut n = 6;
+            while !stop.load(Ordering::Relaxed) {
+                publish(&p);
+                n += 1;
+                w.publish(&[2; 10_000], n * 1_000_000, n * 1_000_000, 0)
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let o = run(&env, &["ls", "--interval", "0.3"]);
+        let o2 = run(&env, &["ls", "--json", "--interval", "0.3"]);
+        stop.store(true, Ordering::Relaxed);
+
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        let header = out.lines().next().unwrap();
+        assert!(header.starts_with("KEY") && header.contains("FPS") && header.contains("MB/S"));
+        let row = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(env.key.as_str()))
+            .expect(&out);
+        for want in [
+            "alive",
+            "listening",
+            "nv12 64x48 ring 8 drop_oldest host",
+            "h264 32 slots 1.0MiB",
+        ] {
+            assert!(row.contains(want), "{want:?} not in {row}");
+        }
+        assert!(row.contains(&format!(" {} ", std::process::id())), "{row}");
+
+        let j = parse_json(&text(&o2).0);
+        let me = j
+            .get("publishers")
+            .arr()
+            .iter()
+            .find(|p| p.get("key").str() == env.key)
+            .unwrap();
+        let fps = me.get("frames").get("fps").num();
+        let pps = me.get("packets").get("packets_per_s").num();
+        let mbs = me.get("packets").get("mb_per_s").num();
+        assert!(fps > 5.0, "fps {fps}");
+        assert!(pps > 5.0, "pps {pps}");
+        assert!(
+            (mbs / pps * 1e6 - 10_000.0).abs() < 100.0,
+            "{mbs} MB/s for {pps} pkt/s"
+        );
+    });
+    // Undisturbed.
+    assert_eq!(p.subscriber_count(), 2);
+    assert!(a.next_frame(Some(Duration::from_secs(5))).is_ok());
+}
+
+#[test]
+fn clean_dry_run_then_clean_on_a_sigkilled_publisher() {
+    let env = TestEnv::new("cli-dead");
+    let pid = dead_publisher(&env, "660");
+    let frame = format!("cuframes-{}", env.key);
+    let packets = format!("cuframes-{}-packets", env.key);
+    let sock = env.dir.join(format!("{}.sock", env.key));
+
+    let o = run(&env, &["stat", &env.key, "--interval", "0"]);
+    let (out, _) = text(&o);
+    assert!(out.starts_with(&format!("{}: dead", env.key)), "{out}");
+    assert!(out.contains(&format!("producer pid {pid} (gone)")), "{out}");
+    assert!(out.contains("not listening"), "{out}");
+
+    let o = run(&env, &["clean", "--dry-run", &env.key]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    for (what, path) in [
+        ("socket", sock.display().to_string()),
+        ("frame SHM", format!("/dev/shm/{frame}")),
+        ("packet SHM", format!("/dev/shm/{packets}")),
+    ] {
+        assert!(
+            out.contains(&format!("would remove {what} {path} (key {}", env.key)),
+            "{out}"
+        );
+    }
+    assert!(!out.contains("removed "), "{out}");
+    assert!(shm_exists(&frame) && shm_exists(&packets) && sock.exists());
+
+    let o = run(&env, &["clean", "--json", &env.key]);
+    assert!(o.status.success());
+    let j = parse_json(&text(&o).0);
+    assert_eq!(j.get("dry_run"), &V::Bool(false));
+    assert_eq!(j.get("removed").arr().len(), 3);
+    assert!(j.get("failed").arr().is_empty());
+    assert!(!shm_exists(&frame) && !shm_exists(&packets) && !sock.exists());
+
+    let o = run(&env, &["clean", &env.key]);
+    assert_eq!(
+        text(&o).0.trim(),
+        format!("nothing to clean for {}", env.key)
+    );
+    let o = run(&env, &["ls", "--interval", "0"]);
+    assert!(!text(&o).0.contains(&env.key));
+}
+
+#[test]
+fn clean_never_touches_a_live_publisher() {
+    let live = TestEnv::new("cli-keep");
+    let dead = TestEnv::new("cli-gone");
+    let p = Publisher::create(&live.key, live.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Bgra, 16, 16))
+        .unwrap();
+    let _s = Subscriber::connect(&live.key, &live.subscriber_options("keeper")).unwrap();
+    // The dead one publishes into the live one's directory.
+    let dead_env = TestEnv {
+        dir: live.dir.clone(),
+        key: dead.key.clone(),
+    };
+    dead_publisher(&dead_env, "660");
+    std::mem::forget(dead_env); // `dead` and `live` clean up its objects and directory
+
+    let o = run(&live, &["clean", "--dry-run"]);
+    let (out, _) = text(&o);
+    assert!(out.contains(&format!("kept {}: alive", live.key)), "{out}");
+    assert!(
+        !out.lines().any(|l| l.starts_with("would remove")
+            && l.contains(&format!("key {})", live.key))
+            || l.contains(&format!("cuframes-{} ", live.key))),
+        "{out}"
+    );
+    let o = run(&live, &["clean", &live.key, &dead.key]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("removed ")).count(),
+        3,
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .all(|l| !l.starts_with("removed ") || l.contains(&dead.key)),
+        "{out}"
+    );
+    assert!(p.socket_path().exists());
+    assert!(shm_exists(&format!("cuframes-{}", live.key)));
+    assert!(!shm_exists(&format!("cuframes-{}", dead.key)));
+    assert_eq!(p.subscriber_count(), 1);
+}
+
+fn unprivileged(env: &TestEnv, args: &[&str]) -> Option<Output> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to switch to an unprivileged user");
+        return None;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .arg("--runtime-dir")
+        .arg(&env.dir)
+        .args(args)
+        .output();
+    match o {
+        Ok(o) => Some(o),
+        Err(e) => {
+            eprintln!("skipped: setpriv not available: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn objects_the_user_may_not_read() {
+    let env = TestEnv::new("cli-perm");
+    let p = Publisher::create(
+        &env.key,
+        PublisherOptions {
+            file_mode: 0o600,
+            ..env.publisher_options()
+        },
+    )
+    .unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 32, 32))
+        .unwrap();
+    let frame = format!("/dev/shm/cuframes-{}", env.key);
+
+    let Some(o) = unprivileged(&env, &["stat", &env.key, "--interval", "0"]) else {
+        return;
+    };
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(err.contains(&frame), "{err}");
+    assert!(err.contains("mode 0600"), "{err}");
+    assert!(err.contains("needs read (r) permission"), "{err}");
+    assert!(err.contains("uid 65534"), "{err}");
+    // It still says what it could see without reading: the socket listens.
+    assert!(out.starts_with(&format!("{}: alive", env.key)), "{out}");
+
+    let o = unprivileged(&env, &["ls", "--interval", "0"]).unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(out.contains("unreadable (permission)"), "{out}");
+    assert!(
+        err.contains(&frame) && err.contains("needs read (r) permission"),
+        "{err}"
+    );
+
+    let o = unprivileged(&env, &["stat", &env.key, "--json", "--interval", "0"]).unwrap();
+    let j = parse_json(&text(&o).0);
+    assert_eq!(j.get("frames").get("code").str(), "CUFRAMES_ERR_PERMISSION");
+    assert!(j.get("frames").get("error").str().contains(&frame));
+
+    // A dead publisher's 0600 leftovers: an unprivileged clean cannot judge them and keeps
+    // them, naming the object; root cleans them.
+    drop(p);
+    let dead = TestEnv::new("cli-perm-dead");
+    let pid = dead_publisher(&dead, "600");
+    let dead_frame = format!("/dev/shm/cuframes-{}", dead.key);
+    let o = unprivileged(&dead, &["clean", &dead.key]).unwrap();
+    let (out, err) = text(&o);
+    assert!(
+        out.contains(&format!("kept {}: cannot tell", dead.key)),
+        "{out}\n{err}"
+    );
+    assert!(
+        out.contains(&dead_frame) && out.contains("needs read (r) permission"),
+        "{out}"
+    );
+    assert!(shm_exists(&format!("cuframes-{}", dead.key)));
+    let o = run(&dead, &["clean", &dead.key]);
+    let (out, _) = text(&o);
+    assert!(out.contains(&format!("producer pid {pid}")), "{out}");
+    assert!(!shm_exists(&format!("cuframes-{}", dead.key)));
+}
