@@ -15,11 +15,13 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --release -- -D warnings
 echo "== C link through pkg-config --static"
 scripts/check-c-link.sh
+# SHM objects that exist before the run are not ours to judge.
+shm_before=$(ls /dev/shm | grep -E '^cuframes-' || true)
 echo "== cargo test (release: the stress tests push millions of packets)"
 cargo test --workspace --release -- --test-threads=2 2>&1 | tee /tmp/cuframes-test.log
 echo "== GPU tests (they run on a GPU machine through scripts/gpu-check.sh; here they say why not)"
 cargo test --release -p cuframes-core --test cuda_vmm --test frame_ring_cuda -- --nocapture 2>&1 | grep -E 'SKIPPED' | sort | uniq -c || true
-leftovers=$(ls /dev/shm | grep -E '^cuframes-t-' || true)
+leftovers=$(comm -13 <(echo "$shm_before" | sort) <(ls /dev/shm | grep -E '^cuframes-' | sort) || true)
 if [ -n "$leftovers" ]; then
   echo "tests left SHM objects behind:" $leftovers >&2
   exit 1
