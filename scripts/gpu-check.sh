@@ -79,7 +79,7 @@ ff_ring_check() { # readers, reader_opts, reader_filters, direct_filters, tag
 ff_bench() {
   local ff="$out/ffmpeg" key="gpuffb-$$" t0 t1 n=300 d pid
   d=$(mktemp -d /tmp/cuframes-ffb.XXXXXX)
-  fps() { python3 -c "print(f'{$n/($2-$1):.0f}')"; }
+  fps() { awk -v n="$n" -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", n / (b - a) }'; }
   for rep in 1 2; do
     t0=$(date +%s.%N); "$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
       -i "$out/bench1080.h264" -f null - ; t1=$(date +%s.%N)

@@ -5,6 +5,8 @@
 
 use std::ffi::c_int;
 
+use crate::convert::out;
+use crate::error::{code_of, panicked};
 use crate::guard;
 
 /// Host<->device copies that cuframes made in this process (uploads of host frames into a
@@ -27,6 +29,42 @@ pub extern "C" fn cuframes_cuda_device_count() -> c_int {
     })
 }
 
+/// Opaque `cuframes_cuda_context_t`: a reference on a device's primary context, held for
+/// its `Drop` (which releases the context).
+pub struct CCudaContext {
+    _device: std::sync::Arc<cuframes_core::cuda::CudaDevice>,
+}
+
+/// Retain the primary context of CUDA device `device` (the context cuframes imports rings
+/// into and allocates its copies in) and return it as a `CUcontext` in `*cu_ctx`. FFmpeg
+/// builds its CUDA device context on it, so that every frame of the input device lives in one
+/// context; the reference keeps it alive until `cuframes_cuda_context_release`.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_cuda_primary_context(
+    device: c_int,
+    cu_ctx: *mut *mut std::ffi::c_void,
+    out_ctx: *mut *mut CCudaContext,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let cu_ctx = out(cu_ctx, "cu_ctx")?;
+            let out_ctx = out(out_ctx, "out")?;
+            let dev = cuframes_core::cuda::CudaDevice::open(device)?;
+            *cu_ctx = dev.context();
+            *out_ctx = Box::into_raw(Box::new(CCudaContext { _device: dev }));
+            Ok(())
+        })())
+    })
+}
+
+/// Drop a reference taken by `cuframes_cuda_primary_context`. NULL is ignored.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_cuda_context_release(ctx: *mut CCudaContext) {
+    if !ctx.is_null() {
+        guard((), || drop(Box::from_raw(ctx)));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,5 +74,15 @@ mod tests {
         let n = cuframes_cuda_device_count();
         assert!(n >= 0);
         let _ = cuframes_host_copy_count();
+        let (mut ctx, mut h) = (std::ptr::null_mut(), std::ptr::null_mut());
+        let rc = unsafe { cuframes_cuda_primary_context(0, &mut ctx, &mut h) };
+        if n == 0 {
+            assert_eq!(rc, cuframes_core::ErrorCode::Cuda as i32);
+            assert!(h.is_null());
+        } else {
+            assert_eq!(rc, 0);
+            assert!(!ctx.is_null());
+        }
+        unsafe { cuframes_cuda_context_release(h) };
     }
 }

@@ -40,7 +40,6 @@
 
 #include "libavutil/avstring.h"
 #include "libavutil/buffer.h"
-#include "libavutil/dict.h"
 #include "libavutil/hwcontext.h"
 #include "libavutil/hwcontext_cuda_internal.h"
 #include "libavutil/imgutils.h"
@@ -216,22 +215,38 @@ static int connect_subscriber(AVFormatContext *avctx)
     return cuframes_err(avctx, ret, "Cannot subscribe");
 }
 
+static void free_cuda_device(AVHWDeviceContext *dc)
+{
+    cuframes_cuda_context_release(dc->user_opaque);
+}
+
+/* The output frames' CUDA device context is built on the device's primary context, the one
+ * cuframes imports the ring into and makes its copies in, so that every frame this device
+ * hands out (ring slots, cuframes' copies, pool frames) lives in one context. */
 static int setup_cuda(AVFormatContext *avctx)
 {
     CuframesDemuxContext *s = avctx->priv_data;
+    cuframes_cuda_context_t *ref = NULL;
+    AVHWDeviceContext *dc;
     AVHWFramesContext *fc;
-    AVDictionary *opts = NULL;
-    char dev[16];
+    void *cu_ctx = NULL;
     int ret;
 
-    snprintf(dev, sizeof(dev), "%d", s->device);
-    /* The primary context: the one cuframes imports the ring into. */
-    av_dict_set(&opts, "primary_ctx", "1", 0);
-    ret = av_hwdevice_ctx_create(&s->device_ref, AV_HWDEVICE_TYPE_CUDA, dev, opts, 0);
-    av_dict_free(&opts);
+    ret = cuframes_cuda_primary_context(s->device, &cu_ctx, &ref);
+    if (ret != CUFRAMES_OK)
+        return cuframes_err(avctx, ret, "Cannot open the CUDA device for the output frames");
+    s->device_ref = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
+    if (!s->device_ref) {
+        cuframes_cuda_context_release(ref);
+        return AVERROR(ENOMEM);
+    }
+    dc = (AVHWDeviceContext *)s->device_ref->data;
+    dc->user_opaque = ref;
+    dc->free = free_cuda_device;
+    ((AVCUDADeviceContext *)dc->hwctx)->cuda_ctx = cu_ctx;
+    ret = av_hwdevice_ctx_init(s->device_ref);
     if (ret < 0) {
-        av_log(avctx, AV_LOG_ERROR, "Cannot open CUDA device %d for the output frames.\n",
-               s->device);
+        av_log(avctx, AV_LOG_ERROR, "Cannot create the CUDA device context.\n");
         return ret;
     }
     s->frames_ref = av_hwframe_ctx_alloc(s->device_ref);

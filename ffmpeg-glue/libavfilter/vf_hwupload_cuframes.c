@@ -397,8 +397,11 @@ static int cuframes_upload_filter_frame(AVFilterLink *inlink, AVFrame *frame)
 
     if (!s->pub) {
         ret = create_publisher(ctx, frame, sw);
-        if (ret < 0)
+        if (ret < 0) {
+            cuframes_publisher_destroy(s->pub);
+            s->pub = NULL;
             goto fail;
+        }
     } else if (sw != s->ring_pix_fmt || frame->width != s->ring_w || frame->height != s->ring_h) {
         ret = geometry_mismatch(ctx, s->ring_pix_fmt, s->ring_w, s->ring_h, sw,
                                 frame->width, frame->height);
