@@ -621,6 +621,14 @@ uint64_t cuframes_host_copy_count(void);
 /** Number of CUDA devices a CUDA ring could use; 0 without a driver or device. Never fails. */
 int cuframes_cuda_device_count(void);
 
+typedef struct cuframes_cuda_context cuframes_cuda_context_t;
+/** Retain the primary context of CUDA device `device` (the context cuframes imports rings
+ *  into) and return it as a CUcontext in `*cu_ctx`, for an FFmpeg AVCUDADeviceContext built
+ *  on it. The context stays alive until cuframes_cuda_context_release(*out). */
+int cuframes_cuda_primary_context(int device, void **cu_ctx, cuframes_cuda_context_t **out);
+/** Drop the reference of cuframes_cuda_primary_context. NULL is ignored. */
+void cuframes_cuda_context_release(cuframes_cuda_context_t *ctx);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
