@@ -629,6 +629,46 @@ int cuframes_cuda_primary_context(int device, void **cu_ctx, cuframes_cuda_conte
 /** Drop the reference of cuframes_cuda_primary_context. NULL is ignored. */
 void cuframes_cuda_context_release(cuframes_cuda_context_t *ctx);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Codec helpers (§10.3, R30)                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The packet ring carries H.264/HEVC as Annex B and AV1 as low-overhead OBUs; its extradata
+ * is the Annex B parameter sets (SPS/PPS, VPS/SPS/PPS) or the AV1 sequence header OBU.
+ * These functions convert what producers hold (MP4/Matroska avcC, hvcC, av1C) into that form
+ * and read the picture size back. Every input is parsed bounds-checked; malformed input is
+ * CUFRAMES_ERR_INVALID_ARG with a message, a codec id other than H.264/HEVC/AV1 is
+ * CUFRAMES_ERR_FORMAT.
+ *
+ * Output buffers follow cuframes_subscriber_packet_extradata: `*out_size` receives the size
+ * of the result; with buf NULL and cap 0 only the size is returned; a too-small buffer is
+ * CUFRAMES_ERR_NO_MEMORY. Results never exceed CUFRAMES_MAX_EXTRADATA_SIZE (larger ones are
+ * CUFRAMES_ERR_INVALID_ARG), so a buffer of that size always suffices. */
+
+/** What a sequence-level header (SPS, AV1 sequence header) says about the pictures. */
+typedef struct cuframes_codec_video_info {
+    uint32_t width, height;  /**< displayed size (cropping applied; AV1: max frame size) */
+    int32_t profile;         /**< H.264 profile_idc, HEVC general_profile_idc, AV1 seq_profile */
+    int32_t level;           /**< H.264 level_idc, HEVC general_level_idc, AV1 seq_level_idx[0] */
+    uint32_t chroma_format;  /**< 0 = monochrome, 1 = 4:2:0, 2 = 4:2:2, 3 = 4:4:4 */
+    uint32_t bit_depth;      /**< luma bit depth */
+} cuframes_codec_video_info_t;
+
+/** Convert codec extradata (`codec_id` 27/173/226) into the ring's form: avcC or Annex B →
+ *  Annex B SPS/PPS (other NAL units dropped); hvcC or Annex B → VPS/SPS/PPS; av1C or OBUs →
+ *  the sequence header OBU (with an obu_size field). Empty input gives an empty result;
+ *  input without any parameter set is an error. Thread-safe. */
+int cuframes_codec_ring_extradata(uint32_t codec_id, const uint8_t *data, size_t size, uint8_t *buf,
+                                  size_t cap, size_t *out_size);
+/** The in-band parameter sets of one packet (Annex B H.264/HEVC, AV1 OBUs) in the ring's
+ *  extradata form; size 0 when the packet carries none. Thread-safe. */
+int cuframes_codec_keyframe_extradata(uint32_t codec_id, const uint8_t *data, size_t size, uint8_t *buf,
+                                      size_t cap, size_t *out_size);
+/** Parse ring-form extradata (the first SPS, or the sequence header OBU) into `info`.
+ *  CUFRAMES_ERR_NOT_FOUND if it holds no SPS / sequence header. Thread-safe. */
+int cuframes_codec_video_info(uint32_t codec_id, const uint8_t *data, size_t size,
+                              cuframes_codec_video_info_t *info);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -11,6 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use cuframes_core::wire::PROTOCOL_VERSION;
 use cuframes_core::ErrorCode;
 
+mod codec;
 mod convert;
 mod error;
 mod ffmpeg_frames;
@@ -24,6 +25,7 @@ pub use error::cuframes_last_error;
 /// The `repr(C)` structs of the C API, public so that the conformance crate can check them
 /// against `cuframes.h` field by field.
 pub mod abi {
+    pub use crate::codec::CCodecVideoInfo;
     pub use crate::layout::CFrameLayout;
     pub use crate::packets::{CPacketInfo, CPacketRingConfig, CPacketStats};
     pub use crate::publisher::{CFrameRingConfig, CPublisherOptions, CSlot, CSubscriberInfo};

@@ -6,6 +6,7 @@
 //! - [`shm`], [`futex`], [`liveness`], [`paths`]: operating-system plumbing.
 //! - [`format`]: plane geometry of frames.
 
+pub mod codec;
 pub mod cuda;
 pub mod error;
 pub mod format;

@@ -1,0 +1,278 @@
+/*
+ * cuframes_pkt demuxer: read encoded H.264/HEVC/AV1 packets from a cuframes packet ring
+ *
+ * This file is part of FFmpeg.
+ *
+ * FFmpeg is free software; you can redistribute it and/or
+ * modify it under the terms of the GNU Lesser General Public
+ * License as published by the Free Software Foundation; either
+ * version 2.1 of the License, or (at your option) any later version.
+ *
+ * FFmpeg is distributed in the hope that it will be useful,
+ * but WITHOUT ANY WARRANTY; without even the implied warranty of
+ * MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the GNU
+ * Lesser General Public License for more details.
+ *
+ * You should have received a copy of the GNU Lesser General Public
+ * License along with FFmpeg; if not, write to the Free Software
+ * Foundation, Inc., 51 Franklin Street, Fifth Floor, Boston, MA 02110-1301 USA
+ */
+
+/*
+ * The input "file name" is the cuframes key (`-f cuframes_pkt -i cam1`). libcuframes does
+ * the work: the handshake, the keyframe-aligned start (§10.8, R26), overrun recovery with
+ * DISCONTINUITY (R9), the end of stream when the publisher leaves, and the parsing of the
+ * ring's extradata (cuframes_codec_video_info). This file only forwards.
+ */
+
+#include "libavutil/dict.h"
+#include "libavutil/mem.h"
+#include "libavutil/opt.h"
+#include "libavutil/time.h"
+#include "avformat.h"
+#include "demux.h"
+#include "internal.h"
+#include "url.h"
+#include "cuframes_pkt.h"
+
+/* How long one wait for a packet lasts before the interrupt callback is looked at. */
+#define CUFRAMES_PKT_POLL_MS 100
+
+typedef struct CuframesPktDemuxContext {
+    const AVClass *class;
+    char *runtime_dir;
+    char *name;
+    int64_t connect_timeout;
+    int64_t wait_publisher;
+    int64_t read_timeout;
+    AVRational time_base;
+
+    cuframes_subscriber_t *sub;
+    AVPacket *pending;
+} CuframesPktDemuxContext;
+
+static int cuframes_pkt_read_close(AVFormatContext *s)
+{
+    CuframesPktDemuxContext *c = s->priv_data;
+
+    cuframes_subscriber_destroy(c->sub);
+    c->sub = NULL;
+    av_packet_free(&c->pending);
+    return 0;
+}
+
+static int cuframes_pkt_fail(AVFormatContext *s, int rc, const char *what)
+{
+    av_log(s, AV_LOG_ERROR, "%s '%s': %s\n", what, s->url, cuframes_last_error());
+    return ff_cuframes_pkt_averror(rc);
+}
+
+static int cuframes_pkt_connect(AVFormatContext *s)
+{
+    CuframesPktDemuxContext *c = s->priv_data;
+    cuframes_subscriber_options_t o;
+    int64_t deadline = av_gettime_relative() + c->wait_publisher;
+    int rc;
+
+    cuframes_subscriber_options_default(&o);
+    o.runtime_dir        = c->runtime_dir;
+    o.name               = c->name;
+    o.flags              = CUFRAMES_SUBSCRIBE_WANTS_PACKETS;
+    o.connect_timeout_ms = FFMAX(c->connect_timeout / 1000, 1);
+    for (;;) {
+        rc = cuframes_subscriber_connect(s->url, &o, &c->sub);
+        /* NOT_FOUND: no publisher yet, or one without a packet ring yet. */
+        if (rc != CUFRAMES_ERR_NOT_FOUND || av_gettime_relative() >= deadline)
+            break;
+        if (ff_check_interrupt(&s->interrupt_callback))
+            return AVERROR_EXIT;
+        av_usleep(20000);
+    }
+    if (rc == CUFRAMES_ERR_NOT_FOUND) {
+        av_log(s, AV_LOG_ERROR, "no cuframes packet publisher '%s' (%s). Start one, e.g. "
+               "'ffmpeg -re -i in.mp4 -c copy -f cuframes_pkt %s', or wait for it with -wait_publisher\n",
+               s->url, cuframes_last_error(), s->url);
+        return AVERROR(ENOENT);
+    }
+    if (rc != CUFRAMES_OK)
+        return cuframes_pkt_fail(s, rc, "cannot subscribe to");
+    return 0;
+}
+
+/* The next packet of the ring into pkt: waits, watching the interrupt callback. */
+static int cuframes_pkt_next(AVFormatContext *s, AVPacket *pkt, AVRational tb)
+{
+    CuframesPktDemuxContext *c = s->priv_data;
+    int64_t deadline = c->read_timeout > 0 ? av_gettime_relative() + c->read_timeout : INT64_MAX;
+    cuframes_packet_info_t info;
+    const uint8_t *data;
+    int rc, ret;
+
+    for (;;) {
+        rc = cuframes_subscriber_next_packet(c->sub, CUFRAMES_PKT_POLL_MS, &data, &info);
+        if (rc != CUFRAMES_ERR_TIMEOUT)
+            break;
+        if (ff_check_interrupt(&s->interrupt_callback))
+            return AVERROR_EXIT;
+        if (av_gettime_relative() >= deadline) {
+            av_log(s, AV_LOG_ERROR, "no packet from '%s' within %.3f s\n", s->url, c->read_timeout / 1e6);
+            return AVERROR(ETIMEDOUT);
+        }
+    }
+    if (rc == CUFRAMES_ERR_DISCONNECTED) {
+        av_log(s, AV_LOG_VERBOSE, "end of stream: %s\n", cuframes_last_error());
+        return AVERROR_EOF;
+    }
+    if (rc != CUFRAMES_OK)
+        return cuframes_pkt_fail(s, rc, "cannot read a packet from");
+
+    if ((ret = av_new_packet(pkt, info.size)) < 0)
+        return ret;
+    memcpy(pkt->data, data, info.size);
+    pkt->stream_index = 0;
+    pkt->pts = info.pts_ns == CUFRAMES_NO_PTS ? AV_NOPTS_VALUE :
+               av_rescale_q(info.pts_ns, CUFRAMES_PKT_NS_TB, tb);
+    pkt->dts = info.dts_ns == CUFRAMES_NO_PTS ? AV_NOPTS_VALUE :
+               av_rescale_q(info.dts_ns, CUFRAMES_PKT_NS_TB, tb);
+    if (info.flags & CUFRAMES_PACKET_FLAG_KEY)
+        pkt->flags |= AV_PKT_FLAG_KEY;
+    if (info.flags & CUFRAMES_PACKET_FLAG_CORRUPT)
+        pkt->flags |= AV_PKT_FLAG_CORRUPT;
+    /* DISCONTINUITY and LAST_IN_AU have no AVPacket flag: packet side data (R15). */
+    if (info.flags & (CUFRAMES_PACKET_FLAG_DISCONTINUITY | CUFRAMES_PACKET_FLAG_LAST_IN_AU)) {
+        AVDictionary *dict = NULL;
+        uint8_t *sd;
+        size_t sd_size;
+        char val[16];
+
+        if (info.flags & CUFRAMES_PACKET_FLAG_DISCONTINUITY)
+            av_log(s, AV_LOG_WARNING, "discontinuity before packet %"PRIu64" of '%s' "
+                   "(lost packets or a publisher-side gap)\n", info.seq, s->url);
+        snprintf(val, sizeof(val), "0x%x", (unsigned)info.flags);
+        if ((ret = av_dict_set(&dict, CUFRAMES_PKT_FLAGS_KEY, val, 0)) < 0)
+            return ret;
+        sd = av_packet_pack_dictionary(dict, &sd_size);
+        av_dict_free(&dict);
+        if (!sd)
+            return AVERROR(ENOMEM);
+        if ((ret = av_packet_add_side_data(pkt, AV_PKT_DATA_STRINGS_METADATA, sd, sd_size)) < 0) {
+            av_free(sd);
+            return ret;
+        }
+    }
+    return 0;
+}
+
+static int cuframes_pkt_read_header(AVFormatContext *s)
+{
+    CuframesPktDemuxContext *c = s->priv_data;
+    uint8_t extradata[CUFRAMES_MAX_EXTRADATA_SIZE];
+    size_t extradata_size = 0;
+    cuframes_codec_video_info_t vi;
+    uint32_t codec_id;
+    AVStream *st;
+    int rc, ret;
+
+    if ((ret = cuframes_pkt_connect(s)) < 0)
+        return ret;
+    rc = cuframes_subscriber_packet_codec(c->sub, &codec_id);
+    if (rc != CUFRAMES_OK)
+        return cuframes_pkt_fail(s, rc, "no packet codec for");
+    if (ff_cuframes_pkt_av_codec(codec_id) == AV_CODEC_ID_NONE) {
+        av_log(s, AV_LOG_ERROR, "'%s' carries codec id %u; cuframes_pkt reads H.264, HEVC or AV1\n",
+               s->url, codec_id);
+        return AVERROR_PATCHWELCOME;
+    }
+
+    rc = cuframes_subscriber_packet_extradata(c->sub, extradata, sizeof(extradata), &extradata_size);
+    if (rc != CUFRAMES_OK)
+        return cuframes_pkt_fail(s, rc, "cannot read the extradata of");
+    if (!extradata_size) {
+        /* The publisher sets it with its first keyframe (§10.3): read that keyframe now. */
+        if (!(c->pending = av_packet_alloc()))
+            return AVERROR(ENOMEM);
+        if ((ret = cuframes_pkt_next(s, c->pending, c->time_base)) < 0)
+            return ret;
+        rc = cuframes_subscriber_packet_extradata(c->sub, extradata, sizeof(extradata), &extradata_size);
+        if (rc == CUFRAMES_OK && !extradata_size)
+            rc = cuframes_codec_keyframe_extradata(codec_id, c->pending->data, c->pending->size,
+                                                   extradata, sizeof(extradata), &extradata_size);
+        if (rc != CUFRAMES_OK)
+            return cuframes_pkt_fail(s, rc, "cannot read the extradata of");
+    }
+
+    if (!(st = avformat_new_stream(s, NULL)))
+        return AVERROR(ENOMEM);
+    st->codecpar->codec_type = AVMEDIA_TYPE_VIDEO;
+    st->codecpar->codec_id   = ff_cuframes_pkt_av_codec(codec_id);
+    if (extradata_size) {
+        if ((ret = ff_alloc_extradata(st->codecpar, extradata_size)) < 0)
+            return ret;
+        memcpy(st->codecpar->extradata, extradata, extradata_size);
+        rc = cuframes_codec_video_info(codec_id, extradata, extradata_size, &vi);
+        if (rc == CUFRAMES_OK) {
+            st->codecpar->width   = vi.width;
+            st->codecpar->height  = vi.height;
+            st->codecpar->profile = vi.profile;
+            st->codecpar->level   = vi.level;
+        } else {
+            av_log(s, AV_LOG_WARNING, "cannot read the picture size from the extradata of '%s': %s\n",
+                   s->url, cuframes_last_error());
+        }
+    } else {
+        av_log(s, AV_LOG_WARNING, "'%s' has no codec extradata; decoders need in-band parameter sets\n",
+               s->url);
+    }
+    avpriv_set_pts_info(st, 64, c->time_base.num, c->time_base.den);
+    return 0;
+}
+
+static int cuframes_pkt_read_packet(AVFormatContext *s, AVPacket *pkt)
+{
+    CuframesPktDemuxContext *c = s->priv_data;
+
+    if (c->pending && c->pending->size) {
+        av_packet_move_ref(pkt, c->pending);
+        return 0;
+    }
+    return cuframes_pkt_next(s, pkt, s->streams[0]->time_base);
+}
+
+#define OFFSET(x) offsetof(CuframesPktDemuxContext, x)
+#define D AV_OPT_FLAG_DECODING_PARAM
+static const AVOption options[] = {
+    { "runtime_dir", "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)",
+      OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, D },
+    { "name", "subscriber name shown to operators (printable ASCII, at most 31 bytes)",
+      OFFSET(name), AV_OPT_TYPE_STRING, { .str = "ffmpeg cuframes_pkt" }, 0, 0, D },
+    { "connect_timeout", "how long the handshake with the publisher may take",
+      OFFSET(connect_timeout), AV_OPT_TYPE_DURATION, { .i64 = 5000000 }, 1000, INT64_MAX, D },
+    { "wait_publisher", "how long to wait for the publisher (and its packet ring) to appear; 0 = fail at once",
+      OFFSET(wait_publisher), AV_OPT_TYPE_DURATION, { .i64 = 0 }, 0, INT64_MAX, D },
+    { "read_timeout", "fail when no packet arrives for this long; 0 = wait forever",
+      OFFSET(read_timeout), AV_OPT_TYPE_DURATION, { .i64 = 0 }, 0, INT64_MAX, D },
+    { "timebase", "time base of the stream (ring timestamps are nanoseconds: 1/1000000000 is lossless)",
+      OFFSET(time_base), AV_OPT_TYPE_RATIONAL, { .dbl = 1.0 / 90000 }, 1e-9, 1, D },
+    { NULL },
+};
+
+static const AVClass cuframes_pkt_demuxer_class = {
+    .class_name = "cuframes_pkt demuxer",
+    .item_name  = av_default_item_name,
+    .option     = options,
+    .version    = LIBAVUTIL_VERSION_INT,
+    .category   = AV_CLASS_CATEGORY_DEMUXER,
+};
+
+const FFInputFormat ff_cuframes_pkt_demuxer = {
+    .p.name         = "cuframes_pkt",
+    .p.long_name    = NULL_IF_CONFIG_SMALL("cuframes packet ring (shared memory, H.264/HEVC/AV1)"),
+    .p.flags        = AVFMT_NOFILE | AVFMT_TS_DISCONT | AVFMT_NOBINSEARCH | AVFMT_NOGENSEARCH |
+                      AVFMT_NO_BYTE_SEEK,
+    .p.priv_class   = &cuframes_pkt_demuxer_class,
+    .priv_data_size = sizeof(CuframesPktDemuxContext),
+    .flags_internal = FF_INFMT_FLAG_INIT_CLEANUP,
+    .read_header    = cuframes_pkt_read_header,
+    .read_packet    = cuframes_pkt_read_packet,
+    .read_close     = cuframes_pkt_read_close,
+};

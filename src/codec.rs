@@ -1,0 +1,206 @@
+//! Codec helpers of the C API (§10.3, R30): converting a producer's extradata to the packet
+//! ring's form and reading the picture size from it. The parsing is in
+//! `cuframes_core::codec`; this file only checks pointers and copies results out.
+
+use std::ffi::c_int;
+
+use cuframes_core::codec::{self, Codec};
+use cuframes_core::{Error, ErrorCode, Result};
+
+use crate::convert::out;
+use crate::error::{code_of, panicked};
+use crate::guard;
+
+/// Mirrors `cuframes_codec_video_info_t`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CCodecVideoInfo {
+    pub width: u32,
+    pub height: u32,
+    pub profile: i32,
+    pub level: i32,
+    pub chroma_format: u32,
+    pub bit_depth: u32,
+}
+
+unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::invalid(format!(
+            "{what} is NULL with a size of {len}"
+        )));
+    }
+    Ok(std::slice::from_raw_parts(p, len))
+}
+
+/// Copy `v` out: `size` gets its length; `buf` NULL with `cap` 0 only asks for the size; a
+/// too-small buffer is NO_MEMORY (as `cuframes_subscriber_packet_extradata`).
+unsafe fn copy_out(v: &[u8], buf: *mut u8, cap: usize, size: *mut usize) -> Result<()> {
+    *out(size, "size")? = v.len();
+    if buf.is_null() && cap == 0 {
+        return Ok(());
+    }
+    if buf.is_null() || cap < v.len() {
+        return Err(Error::new(
+            ErrorCode::NoMemory,
+            format!("the result is {} bytes; the buffer holds {cap}", v.len()),
+        ));
+    }
+    std::ptr::copy_nonoverlapping(v.as_ptr(), buf, v.len());
+    Ok(())
+}
+
+/// Convert extradata (avcC, hvcC, av1C, Annex B or OBUs) into the ring's form.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_codec_ring_extradata(
+    codec_id: u32,
+    data: *const u8,
+    size: usize,
+    buf: *mut u8,
+    cap: usize,
+    out_size: *mut usize,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let codec = Codec::from_id(codec_id)?;
+            let v = codec::ring_extradata(codec, bytes(data, size, "extradata")?)?;
+            copy_out(&v, buf, cap, out_size)
+        })())
+    })
+}
+
+/// The in-band parameter sets (or AV1 sequence header) of a packet, in the ring's form.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_codec_keyframe_extradata(
+    codec_id: u32,
+    data: *const u8,
+    size: usize,
+    buf: *mut u8,
+    cap: usize,
+    out_size: *mut usize,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let codec = Codec::from_id(codec_id)?;
+            let v = codec::keyframe_extradata(codec, bytes(data, size, "packet")?)?;
+            copy_out(&v, buf, cap, out_size)
+        })())
+    })
+}
+
+/// Picture size and format from ring-form extradata.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_codec_video_info(
+    codec_id: u32,
+    data: *const u8,
+    size: usize,
+    info: *mut CCodecVideoInfo,
+) -> c_int {
+    guard(panicked(), || {
+        code_of((|| {
+            let codec = Codec::from_id(codec_id)?;
+            let i = codec::video_info(codec, bytes(data, size, "extradata")?)?;
+            *out(info, "info")? = CCodecVideoInfo {
+                width: i.width,
+                height: i.height,
+                profile: i.profile,
+                level: i.level,
+                chroma_format: i.chroma_format,
+                bit_depth: i.bit_depth,
+            };
+            Ok(())
+        })())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuframes_last_error;
+    use std::ffi::CStr;
+
+    const AVCC: [u8; 16] = [
+        1, 0x4D, 0x40, 0x0D, 0xFF, 0xE1, 0, 3, 0x67, 0x4D, 0x40, 1, 0, 2, 0x68, 0xEE,
+    ];
+
+    #[test]
+    fn ring_extradata_through_the_c_abi() {
+        let mut size = 0usize;
+        let rc = unsafe {
+            cuframes_codec_ring_extradata(
+                27,
+                AVCC.as_ptr(),
+                AVCC.len(),
+                std::ptr::null_mut(),
+                0,
+                &mut size,
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(size, 13);
+        let mut buf = [0u8; 13];
+        let rc = unsafe {
+            cuframes_codec_ring_extradata(
+                27,
+                AVCC.as_ptr(),
+                AVCC.len(),
+                buf.as_mut_ptr(),
+                4,
+                &mut size,
+            )
+        };
+        assert_eq!(rc, ErrorCode::NoMemory as i32);
+        let rc = unsafe {
+            cuframes_codec_ring_extradata(
+                27,
+                AVCC.as_ptr(),
+                AVCC.len(),
+                buf.as_mut_ptr(),
+                13,
+                &mut size,
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(&buf[..5], &[0, 0, 0, 1, 0x67]);
+    }
+
+    #[test]
+    fn errors_are_codes_with_messages() {
+        let mut size = 0usize;
+        let rc = unsafe {
+            cuframes_codec_ring_extradata(99, AVCC.as_ptr(), 3, std::ptr::null_mut(), 0, &mut size)
+        };
+        assert_eq!(rc, ErrorCode::Format as i32);
+        let msg = unsafe { CStr::from_ptr(cuframes_last_error()) };
+        assert!(msg.to_str().unwrap().contains("codec id 99"));
+        let rc = unsafe {
+            cuframes_codec_ring_extradata(
+                27,
+                std::ptr::null(),
+                3,
+                std::ptr::null_mut(),
+                0,
+                &mut size,
+            )
+        };
+        assert_eq!(rc, ErrorCode::InvalidArg as i32);
+        let mut info = CCodecVideoInfo::default();
+        let rc = unsafe { cuframes_codec_video_info(27, AVCC.as_ptr(), AVCC.len(), &mut info) };
+        assert_ne!(rc, 0);
+        let rc = unsafe { cuframes_codec_video_info(27, AVCC.as_ptr(), 0, std::ptr::null_mut()) };
+        assert_ne!(rc, 0);
+        let rc = unsafe {
+            cuframes_codec_keyframe_extradata(
+                173,
+                [0u8, 0, 1].as_ptr(),
+                3,
+                std::ptr::null_mut(),
+                0,
+                &mut size,
+            )
+        };
+        assert_eq!((rc, size), (0, 0));
+    }
+}
