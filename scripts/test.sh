@@ -15,6 +15,12 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --release -- -D warnings
 echo "== C link through pkg-config --static"
 scripts/check-c-link.sh
+echo "== FFmpeg with the cuframes components (cached: rebuilt only when its inputs change)"
+# libcuframes into build/prefix, then scripts/build-ffmpeg.sh against it; the FFmpeg tests
+# (tests/ffmpeg_*.rs) run build/ffmpeg/bin/ffmpeg.
+cargo build --release -p cuframes
+scripts/install.sh "$PWD/build/prefix"
+PKG_CONFIG_PATH="$PWD/build/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" scripts/build-ffmpeg.sh >/dev/null
 # SHM objects that exist before the run are not ours to judge.
 shm_before=$(ls /dev/shm | grep -E '^cuframes-' || true)
 echo "== cargo test (release: the stress tests push millions of packets)"

@@ -754,3 +754,82 @@ fn flags_and_timestamps_survive_a_relay() {
         "relay errors:\n{err}"
     );
 }
+
+/// R6: the muxer and `hwupload_cuframes` of one ffmpeg command name the same key and share
+/// one publisher (two publishers of one key in one process would fail): a packet recorder and
+/// a frame reader of that key both get their stream.
+#[test]
+fn muxer_shares_its_publisher_with_hwupload_cuframes() {
+    let Some(ff) = find() else { return };
+    let s = Scratch::new(&ff, "shared");
+    let src = h264_bframes_mkv();
+    let want = reference(&s, &src);
+    let key = s.key("shared");
+    let (rec, rec_out) = spawn_recorder(&s, "packets", &key);
+    let frames_out = s.path("frames.framemd5");
+    let frames = s.spawn_ffmpeg(
+        "frames",
+        &[
+            "-v",
+            "error",
+            "-f",
+            "cuframes",
+            "-output",
+            "software",
+            "-connect_timeout",
+            "10000",
+            "-i",
+            &key,
+            "-f",
+            "framemd5",
+            frames_out.to_str().unwrap(),
+        ],
+    );
+    let filter = format!("format=nv12,hwupload_cuframes=key={key}:memory=host:ring_size=16");
+    let publisher = s.spawn_ffmpeg(
+        "publisher",
+        &[
+            "-v",
+            "error",
+            "-readrate",
+            "8",
+            "-i",
+            src.path.to_str().unwrap(),
+            "-map",
+            "0:v:0",
+            "-c",
+            "copy",
+            "-f",
+            "cuframes_pkt",
+            "-ring_slots",
+            "1024",
+            "-min_subscribers",
+            "2",
+            &key,
+            "-map",
+            "0:v:0",
+            "-vf",
+            &filter,
+            "-f",
+            "null",
+            "-",
+        ],
+    );
+    s.wait_ok(publisher, SECS(30));
+    s.wait_ok(rec, SECS(30));
+    s.wait_ok(frames, SECS(30));
+    assert_same_packets(
+        "packets of the shared publisher",
+        &read_framemd5(&rec_out),
+        &want,
+    );
+    let n = read_framemd5(&frames_out).len();
+    assert!(n > 0, "the frame reader got no frame");
+    for log in ["packets", "frames", "publisher"] {
+        assert!(s.stderr(log).is_empty(), "{log}:\n{}", s.stderr(log));
+    }
+    println!(
+        "one publisher, two rings: {} packets recorded, {n} frames read",
+        want.len()
+    );
+}
