@@ -792,7 +792,7 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
             "-v",
             "error",
             "-readrate",
-            "8",
+            "4",
             "-i",
             src.path.to_str().unwrap(),
             "-map",
@@ -803,8 +803,10 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
             "cuframes_pkt",
             "-ring_slots",
             "1024",
+            // Only the packet recorder: waiting blocks the whole command, so the filter's
+            // frame ring appears only afterwards (the frame reader retries until then).
             "-min_subscribers",
-            "2",
+            "1",
             &key,
             "-map",
             "0:v:0",
