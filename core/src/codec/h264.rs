@@ -25,6 +25,11 @@ fn scaling_list(r: &mut BitReader, size: usize) -> Result<()> {
     for _ in 0..size {
         if next != 0 {
             let delta = r.se()?;
+            if !(-128..=127).contains(&delta) {
+                return Err(Error::invalid(format!(
+                    "H.264 SPS scaling list delta {delta} is out of range"
+                )));
+            }
             next = (last + delta).rem_euclid(256);
         }
         if next != 0 {
@@ -207,5 +212,16 @@ mod tests {
             assert!(parse_sps(&SPS_HIGH[..n]).is_err(), "{n}");
         }
         assert!(parse_sps(&[0x68, 0xEE]).is_err());
+    }
+
+    #[test]
+    fn out_of_range_scaling_delta_is_an_error() {
+        // High profile; sps_id 0, chroma 1, depths 8, no bypass, scaling matrix present, list 0
+        // present, then delta_scale = se(ue 300) = -150, beyond -128..127 (the fuzzer found
+        // deltas large enough to overflow).
+        let mut sps = vec![0x67, 100, 0, 30];
+        sps.extend([0xAD, 0x80, 0x4B, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF]);
+        let e = parse_sps(&sps).unwrap_err();
+        assert!(e.to_string().contains("scaling list delta -150"), "{e}");
     }
 }
