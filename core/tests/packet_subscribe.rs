@@ -96,12 +96,27 @@ fn a_subscriber_before_any_keyframe_waits_for_the_first() {
     let mut s = Subscriber::connect(&env.key, &packets_only(&env, "early")).unwrap();
     p.publish_packet(&[2; 10], 1, 1, 0).unwrap();
     p.publish_packet(&[3; 10], 2, 2, PACKET_FLAG_KEY).unwrap();
+    // More GOPs before the subscriber reads: it must still start at the first keyframe.
+    p.publish_packet(&[4; 10], 3, 3, 0).unwrap();
+    p.publish_packet(&[5; 10], 4, 4, PACKET_FLAG_KEY).unwrap();
     let mut buf = Vec::new();
     let info = s
         .next_packet(Some(Duration::from_secs(1)), &mut buf)
         .unwrap();
     assert_eq!(info.seq, 3, "R26: starts at the first KEY");
     assert!(info.is_key());
+    assert_eq!(
+        s.next_packet(Some(Duration::from_secs(1)), &mut buf)
+            .unwrap()
+            .seq,
+        4
+    );
+    assert_eq!(
+        s.next_packet(Some(Duration::from_secs(1)), &mut buf)
+            .unwrap()
+            .seq,
+        5
+    );
 }
 
 #[test]

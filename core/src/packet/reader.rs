@@ -57,7 +57,7 @@ use crate::packet::layout::{
 use crate::packet::PacketInfo;
 use crate::shm::{self, Mapping};
 use crate::wire::packet::PACKET_HEADER_SIZE;
-use crate::wire::{INVALID_SEQ, PACKET_FLAGS_KNOWN, PACKET_FLAG_DISCONTINUITY};
+use crate::wire::{INVALID_SEQ, PACKET_FLAGS_KNOWN, PACKET_FLAG_DISCONTINUITY, PACKET_FLAG_KEY};
 
 /// How often a waiting reader checks that the producer is still alive (and re-checks the
 /// shutdown flag, whose wake-up can race the start of a futex wait).
@@ -222,7 +222,9 @@ impl PacketRingReader {
                 let kf = self.load(HDR_LAST_KEYFRAME_SEQ, Ordering::Acquire);
                 let gs = self.load(HDR_GLOBAL_SEQ, Ordering::Acquire);
                 if kf > after && kf <= gs && kf != INVALID_SEQ {
-                    self.last_seq = kf - 1;
+                    // R26: the *first* keyframe after the start point that is still in the
+                    // ring, not the newest: a subscriber that waited must not skip GOPs.
+                    self.last_seq = self.first_keyframe_after(after, kf, gs) - 1;
                     self.resync_after = None;
                 } else {
                     if shut || producer_dead {
@@ -338,6 +340,28 @@ impl PacketRingReader {
 
     /// R9: after losing `lost`, resume at the newest keyframe if it lies beyond `lost`,
     /// otherwise wait for a keyframe newer than `lost`.
+    /// The first seq in `(after, newest_kf]` still in the ring whose slot is a KEY, read
+    /// under the slot seqlock (R29); `newest_kf` when none is found (it is a keyframe).
+    fn first_keyframe_after(&self, after: u64, newest_kf: u64, gs: u64) -> u64 {
+        let oldest_in_ring = gs.saturating_sub(self.geo.ring_slots as u64 - 1).max(1);
+        for seq in (after + 1).max(oldest_in_ring)..newest_kf {
+            let slot = self.geo.slot_offset(seq);
+            let seq_atomic = self.map.atomic_u64(slot + SLOT_SEQ);
+            if seq_atomic.load(Ordering::Acquire) != seq {
+                continue;
+            }
+            let flags = self
+                .map
+                .atomic_u32(slot + SLOT_FLAGS)
+                .load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            if seq_atomic.load(Ordering::Acquire) == seq && flags & PACKET_FLAG_KEY != 0 {
+                return seq;
+            }
+        }
+        newest_kf
+    }
+
     fn re_anchor(&mut self, lost: u64) {
         self.stats.overruns += 1;
         self.discontinuity = true;
