@@ -158,7 +158,10 @@ extern "C" {
 #define CUFRAMES_PACKET_FLAG_LAST_IN_AU 0x8u    /**< last NAL of an access unit */
 #define CUFRAMES_PACKET_FLAGS_KNOWN 0xFu
 
-/** cuframes_packet_ring_header_t.codec_id: FFmpeg AV_CODEC_ID_* values (§10.3). */
+/** cuframes_packet_ring_header_t.codec_id: fixed wire values (§10.3). They are the
+ *  AV_CODEC_ID_* numbers of the FFmpeg versions the protocol was written against (4.x-7.x);
+ *  FFmpeg 8 and 9 renumbered the enum (HEVC is 172, AV1 222 in 9.0), so C code must map
+ *  AVCodecID <-> CUFRAMES_CODEC_ID_* explicitly and never store codecpar->codec_id as is. */
 #define CUFRAMES_CODEC_ID_H264 27u
 #define CUFRAMES_CODEC_ID_HEVC 173u
 #define CUFRAMES_CODEC_ID_AV1 226u
@@ -312,7 +315,7 @@ typedef struct cuframes_packet_ring_header {
     uint32_t proto_version;        /**< 0x0004: CUFRAMES_PROTOCOL_VERSION */
     uint32_t ring_slots;           /**< 0x0008: N, 1..1024 */
     uint32_t data_size;            /**< 0x000C: bytes of the data ring */
-    uint32_t codec_id;             /**< 0x0010: AV_CODEC_ID_* (CUFRAMES_CODEC_ID_*) */
+    uint32_t codec_id;             /**< 0x0010: CUFRAMES_CODEC_ID_* (wire values, see above) */
     uint32_t codec_extradata_size; /**< 0x0014: <= 4096 */
     uint64_t producer_pid;         /**< 0x0018 */
     uint64_t global_seq;           /**< 0x0020 atomic: monotonic over packets */
@@ -559,7 +562,7 @@ int cuframes_subscriber_memory_kind(const cuframes_subscriber_t *sub);
 /* ------------------------------------------------------------------------------------------ */
 
 typedef struct cuframes_packet_ring_config {
-    uint32_t codec_id;       /**< AV_CODEC_ID_* (H.264 27, HEVC 173, AV1 226) */
+    uint32_t codec_id;       /**< CUFRAMES_CODEC_ID_*: H.264 27, HEVC 173, AV1 226 (wire values) */
     uint32_t ring_slots;     /**< 1..1024 (default 64) */
     uint32_t data_size;      /**< bytes of the data ring: the largest packet that fits (default 8 MiB) */
     uint32_t extradata_size; /**< <= 4096; 0 = set later with cuframes_publisher_set_packet_extradata */

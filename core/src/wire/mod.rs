@@ -217,7 +217,10 @@ impl ShutdownReason {
     }
 }
 
-/// FFmpeg codec ids the packet ring carries (§10.3; values of `AV_CODEC_ID_*`).
+/// Codec ids the packet ring carries (§10.3). Fixed wire values: the `AV_CODEC_ID_*` numbers
+/// of FFmpeg 4.x–7.x, which the spec quotes (H.264 27, HEVC 173). FFmpeg 8/9 renumbered the
+/// enum (9.0: HEVC 172, AV1 222), so FFmpeg code maps explicitly
+/// (`ffmpeg-glue/libavformat/cuframes_pkt.h`).
 pub const CODEC_ID_H264: u32 = 27;
 pub const CODEC_ID_HEVC: u32 = 173;
 pub const CODEC_ID_AV1: u32 = 226;
