@@ -32,7 +32,7 @@ for l in sys.stdin:
   # sample, and a 1080p H.264 clip for the decode-pipeline benchmark (made here with libx264).
   if [ -x build/ffmpeg/bin/ffmpeg ]; then
     cp build/ffmpeg/bin/ffmpeg build/ffmpeg/bin/ffprobe "$out/"
-    cp /work/shared/samples/test-25fps.h264 "$out/sample.h264" 2>/dev/null || true
+    cp fate-samples/test-25fps.h264 "$out/sample.h264"
     build/ffmpeg/bin/ffmpeg -hide_banner -loglevel error -y -f lavfi -i testsrc2=s=1920x1080:r=25 \
       -frames:v 300 -c:v libx264 -preset ultrafast -crf 32 -g 50 -pix_fmt yuv420p "$out/bench1080.h264"
   fi
