@@ -37,6 +37,7 @@
  */
 
 #include <cuframes.h>
+#include "libavutil/cuframes_glue.h"
 
 #include "libavutil/avstring.h"
 #include "libavutil/buffer.h"
@@ -94,42 +95,6 @@ typedef struct HeldFrame {
     cuframes_frame_t *frame;
     AVBufferRef *device_ref;
 } HeldFrame;
-
-static const struct {
-    enum AVPixelFormat pix_fmt;
-    cuframes_format_t format;
-} format_map[] = {
-    { AV_PIX_FMT_NV12,    CUFRAMES_FORMAT_NV12    },
-    { AV_PIX_FMT_P010LE,  CUFRAMES_FORMAT_P010    },
-    { AV_PIX_FMT_P016LE,  CUFRAMES_FORMAT_P016    },
-    { AV_PIX_FMT_YUV420P, CUFRAMES_FORMAT_YUV420P },
-    { AV_PIX_FMT_YUV444P, CUFRAMES_FORMAT_YUV444P },
-    { AV_PIX_FMT_RGBA,    CUFRAMES_FORMAT_RGBA    },
-    { AV_PIX_FMT_BGRA,    CUFRAMES_FORMAT_BGRA    },
-};
-
-static enum AVPixelFormat from_cuframes_format(uint32_t f)
-{
-    for (int i = 0; i < FF_ARRAY_ELEMS(format_map); i++)
-        if (format_map[i].format == f)
-            return format_map[i].pix_fmt;
-    return AV_PIX_FMT_NONE;
-}
-
-static int cuframes_err(AVFormatContext *avctx, int code, const char *what)
-{
-    av_log(avctx, AV_LOG_ERROR, "%s: %s (%s)\n", what, cuframes_last_error(),
-           cuframes_strerror(code));
-    switch (code) {
-    case CUFRAMES_ERR_INVALID_ARG:
-    case CUFRAMES_ERR_FORMAT:     return AVERROR(EINVAL);
-    case CUFRAMES_ERR_NOT_FOUND:  return AVERROR(ENOENT);
-    case CUFRAMES_ERR_NO_MEMORY:  return AVERROR(ENOMEM);
-    case CUFRAMES_ERR_PERMISSION: return AVERROR(EACCES);
-    case CUFRAMES_ERR_TIMEOUT:    return AVERROR(ETIMEDOUT);
-    default:                      return AVERROR_EXTERNAL;
-    }
-}
 
 static void release_held(void *opaque, uint8_t *data)
 {
@@ -212,7 +177,7 @@ static int connect_subscriber(AVFormatContext *avctx)
             return AVERROR_EXIT;
         av_usleep(20000);
     }
-    return cuframes_err(avctx, ret, "Cannot subscribe");
+    return ff_cuframes_log_error(avctx, ret, "Cannot subscribe");
 }
 
 static void free_cuda_device(AVHWDeviceContext *dc)
@@ -234,7 +199,7 @@ static int setup_cuda(AVFormatContext *avctx)
 
     ret = cuframes_cuda_primary_context(s->device, &cu_ctx, &ref);
     if (ret != CUFRAMES_OK)
-        return cuframes_err(avctx, ret, "Cannot open the CUDA device for the output frames");
+        return ff_cuframes_log_error(avctx, ret, "Cannot open the CUDA device for the output frames");
     s->device_ref = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
     if (!s->device_ref) {
         cuframes_cuda_context_release(ref);
@@ -275,8 +240,8 @@ static av_cold int cuframes_read_header(AVFormatContext *avctx)
         return ret;
     ret = cuframes_subscriber_frame_layout(s->sub, &s->layout);
     if (ret != CUFRAMES_OK)
-        return cuframes_err(avctx, ret, "The publisher has no frame ring");
-    s->sw_format = from_cuframes_format(s->layout.format);
+        return ff_cuframes_log_error(avctx, ret, "The publisher has no frame ring");
+    s->sw_format = ff_cuframes_pix_fmt_from_format(s->layout.format);
     if (s->sw_format == AV_PIX_FMT_NONE) {
         av_log(avctx, AV_LOG_ERROR, "The ring carries unknown format %u.\n", s->layout.format);
         return AVERROR(EINVAL);
@@ -422,7 +387,7 @@ static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
             return AVERROR_EOF;
         }
         if (ret != CUFRAMES_ERR_TIMEOUT)
-            return cuframes_err(avctx, ret, "Cannot read a frame");
+            return ff_cuframes_log_error(avctx, ret, "Cannot read a frame");
         if (ff_check_interrupt(&avctx->interrupt_callback))
             return AVERROR_EXIT;
         if (s->timeout_ms >= 0 && av_gettime_relative() >= deadline) {
@@ -434,7 +399,7 @@ static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
     ret = cuframes_frame_info(f, &info);
     if (ret != CUFRAMES_OK) {
         cuframes_frame_release(f, NULL);
-        return cuframes_err(avctx, ret, "Cannot inspect the frame");
+        return ff_cuframes_log_error(avctx, ret, "Cannot inspect the frame");
     }
     frame = wrap_frame(avctx, f, &info);
     if (!frame)

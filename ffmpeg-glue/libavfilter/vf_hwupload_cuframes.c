@@ -33,6 +33,7 @@
  */
 
 #include <cuframes.h>
+#include "libavutil/cuframes_glue.h"
 
 #include "libavutil/avstring.h"
 #include "libavutil/buffer.h"
@@ -78,50 +79,6 @@ typedef struct CuframesUploadContext {
     uint64_t published, device_copies, host_uploads, downloads;
     uint64_t host_copies_at_start;
 } CuframesUploadContext;
-
-static const struct {
-    enum AVPixelFormat pix_fmt;
-    cuframes_format_t format;
-} format_map[] = {
-    { AV_PIX_FMT_NV12,    CUFRAMES_FORMAT_NV12    },
-    { AV_PIX_FMT_P010LE,  CUFRAMES_FORMAT_P010    },
-    { AV_PIX_FMT_P016LE,  CUFRAMES_FORMAT_P016    },
-    { AV_PIX_FMT_YUV420P, CUFRAMES_FORMAT_YUV420P },
-    { AV_PIX_FMT_YUV444P, CUFRAMES_FORMAT_YUV444P },
-    { AV_PIX_FMT_RGBA,    CUFRAMES_FORMAT_RGBA    },
-    { AV_PIX_FMT_BGRA,    CUFRAMES_FORMAT_BGRA    },
-};
-
-static int to_cuframes_format(enum AVPixelFormat f)
-{
-    for (int i = 0; i < FF_ARRAY_ELEMS(format_map); i++)
-        if (format_map[i].pix_fmt == f)
-            return format_map[i].format;
-    return CUFRAMES_FORMAT_NONE;
-}
-
-static enum AVPixelFormat from_cuframes_format(uint32_t f)
-{
-    for (int i = 0; i < FF_ARRAY_ELEMS(format_map); i++)
-        if (format_map[i].format == f)
-            return format_map[i].pix_fmt;
-    return AV_PIX_FMT_NONE;
-}
-
-static int cuframes_err(AVFilterContext *ctx, int code, const char *what)
-{
-    av_log(ctx, AV_LOG_ERROR, "%s: %s (%s)\n", what, cuframes_last_error(),
-           cuframes_strerror(code));
-    switch (code) {
-    case CUFRAMES_ERR_INVALID_ARG:
-    case CUFRAMES_ERR_FORMAT:       return AVERROR(EINVAL);
-    case CUFRAMES_ERR_NO_MEMORY:    return AVERROR(ENOMEM);
-    case CUFRAMES_ERR_PERMISSION:   return AVERROR(EACCES);
-    case CUFRAMES_ERR_ALREADY_EXISTS: return AVERROR(EEXIST);
-    case CUFRAMES_ERR_TIMEOUT:      return AVERROR(ETIMEDOUT);
-    default:                        return AVERROR_EXTERNAL;
-    }
-}
 
 static const char *memory_name(int m)
 {
@@ -186,7 +143,7 @@ static int cuframes_upload_config_output(AVFilterLink *outlink)
             return AVERROR(EINVAL);
         }
         fc = (AVHWFramesContext *)inl->hw_frames_ctx->data;
-        if (to_cuframes_format(fc->sw_format) == CUFRAMES_FORMAT_NONE) {
+        if (ff_cuframes_format_from_pix_fmt(fc->sw_format) == CUFRAMES_FORMAT_NONE) {
             av_log(ctx, AV_LOG_ERROR, "CUDA frames of software format %s cannot be published: "
                    "a cuframes ring carries nv12, p010le, p016le, yuv420p, yuv444p, rgba or bgra.\n",
                    av_get_pix_fmt_name(fc->sw_format));
@@ -252,7 +209,7 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
     po.runtime_dir = s->runtime_dir;
     ret = cuframes_publisher_open_shared(s->key, &po, &s->pub);
     if (ret != CUFRAMES_OK)
-        return cuframes_err(ctx, ret, "Cannot create the publisher");
+        return ff_cuframes_log_error(ctx, ret, "Cannot create the publisher");
 
     if (frame->format == AV_PIX_FMT_CUDA && ordinal < 0) {
         ret = frame_cuda_ordinal(ctx, frame, &ordinal);
@@ -271,7 +228,7 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
     /* R6: a component of this process (a previous instance of this filter kept alive by the
      * cuframes_pkt muxer's handle) may already have given the key a frame ring. */
     if (cuframes_publisher_frame_layout(s->pub, &layout) == CUFRAMES_OK) {
-        enum AVPixelFormat f = from_cuframes_format(layout.format);
+        enum AVPixelFormat f = ff_cuframes_pix_fmt_from_format(layout.format);
         if (f != sw || layout.width != frame->width || layout.height != frame->height)
             return geometry_mismatch(ctx, f, layout.width, layout.height, sw,
                                      frame->width, frame->height);
@@ -279,7 +236,7 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
                s->key, frame->width, frame->height, av_get_pix_fmt_name(sw));
     } else {
         cuframes_frame_ring_config_default(&rc);
-        rc.format         = to_cuframes_format(sw);
+        rc.format         = ff_cuframes_format_from_pix_fmt(sw);
         rc.width          = frame->width;
         rc.height         = frame->height;
         rc.ring_size      = s->ring_size;
@@ -289,7 +246,7 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
         rc.cuda_device    = ordinal;
         ret = cuframes_publisher_enable_frames(s->pub, &rc);
         if (ret != CUFRAMES_OK)
-            return cuframes_err(ctx, ret, "Cannot create the frame ring");
+            return ff_cuframes_log_error(ctx, ret, "Cannot create the frame ring");
         if (memory == CUFRAMES_MEMORY_CUDA_VMM)
             snprintf(where, sizeof(where), "CUDA VMM memory on device %d", ordinal);
         else
@@ -344,7 +301,7 @@ static int publish_cuda_frame(AVFilterContext *ctx, const AVFrame *frame, int64_
                                             pts_ns);
     cu->cuCtxPopCurrent(&dummy);
     if (ret != CUFRAMES_OK)
-        return cuframes_err(ctx, ret, "Cannot publish the CUDA frame");
+        return ff_cuframes_log_error(ctx, ret, "Cannot publish the CUDA frame");
     s->device_copies++;
     return 0;
 }
@@ -367,7 +324,7 @@ static int publish_host_frame(AVFilterContext *ctx, const AVFrame *frame, int64_
     }
     ret = cuframes_publisher_publish_host(s->pub, planes, strides, n, pts_ns);
     if (ret != CUFRAMES_OK)
-        return cuframes_err(ctx, ret, "Cannot publish the frame");
+        return ff_cuframes_log_error(ctx, ret, "Cannot publish the frame");
     s->host_uploads += s->ring_memory == CUFRAMES_MEMORY_CUDA_VMM;
     return 0;
 }
@@ -388,7 +345,7 @@ static int cuframes_upload_filter_frame(AVFilterLink *inlink, AVFrame *frame)
         }
         sw = ((AVHWFramesContext *)frame->hw_frames_ctx->data)->sw_format;
     }
-    if (to_cuframes_format(sw) == CUFRAMES_FORMAT_NONE) {
+    if (ff_cuframes_format_from_pix_fmt(sw) == CUFRAMES_FORMAT_NONE) {
         av_log(ctx, AV_LOG_ERROR, "Pixel format %s cannot be published.\n",
                av_get_pix_fmt_name(sw));
         ret = AVERROR(EINVAL);

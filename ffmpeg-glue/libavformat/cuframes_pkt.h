@@ -23,6 +23,8 @@
 
 #include <cuframes.h>
 
+#include "libavutil/cuframes_glue.h"
+
 #include "libavcodec/codec_id.h"
 #include "libavutil/error.h"
 
@@ -56,21 +58,5 @@ static inline enum AVCodecID ff_cuframes_pkt_av_codec(uint32_t ring_codec)
     }
 }
 
-static inline int ff_cuframes_pkt_averror(int rc)
-{
-    switch (rc) {
-    case CUFRAMES_OK:                 return 0;
-    case CUFRAMES_ERR_INVALID_ARG:    return AVERROR(EINVAL);
-    case CUFRAMES_ERR_FORMAT:         return AVERROR_PATCHWELCOME;
-    case CUFRAMES_ERR_NOT_FOUND:      return AVERROR(ENOENT);
-    case CUFRAMES_ERR_ALREADY_EXISTS: return AVERROR(EEXIST);
-    case CUFRAMES_ERR_TIMEOUT:        return AVERROR(ETIMEDOUT);
-    case CUFRAMES_ERR_DISCONNECTED:   return AVERROR_EOF;
-    case CUFRAMES_ERR_PERMISSION:     return AVERROR(EACCES);
-    case CUFRAMES_ERR_NO_MEMORY:      return AVERROR(ENOMEM);
-    case CUFRAMES_ERR_TOO_MANY:       return AVERROR(EUSERS);
-    default:                          return AVERROR_EXTERNAL;
-    }
-}
 
 #endif /* AVFORMAT_CUFRAMES_PKT_H */

@@ -64,7 +64,7 @@ static int cuframes_pkt_read_close(AVFormatContext *s)
 static int cuframes_pkt_fail(AVFormatContext *s, int rc, const char *what)
 {
     av_log(s, AV_LOG_ERROR, "%s '%s': %s\n", what, s->url, cuframes_last_error());
-    return ff_cuframes_pkt_averror(rc);
+    return ff_cuframes_averror(rc);
 }
 
 static int cuframes_pkt_connect(AVFormatContext *s)

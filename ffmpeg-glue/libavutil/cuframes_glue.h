@@ -1,0 +1,85 @@
+/*
+ * What every cuframes component needs from the library in FFmpeg's terms: error codes and
+ * pixel formats. Header-only; the components include it as "libavutil/cuframes_glue.h".
+ *
+ * This file is part of FFmpeg.
+ *
+ * FFmpeg is free software; you can redistribute it and/or
+ * modify it under the terms of the GNU Lesser General Public
+ * License as published by the Free Software Foundation; either
+ * version 2.1 of the License, or (at your option) any later version.
+ *
+ * FFmpeg is distributed in the hope that it will be useful,
+ * but WITHOUT ANY WARRANTY; without even the implied warranty of
+ * MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the GNU
+ * Lesser General Public License for more details.
+ *
+ * You should have received a copy of the GNU Lesser General Public
+ * License along with FFmpeg; if not, write to the Free Software
+ * Foundation, Inc., 51 Franklin Street, Fifth Floor, Boston, MA 02110-1301 USA
+ */
+
+#ifndef AVUTIL_CUFRAMES_GLUE_H
+#define AVUTIL_CUFRAMES_GLUE_H
+
+#include <errno.h>
+#include <cuframes.h>
+
+#include "libavutil/error.h"
+#include "libavutil/log.h"
+#include "libavutil/pixfmt.h"
+
+/** The AVERROR for a cuframes_error_t code. */
+static inline int ff_cuframes_averror(int code)
+{
+    switch (code) {
+    case CUFRAMES_OK:                 return 0;
+    case CUFRAMES_ERR_INVALID_ARG:
+    case CUFRAMES_ERR_FORMAT:         return AVERROR(EINVAL);
+    case CUFRAMES_ERR_PROTOCOL:       return AVERROR_INVALIDDATA;
+    case CUFRAMES_ERR_NOT_FOUND:      return AVERROR(ENOENT);
+    case CUFRAMES_ERR_ALREADY_EXISTS: return AVERROR(EEXIST);
+    case CUFRAMES_ERR_TIMEOUT:        return AVERROR(ETIMEDOUT);
+    case CUFRAMES_ERR_DISCONNECTED:   return AVERROR_EOF;
+    case CUFRAMES_ERR_PERMISSION:     return AVERROR(EACCES);
+    case CUFRAMES_ERR_NO_MEMORY:      return AVERROR(ENOMEM);
+    case CUFRAMES_ERR_TOO_MANY:       return AVERROR(EUSERS);
+    default:                          return AVERROR_EXTERNAL;
+    }
+}
+
+/** Log what failed with the library's detailed message, and return the AVERROR. */
+static inline int ff_cuframes_log_error(void *log_ctx, int code, const char *what)
+{
+    av_log(log_ctx, AV_LOG_ERROR, "%s: %s (%s)\n", what, cuframes_last_error(),
+           cuframes_strerror(code));
+    return ff_cuframes_averror(code);
+}
+
+/* The ring formats (R7) and the FFmpeg pixel formats with the same memory layout. */
+#define FF_CUFRAMES_FORMATS(X)                  \
+    X(AV_PIX_FMT_NV12,    CUFRAMES_FORMAT_NV12)    \
+    X(AV_PIX_FMT_P010LE,  CUFRAMES_FORMAT_P010)    \
+    X(AV_PIX_FMT_P016LE,  CUFRAMES_FORMAT_P016)    \
+    X(AV_PIX_FMT_YUV420P, CUFRAMES_FORMAT_YUV420P) \
+    X(AV_PIX_FMT_YUV444P, CUFRAMES_FORMAT_YUV444P) \
+    X(AV_PIX_FMT_RGBA,    CUFRAMES_FORMAT_RGBA)    \
+    X(AV_PIX_FMT_BGRA,    CUFRAMES_FORMAT_BGRA)
+
+static inline cuframes_format_t ff_cuframes_format_from_pix_fmt(enum AVPixelFormat f)
+{
+#define FF_CUFRAMES_TO_RING(pix, ring) if (f == pix) return ring;
+    FF_CUFRAMES_FORMATS(FF_CUFRAMES_TO_RING)
+#undef FF_CUFRAMES_TO_RING
+    return CUFRAMES_FORMAT_NONE;
+}
+
+static inline enum AVPixelFormat ff_cuframes_pix_fmt_from_format(uint32_t f)
+{
+#define FF_CUFRAMES_TO_PIX(pix, ring) if (f == ring) return pix;
+    FF_CUFRAMES_FORMATS(FF_CUFRAMES_TO_PIX)
+#undef FF_CUFRAMES_TO_PIX
+    return AV_PIX_FMT_NONE;
+}
+
+#endif /* AVUTIL_CUFRAMES_GLUE_H */
