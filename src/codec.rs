@@ -7,7 +7,7 @@ use std::ffi::c_int;
 use cuframes_core::codec::{self, Codec};
 use cuframes_core::{Error, ErrorCode, Result};
 
-use crate::convert::out;
+use crate::convert::{bytes, out};
 use crate::error::{code_of, panicked};
 use crate::guard;
 
@@ -21,18 +21,6 @@ pub struct CCodecVideoInfo {
     pub level: i32,
     pub chroma_format: u32,
     pub bit_depth: u32,
-}
-
-unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8]> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(Error::invalid(format!(
-            "{what} is NULL with a size of {len}"
-        )));
-    }
-    Ok(std::slice::from_raw_parts(p, len))
 }
 
 /// Copy `v` out: `size` gets its length; `buf` NULL with `cap` 0 only asks for the size; a

@@ -41,3 +41,16 @@ pub(crate) unsafe fn input<'a, T>(p: *const T, what: &str) -> Result<&'a T> {
     p.as_ref()
         .ok_or_else(|| Error::invalid(format!("{what} is NULL")))
 }
+
+/// A byte buffer argument: (pointer, length); NULL is allowed only with length 0.
+pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::invalid(format!(
+            "{what} is NULL with a size of {len}"
+        )));
+    }
+    Ok(std::slice::from_raw_parts(p, len))
+}

@@ -4,9 +4,9 @@ use std::ffi::c_int;
 use std::time::Duration;
 
 use cuframes_core::packet::PacketRingConfig;
-use cuframes_core::{Error, Result};
+use cuframes_core::Error;
 
-use crate::convert::{input, out};
+use crate::convert::{bytes, input, out};
 use crate::error::{code_of, panicked};
 use crate::guard;
 use crate::publisher::CPublisher;
@@ -39,18 +39,6 @@ pub struct CPacketStats {
     pub bytes: u64,
     pub overruns: u64,
     pub last_seq: u64,
-}
-
-unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8]> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(Error::invalid(format!(
-            "{what} is NULL with a size of {len}"
-        )));
-    }
-    Ok(std::slice::from_raw_parts(p, len))
 }
 
 /// Defaults: codec 0 (set it), 64 slots, 8 MiB data ring, no extradata.

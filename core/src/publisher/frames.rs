@@ -216,17 +216,7 @@ impl FrameRing {
         strides: &[usize],
     ) -> Result<()> {
         let layout = &self.layout;
-        if planes.len() != layout.planes().len() || strides.len() != planes.len() {
-            return Err(Error::new(
-                ErrorCode::Format,
-                format!(
-                    "{} has {} planes; {} given",
-                    layout.format.name(),
-                    layout.planes().len(),
-                    planes.len()
-                ),
-            ));
-        }
+        check_plane_count(layout, planes.len(), strides.len())?;
         if slot.memory_kind == MemoryKind::CudaVmm {
             let (dev, stream) = self.cuda()?;
             dev.make_current()?;
@@ -312,17 +302,7 @@ impl FrameRing {
     ) -> Result<()> {
         let (dev, own) = self.cuda()?;
         let layout = &self.layout;
-        if planes.len() != layout.planes().len() || pitches.len() != planes.len() {
-            return Err(Error::new(
-                ErrorCode::Format,
-                format!(
-                    "{} has {} planes; {} given",
-                    layout.format.name(),
-                    layout.planes().len(),
-                    planes.len()
-                ),
-            ));
-        }
+        check_plane_count(layout, planes.len(), pitches.len())?;
         // The caller's stream runs in the caller's (current) context; our own stream in ours.
         let borrowed;
         let stream = if stream.is_null() {
@@ -356,4 +336,19 @@ impl FrameRing {
         }
         stream.synchronize()
     }
+}
+
+/// The caller must give one pointer and one stride per plane of the ring's format.
+fn check_plane_count(layout: &FrameLayout, planes: usize, strides: usize) -> Result<()> {
+    if planes != layout.planes().len() || strides != planes {
+        return Err(Error::new(
+            ErrorCode::Format,
+            format!(
+                "{} has {} planes; {planes} given",
+                layout.format.name(),
+                layout.planes().len()
+            ),
+        ));
+    }
+    Ok(())
 }
