@@ -180,3 +180,46 @@ fn oversized_packets_are_refused_without_damage() {
     );
     assert_eq!(buf, vec![5; 1000]);
 }
+
+#[test]
+fn a_publisher_pid_from_another_pid_namespace_does_not_end_the_stream() {
+    // In a container the recorded producer_pid belongs to another PID namespace: it may name
+    // no process here. The subscriber relies on its socket, not on that pid.
+    let env = TestEnv::new("pidns");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_packets(config()).unwrap();
+    p.publish_packet(&[1; 10], 0, 0, PACKET_FLAG_KEY).unwrap();
+    let (_fd, map) =
+        cuframes_core::shm::open(&format!("cuframes-{}-packets", env.key), 0, true).unwrap();
+    map.atomic_u64(0x18)
+        .store(0x7FFF_FFF0, std::sync::atomic::Ordering::Release); // no such pid
+    let mut s = Subscriber::connect(&env.key, &packets_only(&env, "ns")).unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(
+        s.next_packet(Some(Duration::from_secs(1)), &mut buf)
+            .unwrap()
+            .seq,
+        1
+    );
+    // Idle for longer than the reader's liveness interval: a timeout, not the end.
+    let e = s
+        .next_packet(Some(Duration::from_millis(400)), &mut buf)
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), ErrorCode::Timeout, "{e}");
+    p.publish_packet(&[2; 10], 1, 1, 0).unwrap();
+    assert_eq!(
+        s.next_packet(Some(Duration::from_secs(1)), &mut buf)
+            .unwrap()
+            .seq,
+        2
+    );
+    drop(p);
+    assert_eq!(
+        s.next_packet(Some(Duration::from_secs(2)), &mut buf)
+            .err()
+            .unwrap()
+            .code(),
+        ErrorCode::Disconnected
+    );
+}

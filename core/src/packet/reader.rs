@@ -97,6 +97,10 @@ pub struct PacketRingReader {
     /// R9: the next packet returned carries DISCONTINUITY.
     discontinuity: bool,
     overrun_errors: bool,
+    /// Whether a waiting reader checks that `producer_pid` is alive. Off when the caller
+    /// watches the publisher another way (a subscriber's socket): in another PID namespace
+    /// (containers) the recorded pid means nothing here.
+    check_producer_pid: bool,
     stats: PacketReaderStats,
 }
 
@@ -120,6 +124,7 @@ impl PacketRingReader {
             resync_after: None,
             discontinuity: false,
             overrun_errors: false,
+            check_producer_pid: true,
             stats: PacketReaderStats::default(),
         };
         reader.start_at_last_keyframe();
@@ -170,6 +175,13 @@ impl PacketRingReader {
     /// With `true`, an overrun makes `next_packet` return `PacketOverrun` once (after
     /// re-anchoring); the following call returns the keyframe with DISCONTINUITY. With `false`
     /// (the default) the overrun is only counted and signalled by DISCONTINUITY.
+    /// With `false`, a waiting reader no longer ends the stream when `producer_pid` is not a
+    /// live process of this PID namespace; the caller detects the publisher's death itself
+    /// (the control plane does, through socket EOF).
+    pub fn set_producer_pid_check(&mut self, on: bool) {
+        self.check_producer_pid = on;
+    }
+
     pub fn set_overrun_errors(&mut self, on: bool) {
         self.overrun_errors = on;
     }
@@ -325,7 +337,8 @@ impl PacketRingReader {
             seen as u32,
             Some(slice),
         );
-        if self.load(HDR_GLOBAL_SEQ, Ordering::Acquire) == seen
+        if self.check_producer_pid
+            && self.load(HDR_GLOBAL_SEQ, Ordering::Acquire) == seen
             && last_liveness.elapsed() >= LIVENESS_INTERVAL
         {
             *last_liveness = Instant::now();

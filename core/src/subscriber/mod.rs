@@ -182,6 +182,9 @@ impl Subscriber {
             }
             // §10.8/R26: start on the keyframe the publisher named (0: wait for the first).
             reader.start_at(p.initial_packet_seq);
+            // The socket tells us when the publisher dies; its pid may be from another PID
+            // namespace (containers), where a pid check would end the stream by mistake.
+            reader.set_producer_pid_check(false);
             Some(reader)
         } else {
             None
