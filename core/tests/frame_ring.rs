@@ -10,29 +10,9 @@ use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
 
-fn dense_planes(layout: &cuframes_core::format::FrameLayout, seq: u64) -> Vec<Vec<u8>> {
-    layout
-        .planes()
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let mut v = vec![0u8; p.row_bytes * p.rows];
-            common::fill_pattern(seq * 4 + i as u64, &mut v);
-            v
-        })
-        .collect()
-}
-
 fn publish(p: &Publisher, seq: u64) -> Vec<Vec<u8>> {
-    let layout = p.frame_layout().unwrap().clone();
-    let planes = dense_planes(&layout, seq);
-    let refs: Vec<&[u8]> = planes.iter().map(|v| v.as_slice()).collect();
-    let strides: Vec<usize> = layout.planes().iter().map(|p| p.row_bytes).collect();
-    assert_eq!(
-        p.publish_host_planes(&refs, &strides, Some(seq as i64 * 1000))
-            .unwrap(),
-        seq
-    );
+    let (published, planes) = common::publish_pattern(p, seq, Some(seq as i64 * 1000)).unwrap();
+    assert_eq!(published, seq);
     planes
 }
 

@@ -10,7 +10,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::TestEnv;
-use cuframes_core::format::FrameLayout;
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::tlv::{self, HelloReq, Message};
@@ -19,26 +18,8 @@ use cuframes_core::ErrorCode;
 
 const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
 
-/// Dense planes of frame `seq`: what the publisher writes and every subscriber expects.
-fn planes_for(layout: &FrameLayout, seq: u64) -> Vec<Vec<u8>> {
-    layout
-        .planes()
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let mut v = vec![0u8; p.row_bytes * p.rows];
-            common::fill_pattern(seq * 4 + i as u64, &mut v);
-            v
-        })
-        .collect()
-}
-
 fn publish(p: &Publisher, seq_hint: u64) -> cuframes_core::Result<u64> {
-    let layout = p.frame_layout().unwrap().clone();
-    let planes = planes_for(&layout, seq_hint);
-    let refs: Vec<&[u8]> = planes.iter().map(|v| v.as_slice()).collect();
-    let strides: Vec<usize> = layout.planes().iter().map(|p| p.row_bytes).collect();
-    p.publish_host_planes(&refs, &strides, None)
+    common::publish_pattern(p, seq_hint, None).map(|(seq, _)| seq)
 }
 
 fn spawn_child(role: &str, env: &TestEnv, extra: &[(&str, String)]) -> Child {
@@ -137,7 +118,7 @@ fn child_subscriber(key: &str) {
                     misordered += 1;
                 }
                 last = f.seq;
-                if !common::verify_frame(&f, &planes_for(&layout, f.seq)) {
+                if !common::verify_frame(&f, &common::planes_for(&layout, f.seq)) {
                     corrupt += 1;
                 }
                 delivered += 1;
@@ -597,7 +578,7 @@ fn an_idle_subscriber_sleeps_and_wakes_fast() {
         idle_share * 100.0
     );
     let layout = p.frame_layout().unwrap().clone();
-    let planes = planes_for(&layout, 1);
+    let planes = common::planes_for(&layout, 1);
     let refs: Vec<&[u8]> = planes.iter().map(|v| v.as_slice()).collect();
     let strides: Vec<usize> = layout.planes().iter().map(|p| p.row_bytes).collect();
     for _ in 0..200 {

@@ -73,3 +73,31 @@ pub fn verify_frame(frame: &cuframes_core::subscriber::Frame, dense: &[Vec<u8>])
     }
     true
 }
+
+/// Dense planes of frame `seq`: what a publisher writes and every subscriber expects.
+pub fn planes_for(layout: &cuframes_core::format::FrameLayout, seq: u64) -> Vec<Vec<u8>> {
+    layout
+        .planes()
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut v = vec![0u8; p.row_bytes * p.rows];
+            fill_pattern(seq * 4 + i as u64, &mut v);
+            v
+        })
+        .collect()
+}
+
+/// Publish the pattern planes of `seq` through the host-copy convenience.
+pub fn publish_pattern(
+    p: &cuframes_core::publisher::Publisher,
+    seq: u64,
+    pts_ns: Option<i64>,
+) -> cuframes_core::Result<(u64, Vec<Vec<u8>>)> {
+    let layout = p.frame_layout().unwrap().clone();
+    let planes = planes_for(&layout, seq);
+    let refs: Vec<&[u8]> = planes.iter().map(|v| v.as_slice()).collect();
+    let strides: Vec<usize> = layout.planes().iter().map(|p| p.row_bytes).collect();
+    let published = p.publish_host_planes(&refs, &strides, pts_ns)?;
+    Ok((published, planes))
+}
