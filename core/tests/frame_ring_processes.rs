@@ -79,6 +79,7 @@ fn child_entry() {
     match role.as_str() {
         "subscriber" => child_subscriber(&key),
         "publisher" => child_publisher(&key),
+        "leak_check" => leak_check(),
         "refused_subscriber" => {
             // Runs as an unprivileged user: the publisher's uid restriction must refuse it.
             let e = Subscriber::connect(&key, &SubscriberOptions::default())
@@ -502,6 +503,24 @@ fn count_maps() -> usize {
 
 #[test]
 fn no_descriptor_or_mapping_leak_over_1000_cycles() {
+    // Descriptors and mappings are counted per process: the check runs in a child of its own,
+    // so that the other tests of this binary, running in parallel, do not move the counts.
+    let env = TestEnv::new("leakparent");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(ROLE_ENV, "leak_check")
+        .env("CUFRAMES_TEST_KEY", &env.key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "leak check failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn leak_check() {
     let env = TestEnv::new("leak");
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
     p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
@@ -631,4 +650,41 @@ fn peers_outside_the_allowed_uid_are_refused() {
     assert!(stderr.contains("does not accept this user"), "{stderr}");
     // Root (this process) is still served.
     assert_still_serving(&env, &p);
+}
+
+#[test]
+fn ping_is_answered_in_every_phase_and_keeps_the_subscription() {
+    let env = TestEnv::new("ping");
+    let mut opts = env.publisher_options();
+    opts.handshake_timeout = Duration::from_millis(150);
+    let p = Publisher::create(&env.key, opts).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
+        .unwrap();
+    let mut c = raw_client(&env);
+    let ping = |c: &mut UnixStream, token: u64| {
+        c.write_all(&tlv::encode(&Message::Ping { token }).unwrap())
+            .unwrap();
+        assert_eq!(raw_recv(c), Some(Message::Pong { token }));
+    };
+    ping(&mut c, 1);
+    c.write_all(&hello(PROTOCOL_VERSION)).unwrap();
+    assert!(matches!(raw_recv(&mut c), Some(Message::HelloResp(r)) if r.result == 0));
+    ping(&mut c, 2);
+    c.write_all(&tlv::encode(&Message::SubscribeReq { proto_version: 4 }).unwrap())
+        .unwrap();
+    assert!(matches!(raw_recv(&mut c), Some(Message::SubscribeResp(r)) if r.result == 0));
+    assert!(matches!(raw_recv(&mut c), Some(Message::VmmFds(_))));
+    ping(&mut c, 3);
+    // Past the handshake deadline, an active subscriber that pinged is still subscribed.
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(p.subscriber_count(), 1);
+    c.write_all(&tlv::encode(&Message::Unsubscribe).unwrap())
+        .unwrap();
+    assert!(
+        raw_recv(&mut c).is_none(),
+        "UNSUBSCRIBE closes the connection"
+    );
+    wait_until("the subscriber to leave", Duration::from_secs(2), || {
+        p.subscriber_count() == 0
+    });
 }

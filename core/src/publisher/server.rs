@@ -183,9 +183,9 @@ fn serve(inner: &Inner, c: &mut Conn) -> Result<bool> {
     for msg in msgs {
         let phase = std::mem::replace(&mut c.phase, Phase::AwaitHello);
         c.phase = match (phase, msg) {
-            (_, Message::Ping { token }) => {
+            (phase, Message::Ping { token }) => {
                 sock::send(c.stream.as_fd(), &Message::Pong { token }, &[])?;
-                std::mem::replace(&mut c.phase, Phase::AwaitHello)
+                phase
             }
             (Phase::AwaitHello, Message::HelloReq(h)) => match hello(inner, c, &h) {
                 Some(resp) => {
