@@ -5,9 +5,8 @@
 use std::ffi::c_int;
 
 use cuframes_core::codec::{self, Codec};
-use cuframes_core::{Error, ErrorCode, Result};
 
-use crate::convert::{bytes, out};
+use crate::convert::{bytes, copy_out, out};
 use crate::error::{code_of, panicked};
 use crate::guard;
 
@@ -21,23 +20,6 @@ pub struct CCodecVideoInfo {
     pub level: i32,
     pub chroma_format: u32,
     pub bit_depth: u32,
-}
-
-/// Copy `v` out: `size` gets its length; `buf` NULL with `cap` 0 only asks for the size; a
-/// too-small buffer is NO_MEMORY (as `cuframes_subscriber_packet_extradata`).
-unsafe fn copy_out(v: &[u8], buf: *mut u8, cap: usize, size: *mut usize) -> Result<()> {
-    *out(size, "size")? = v.len();
-    if buf.is_null() && cap == 0 {
-        return Ok(());
-    }
-    if buf.is_null() || cap < v.len() {
-        return Err(Error::new(
-            ErrorCode::NoMemory,
-            format!("the result is {} bytes; the buffer holds {cap}", v.len()),
-        ));
-    }
-    std::ptr::copy_nonoverlapping(v.as_ptr(), buf, v.len());
-    Ok(())
 }
 
 /// Convert extradata (avcC, hvcC, av1C, Annex B or OBUs) into the ring's form.
@@ -107,6 +89,7 @@ pub unsafe extern "C" fn cuframes_codec_video_info(
 mod tests {
     use super::*;
     use crate::cuframes_last_error;
+    use cuframes_core::ErrorCode;
     use std::ffi::CStr;
 
     const AVCC: [u8; 16] = [

@@ -3,7 +3,7 @@
 use std::ffi::{c_char, CStr};
 use std::path::PathBuf;
 
-use cuframes_core::{Error, Result};
+use cuframes_core::{Error, ErrorCode, Result};
 
 /// A required C string argument.
 pub(crate) unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
@@ -53,4 +53,22 @@ pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&
         )));
     }
     Ok(std::slice::from_raw_parts(p, len))
+}
+
+/// Give a variable-size result to C: `*size` receives its length; it is copied into `buf`
+/// when `cap` is enough. `buf` NULL with `cap` 0 only asks for the size; a smaller buffer
+/// is NO_MEMORY (with the size still set).
+pub(crate) unsafe fn copy_out(v: &[u8], buf: *mut u8, cap: usize, size: *mut usize) -> Result<()> {
+    *out(size, "size")? = v.len();
+    if buf.is_null() && cap == 0 {
+        return Ok(());
+    }
+    if buf.is_null() || cap < v.len() {
+        return Err(Error::new(
+            ErrorCode::NoMemory,
+            format!("the result is {} bytes; the buffer holds {cap}", v.len()),
+        ));
+    }
+    std::ptr::copy_nonoverlapping(v.as_ptr(), buf, v.len());
+    Ok(())
 }

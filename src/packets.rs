@@ -6,7 +6,7 @@ use std::time::Duration;
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::Error;
 
-use crate::convert::{bytes, input, out};
+use crate::convert::{bytes, copy_out, input, out};
 use crate::error::{code_of, panicked};
 use crate::guard;
 use crate::publisher::CPublisher;
@@ -157,19 +157,7 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_extradata(
             let s = s
                 .as_mut()
                 .ok_or_else(|| Error::invalid("subscriber is NULL"))?;
-            let data = s.inner_mut().packet_extradata()?;
-            *out(size, "size")? = data.len();
-            if buf.is_null() || cap < data.len() {
-                if buf.is_null() && cap == 0 {
-                    return Ok(());
-                }
-                return Err(Error::new(
-                    cuframes_core::ErrorCode::NoMemory,
-                    format!("extradata is {} bytes; the buffer holds {cap}", data.len()),
-                ));
-            }
-            std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len());
-            Ok(())
+            copy_out(&s.inner_mut().packet_extradata()?, buf, cap, size)
         })())
     })
 }
