@@ -101,6 +101,14 @@ extern "C" {
  *  (offset 0x00C0 in the frame header, 0x0020 in the packet header). The packet header has
  *  no waiter count: a packet publisher always wakes. */
 #define CUFRAMES_FRAME_WAITERS_OFFSET 0x00D8u
+/** Extension (compatible, docs/protocol.md): a uint32_t right after the waiter count holding
+ *  the ring's memory kind plus one (CUFRAMES_MEMORY_* + 1; 0 = not recorded), for operators. */
+#define CUFRAMES_FRAME_MEMORY_KIND_OFFSET 0x00DCu
+/** Extension (compatible, §7.3 reserved bytes): uint64_t counters a subscriber keeps in its
+ *  subscriber slot for operators; offsets inside cuframes_subscriber_slot_t. */
+#define CUFRAMES_SUB_DELIVERED_OFFSET 0x40u
+#define CUFRAMES_SUB_DROPPED_OVERRUN_OFFSET 0x48u
+#define CUFRAMES_SUB_DROPPED_TORN_OFFSET 0x50u
 
 /** Size of the packet ring header; slots start here, the data ring after
  *  ring_slots × CUFRAMES_PACKET_SLOT_SIZE more bytes (§10.2). */

@@ -1,1 +1,17 @@
-pub mod shm;
+//! The frame ring (§2, §5, §6): decoded frames in slots of CUDA VMM or host memory, one
+//! writer (the publisher) and up to 31 readers (subscribers).
+//!
+//! - [`layout`]: typed access to the frame SHM and the checks a reader makes of it.
+//! - [`writer`]: [`FrameWriter`], creation of the ring, slot acquisition, the R24 publish order
+//!   and STRICT_WAIT (R11, R27).
+//! - [`reader`]: the R10 seqlock read, lapping, and the ACK gate (R12, R23) that keeps a
+//!   subscriber from ACKing once it has been given up on or is closing.
+//!
+//! The socket handshake and the table of subscribers are not here: `publisher/` and
+//! `subscriber/` orchestrate them and call into this module.
+
+pub mod layout;
+pub mod reader;
+pub mod writer;
+
+pub use writer::{AcquiredSlot, FrameRingConfig, FrameWriter, MemoryChoice, RequiredAcks};

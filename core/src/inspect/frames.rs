@@ -8,7 +8,7 @@ use core::mem::offset_of;
 
 use super::objects::{open_readonly, pid_alive};
 use crate::error::{Error, Result};
-use crate::frames::shm::{
+use crate::frames::layout::{
     FrameShm, FRAME_MEMORY_KIND_OFFSET, SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET,
     SUB_DROPPED_TORN_OFFSET,
 };

@@ -1,13 +1,11 @@
 //! The publisher: owns a key's socket and rings, admits subscribers on a background thread,
 //! and publishes frames (and, with `enable_packets`, packets).
 
-mod frames;
 mod server;
 mod stale;
 pub mod subscribers;
 
-pub(crate) use frames::FrameRing;
-pub use frames::{AcquiredSlot, FrameRingConfig, MemoryChoice};
+pub use crate::frames::{AcquiredSlot, FrameRingConfig, MemoryChoice};
 
 use std::collections::HashSet;
 use std::os::fd::{AsFd, OwnedFd};
@@ -19,15 +17,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::frames::shm::FrameShm;
-use crate::memory::host::HostSlots;
-use crate::memory::SlotStore;
+use crate::frames::layout::{
+    SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
+};
+use crate::frames::writer::AckAuthority;
+use crate::frames::{FrameWriter, RequiredAcks};
 use crate::packet::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
 use crate::paths::{self, Key};
 use crate::shm;
-use crate::wire::frame::FRAME_SHM_SIZE;
-use crate::wire::MAX_SUBSCRIBERS;
-use frames::AckAuthority;
 
 /// How a publisher is created.
 #[derive(Debug, Clone)]
@@ -82,7 +79,7 @@ pub(crate) struct Inner {
     pub key: Key,
     pub options: PublisherOptions,
     pub socket_path: PathBuf,
-    pub frames: OnceLock<FrameRing>,
+    pub frames: OnceLock<FrameWriter>,
     /// The packet ring, once `enable_packets` was called.
     pub packets: Mutex<Option<PacketRingWriter>>,
     pub table: Mutex<subscribers::Table>,
@@ -106,26 +103,20 @@ impl Inner {
 }
 
 impl AckAuthority for Inner {
-    fn required_acks(&self, seq: u64) -> u64 {
+    fn required_acks(&self, seq: u64) -> RequiredAcks {
         self.table().required_acks(seq)
     }
 
-    fn declare_dead(&self, bits: u64, _seq: u64) {
-        let mut table = self.table();
-        for bit in 1..=MAX_SUBSCRIBERS {
-            if bits & (1 << bit) != 0 {
-                if let Some(e) = table.get_mut(bit) {
-                    e.kicked = true;
-                }
-                if let Some(ring) = self.frames.get() {
-                    ring.shm
-                        .subscriber_bitmap()
-                        .fetch_and(!(1u64 << bit), Ordering::AcqRel);
-                }
+    fn declare_dead(&self, required: &RequiredAcks, missing: u64) {
+        let kicked = self.table().kick(required, missing);
+        if let Some(ring) = self.frames.get() {
+            for bit in subscribers::bits(kicked) {
+                ring.forget_subscriber(bit);
             }
         }
-        drop(table);
-        self.wake_server();
+        if kicked != 0 {
+            self.wake_server();
+        }
     }
 }
 
@@ -228,45 +219,8 @@ impl Publisher {
                 "this publisher already has a frame ring",
             ));
         }
-        let layout = config.validate()?;
-        let slots: Box<dyn SlotStore> = match config.memory {
-            MemoryChoice::Host => Box::new(HostSlots::create(config.ring_size, layout.frame_size)?),
-            MemoryChoice::Cuda { device } => {
-                crate::memory::create_cuda_slots(device, config.ring_size, layout.frame_size)?
-            }
-        };
-        let copy_stream = match slots.cuda_device() {
-            Some(dev) => Some(crate::cuda::Stream::new(dev)?),
-            None => None,
-        };
-        let shm_name = self.inner.key.frame_shm_name();
-        let (fd, map) = shm::create(&shm_name, FRAME_SHM_SIZE, self.inner.options.file_mode)?;
-        let shm = match FrameShm::new(map) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = shm::unlink(&shm_name);
-                return Err(e);
-            }
-        };
-        shm.initialise(
-            &layout.to_meta(),
-            config.ring_size,
-            config.policy,
-            slots.kind(),
-            std::process::id(),
-        );
-        let ring = FrameRing {
-            layout,
-            ring_size: config.ring_size,
-            policy: config.policy,
-            ack_timeout: config.ack_timeout,
-            shm,
-            shm_name: shm_name.clone(),
-            _shm_fd: fd,
-            copy_stream,
-            slots,
-            writer: FrameRing::new_writer_state(),
-        };
+        let ring = FrameWriter::create(&self.inner.key, &config, self.inner.options.file_mode)?;
+        let shm_name = ring.shm_name.clone();
         if self.inner.frames.set(ring).is_err() {
             let _ = shm::unlink(&shm_name);
             return Err(Error::new(
@@ -277,7 +231,7 @@ impl Publisher {
         Ok(())
     }
 
-    fn ring(&self) -> Result<&FrameRing> {
+    fn ring(&self) -> Result<&FrameWriter> {
         self.inner
             .frames
             .get()
@@ -420,13 +374,13 @@ impl Publisher {
                         r.shm.sub_last_seen(bit).load(Ordering::Acquire),
                         r.shm.sub_last_ack_ns(bit).load(Ordering::Acquire) as i64,
                         r.shm
-                            .sub_counter(bit, crate::frames::shm::SUB_DELIVERED_OFFSET)
+                            .sub_counter(bit, SUB_DELIVERED_OFFSET)
                             .load(Ordering::Relaxed),
                         r.shm
-                            .sub_counter(bit, crate::frames::shm::SUB_DROPPED_OVERRUN_OFFSET)
+                            .sub_counter(bit, SUB_DROPPED_OVERRUN_OFFSET)
                             .load(Ordering::Relaxed),
                         r.shm
-                            .sub_counter(bit, crate::frames::shm::SUB_DROPPED_TORN_OFFSET)
+                            .sub_counter(bit, SUB_DROPPED_TORN_OFFSET)
                             .load(Ordering::Relaxed),
                         r.shm.global_seq().load(Ordering::Acquire),
                     ),

@@ -25,7 +25,20 @@ const MAX_PENDING: usize = 64;
 enum Phase {
     AwaitHello,
     AwaitSubscribe(HelloReq),
-    Active { bit: usize },
+    Active {
+        bit: usize,
+    },
+    /// Declared dead (R11, R27) and told so with ERROR(TIMEOUT). The bit stays quarantined
+    /// until the peer closes its end: the process may still be ACKing with it (see
+    /// `subscribers`). A PING is still answered; nothing else is accepted.
+    GivenUp,
+}
+
+impl Phase {
+    /// Past the handshake: no handshake deadline applies.
+    fn admitted(&self) -> bool {
+        matches!(self, Phase::Active { .. } | Phase::GivenUp)
+    }
 }
 
 struct Conn {
@@ -45,7 +58,7 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
     while !inner.stopping.load(Ordering::SeqCst) {
         let timeout = conns
             .iter()
-            .filter(|c| !matches!(c.phase, Phase::Active { .. }))
+            .filter(|c| !c.phase.admitted())
             .map(|c| c.deadline.saturating_duration_since(Instant::now()))
             .min()
             .unwrap_or(Duration::from_secs(1))
@@ -108,7 +121,7 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
     }
     // Shutdown: tell every subscriber (§1 normal shutdown, step 2).
     for c in &conns {
-        if matches!(c.phase, Phase::Active { .. }) {
+        if c.phase.admitted() {
             let _ = sock::send(
                 c.stream.as_fd(),
                 &Message::Shutdown {
@@ -125,10 +138,7 @@ fn accept_all(inner: &Inner, listener: &UnixListener, conns: &mut Vec<Conn>, nex
     loop {
         match listener.accept() {
             Ok((stream, _)) => {
-                let pending = conns
-                    .iter()
-                    .filter(|c| !matches!(c.phase, Phase::Active { .. }))
-                    .count();
+                let pending = conns.iter().filter(|c| !c.phase.admitted()).count();
                 if pending >= MAX_PENDING || stream.set_nonblocking(true).is_err() {
                     continue; // dropped: closes the connection
                 }
@@ -154,18 +164,27 @@ fn accept_all(inner: &Inner, listener: &UnixListener, conns: &mut Vec<Conn>, nex
     }
 }
 
-/// Drop peers that stall their handshake, and subscribers the publisher declared dead.
+/// Drop peers that stall their handshake; tell subscribers the publisher declared dead, and
+/// keep their bit quarantined until they close.
 fn check_deadline_and_kick(inner: &Inner, c: &mut Conn) -> Result<bool> {
     match c.phase {
         Phase::Active { bit } => {
             if inner.table().get(bit).is_some_and(|e| e.kicked) {
-                return Err(Error::new(
-                    ErrorCode::Timeout,
-                    format!("no ACK within the publisher's consumer_ack_timeout; subscriber bit {bit} dropped"),
-                ));
+                let _ = sock::send(
+                    c.stream.as_fd(),
+                    &Message::Error {
+                        code: ErrorCode::Timeout as i32,
+                        message: format!(
+                            "no ACK within the publisher's consumer_ack_timeout; subscriber bit {bit} dropped"
+                        ),
+                    },
+                    &[],
+                );
+                c.phase = Phase::GivenUp;
             }
             Ok(true)
         }
+        Phase::GivenUp => Ok(true),
         _ if Instant::now() >= c.deadline => Err(Error::new(
             ErrorCode::Timeout,
             "handshake not completed in time",
@@ -211,6 +230,8 @@ fn serve(inner: &Inner, c: &mut Conn) -> Result<bool> {
             }
             (Phase::Active { .. }, Message::Unsubscribe) => return Ok(false),
             (p @ Phase::Active { .. }, Message::Pong { .. }) => p,
+            // Whatever a given-up peer says, its bit waits for the close of its socket.
+            (p @ Phase::GivenUp, _) => p,
             (_, Message::Error { .. }) => return Ok(false),
             (_, other) => {
                 return Err(Error::protocol(format!(
@@ -315,6 +336,9 @@ fn subscribe(inner: &Inner, c: &Conn, h: &HelloReq) -> Result<Option<usize>> {
         },
     );
     if let Some(r) = ring {
+        // The bit's previous owner has closed its socket, so no ACK of its is in flight any
+        // more; one that landed in a later frame's bitmap must not count for the new owner.
+        r.shm.clear_ack_bit(bit);
         r.shm
             .fill_subscriber(bit, c.pid, &h.consumer_name, initial_seq);
         if want_frames {

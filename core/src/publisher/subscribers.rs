@@ -1,7 +1,22 @@
 //! The publisher's table of subscribers (bits 1..=31, R2), shared by the server thread that
 //! admits and removes them and the publishing thread that waits for their ACKs (R11).
+//!
+//! A bit is owned by one server connection at a time. Two rules keep an ACK from counting for
+//! the wrong subscriber:
+//! - a kick names the owner it meant ([`Table::kick`] with the [`RequiredAcks`] the wait was
+//!   computed from), so a bit that changed hands in between is spared;
+//! - a kicked bit stays in the table, owed nothing, until its connection closes (the server
+//!   thread removes it then): the kicked process may still be ACKing with it, and only once
+//!   its socket is closed (it revokes its ACKs before closing, or it is dead) can the bit go to
+//!   somebody else.
 
+use crate::frames::RequiredAcks;
 use crate::wire::MAX_SUBSCRIBERS;
+
+/// The bits set in `mask`, lowest first.
+pub fn bits(mask: u64) -> impl Iterator<Item = usize> {
+    (1..=MAX_SUBSCRIBERS).filter(move |b| mask & (1u64 << b) != 0)
+}
 
 /// One admitted subscriber.
 #[derive(Debug, Clone)]
@@ -15,7 +30,8 @@ pub struct Entry {
     pub wants_frames: bool,
     pub wants_packets: bool,
     /// Set by the publishing thread when the subscriber missed its ACK deadline (R11, R27):
-    /// the server thread then sends ERROR(TIMEOUT) and closes the connection.
+    /// the server thread then sends ERROR(TIMEOUT); the bit stays quarantined (owed nothing,
+    /// not free) until the connection closes.
     pub kicked: bool,
 }
 
@@ -62,11 +78,90 @@ impl Table {
         self.len() == 0
     }
 
-    /// Bits that must have ACKed frame `seq` before its slot may be overwritten (R11): live
-    /// frame subscribers that joined before it and were not already declared dead.
-    pub fn required_acks(&self, seq: u64) -> u64 {
-        self.iter()
-            .filter(|(_, e)| e.wants_frames && !e.kicked && e.initial_seq < seq)
-            .fold(0u64, |mask, (b, _)| mask | (1u64 << b))
+    /// Who must have ACKed frame `seq` before its slot may be overwritten (R11): live frame
+    /// subscribers that joined before it and were not already declared dead, with the
+    /// connection that owns each bit now.
+    pub fn required_acks(&self, seq: u64) -> RequiredAcks {
+        let mut required = RequiredAcks::NONE;
+        for (b, e) in self.iter() {
+            if e.wants_frames && !e.kicked && e.initial_seq < seq {
+                required.mask |= 1u64 << b;
+                required.owners[b] = e.conn_id;
+            }
+        }
+        required
+    }
+
+    /// Declare dead the bits of `missing` whose owner is still the one `required` was computed
+    /// for; returns the bits kicked now.
+    pub fn kick(&mut self, required: &RequiredAcks, missing: u64) -> u64 {
+        let mut kicked = 0;
+        for b in bits(missing & required.mask) {
+            if let Some(e) = self.entries[b].as_mut() {
+                if e.conn_id == required.owners[b] && !e.kicked {
+                    e.kicked = true;
+                    kicked |= 1u64 << b;
+                }
+            }
+        }
+        kicked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(conn_id: u64, initial_seq: u64) -> Entry {
+        Entry {
+            conn_id,
+            pid: 1,
+            name: format!("conn{conn_id}"),
+            initial_seq,
+            wants_frames: true,
+            wants_packets: false,
+            kicked: false,
+        }
+    }
+
+    /// Defect: `declare_dead` kicked whoever held a missing bit at kick time. If the bit was
+    /// freed and given to a new subscriber between the computation of the required ACKs and
+    /// the kick, the innocent newcomer was dropped with TIMEOUT.
+    #[test]
+    fn a_kick_spares_a_bit_that_changed_hands() {
+        let mut t = Table::default();
+        t.insert(1, entry(10, 0));
+        t.insert(2, entry(11, 0));
+        let required = t.required_acks(5);
+        assert_eq!(required.mask, 0b110);
+        // Bit 1's owner leaves; a newcomer gets bit 1 before the publisher's timeout fires.
+        t.remove(1);
+        t.insert(1, entry(12, 5));
+        let kicked = t.kick(&required, 0b110);
+        assert_eq!(kicked, 0b100, "only bit 2's original owner is kicked");
+        assert!(
+            !t.get(1).unwrap().kicked,
+            "the newcomer on bit 1 was kicked"
+        );
+        assert!(t.get(2).unwrap().kicked);
+    }
+
+    #[test]
+    fn a_kicked_bit_is_owed_nothing_and_not_free() {
+        let mut t = Table::default();
+        t.insert(1, entry(10, 0));
+        let required = t.required_acks(3);
+        assert_eq!(t.kick(&required, required.mask), 0b10);
+        assert_eq!(
+            t.required_acks(4).mask,
+            0,
+            "a kicked subscriber is owed nothing"
+        );
+        assert_eq!(
+            t.free_bit(),
+            Some(2),
+            "a kicked bit stays taken until its socket closes"
+        );
+        assert_eq!(t.kick(&required, required.mask), 0, "kicked once");
     }
 }

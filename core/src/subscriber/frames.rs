@@ -1,67 +1,15 @@
-//! The frame ring, subscriber side: §6 reads with the R10 seqlock, ACKs (R12, R23), and
-//! the frames handed to the user.
+//! Frames handed to the user: the subscriber's side of the frame ring above
+//! [`crate::frames::reader`], which decides what to read; here the bytes are copied or
+//! borrowed and released (R12).
 
-use std::os::fd::OwnedFd;
-use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cuda::{DeviceBuffer, Stream};
 
 use crate::format::FrameLayout;
-use crate::frames::shm::{
-    FrameShm, SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
-};
-use crate::futex;
-use crate::memory::SlotImport;
-use crate::util::realtime_ns;
-use crate::wire::{MemoryKind, Policy};
-
-/// The mapped ring, shared by the reader and the zero-copy frames it hands out.
-pub(crate) struct RingView {
-    pub shm: FrameShm,
-    pub _shm_fd: OwnedFd,
-    pub slots: Box<dyn SlotImport>,
-    pub bit: usize,
-    pub policy: Policy,
-    pub ring_size: usize,
-}
-
-impl RingView {
-    /// ACK `seq` in slot `k` (§6 steps 3–4, R23), unless the slot already moved on.
-    pub fn ack(&self, k: usize, seq: u64) {
-        if self.shm.slot_seq(k).load(Ordering::Acquire) != seq {
-            return;
-        }
-        self.shm
-            .slot_ack(k)
-            .fetch_or(1u64 << self.bit, Ordering::Release);
-        self.shm
-            .sub_last_seen(self.bit)
-            .fetch_max(seq, Ordering::AcqRel);
-        self.shm
-            .sub_last_ack_ns(self.bit)
-            .store(realtime_ns() as u64, Ordering::Release);
-        if self.policy == Policy::StrictWait {
-            futex::wake_all(self.shm.slot_ack_word(k));
-        }
-    }
-
-    pub fn count(&self, which: usize) {
-        self.shm
-            .sub_counter(self.bit, which)
-            .fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Counters of one subscriber (also visible to operators in its SHM slot).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FrameStats {
-    pub delivered: u64,
-    /// Frames overwritten before this subscriber read them (DROP_OLDEST lapping).
-    pub dropped_overrun: u64,
-    /// Frames rewritten while they were being copied (seqlock mismatch, R10).
-    pub dropped_torn: u64,
-}
+pub use crate::frames::reader::FrameStats;
+use crate::frames::reader::{Attempt, FrameReader, RingView};
+use crate::wire::MemoryKind;
 
 /// Where a frame's bytes are.
 pub(crate) enum FrameData {
@@ -178,133 +126,113 @@ impl Drop for Frame {
     }
 }
 
-/// Reader state.
-pub(crate) struct FrameReader {
+/// A subscriber's frames: the mapped ring, what to read next, and how to hand it out.
+pub(crate) struct FrameSource {
     pub ring: Arc<RingView>,
     pub layout: Arc<FrameLayout>,
-    pub last_seq: u64,
+    pub reader: FrameReader,
     pub zero_copy: bool,
-    pub stats: FrameStats,
     /// Present for CUDA rings: the stream COPY mode copies on, and its buffers.
     pub cuda: Option<CudaReader>,
 }
 
-/// What one attempt to read found.
-pub(crate) enum Attempt {
+/// What one attempt to read found, for the user.
+pub(crate) enum Got {
     Frame(Frame),
-    /// Nothing new.
     Empty,
-    /// A frame was lost (lapped or torn); try again at once.
     Skipped,
-    /// The copy itself failed (CUDA error).
     Failed(crate::Error),
 }
 
-impl FrameReader {
-    /// COPY mode: copy slot `k` into memory this subscriber owns (host, or a pooled device
-    /// buffer for CUDA rings; the copy has completed when this returns).
-    fn copy_out(&self, k: usize) -> crate::Result<FrameData> {
-        let src = self.ring.slots.slot_address(k);
-        match &self.cuda {
-            None => {
-                let mut buf = vec![0u8; self.layout.frame_size];
-                // SAFETY: the import maps at least mapped_size >= frame_size bytes of slot k.
-                let slot = unsafe { std::slice::from_raw_parts(src as *const u8, buf.len()) };
-                buf.copy_from_slice(slot);
-                Ok(FrameData::Owned(buf))
+/// COPY mode: copy slot `k` into memory this subscriber owns (host, or a pooled device buffer
+/// for CUDA rings; the copy has completed when this returns).
+fn copy_out(
+    ring: &RingView,
+    layout: &FrameLayout,
+    cuda: Option<&CudaReader>,
+    k: usize,
+) -> crate::Result<FrameData> {
+    let src = ring.slots.slot_address(k);
+    match cuda {
+        None => {
+            let mut buf = vec![0u8; layout.frame_size];
+            // SAFETY: the import maps at least mapped_size >= frame_size bytes of slot k
+            // for as long as `ring` lives. The publisher may be rewriting them: the
+            // copy goes through raw pointers (no reference to shared bytes is formed) and
+            // the seqlock re-check in `try_copy` throws a torn copy away.
+            unsafe { std::ptr::copy_nonoverlapping(src as *const u8, buf.as_mut_ptr(), buf.len()) };
+            Ok(FrameData::Owned(buf))
+        }
+        Some(c) => {
+            let dev = ring.slots.cuda_device().expect("CUDA ring");
+            dev.make_current()?;
+            let buf = match c.pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+                Some(b) => b,
+                None => DeviceBuffer::new(dev, layout.frame_size)?,
+            };
+            for p in layout.planes() {
+                let off = p.offset as u64;
+                crate::cuda::copy_2d_async(
+                    buf.device_ptr() + off,
+                    p.pitch,
+                    src + off,
+                    p.pitch,
+                    p.row_bytes,
+                    p.rows,
+                    &c.stream,
+                )?;
             }
-            Some(c) => {
-                let dev = self.ring.slots.cuda_device().expect("CUDA ring");
-                dev.make_current()?;
-                let buf = match c.pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
-                    Some(b) => b,
-                    None => DeviceBuffer::new(dev, self.layout.frame_size)?,
-                };
-                for p in self.layout.planes() {
-                    let off = p.offset as u64;
-                    crate::cuda::copy_2d_async(
-                        buf.device_ptr() + off,
-                        p.pitch,
-                        src + off,
-                        p.pitch,
-                        p.row_bytes,
-                        p.rows,
-                        &c.stream,
-                    )?;
-                }
-                c.stream.synchronize()?;
-                Ok(FrameData::Device {
-                    buf: Some(buf),
-                    pool: c.pool.clone(),
-                })
-            }
+            c.stream.synchronize()?;
+            Ok(FrameData::Device {
+                buf: Some(buf),
+                pool: c.pool.clone(),
+            })
         }
     }
+}
 
-    pub fn try_read(&mut self) -> Attempt {
-        let ring = &self.ring.clone();
-        let g = ring.shm.global_seq().load(Ordering::Acquire);
-        if g <= self.last_seq {
-            return Attempt::Empty;
-        }
-        let mut want = self.last_seq + 1;
-        let n = ring.ring_size as u64;
-        if g - want >= n {
-            // Lapped (DROP_OLDEST): everything older than the newest frame is being
-            // overwritten. Jump to the newest.
-            let lost = g - want;
-            self.stats.dropped_overrun += lost;
-            ring.shm
-                .sub_counter(ring.bit, SUB_DROPPED_OVERRUN_OFFSET)
-                .fetch_add(lost, Ordering::Relaxed);
-            want = g;
-        }
-        let k = (want % n) as usize;
-        let s1 = ring.shm.slot_seq(k).load(Ordering::Acquire);
-        if s1 != want {
-            // Rewritten before we got there.
-            self.last_seq = want;
-            self.stats.dropped_overrun += 1;
-            ring.count(SUB_DROPPED_OVERRUN_OFFSET);
-            return Attempt::Skipped;
-        }
-        let pts_ns = ring.shm.slot_pts(k).load(Ordering::Acquire) as i64;
-        let frame = if self.zero_copy {
-            Frame {
-                seq: want,
-                pts_ns,
-                layout: self.layout.clone(),
-                data: FrameData::Borrowed {
-                    ring: ring.clone(),
-                    index: k,
-                    acked: false,
+impl FrameSource {
+    pub fn try_read(&mut self) -> Got {
+        let ring = self.ring.clone();
+        let attempt = if self.zero_copy {
+            match self.reader.try_borrow(&ring) {
+                Attempt::Frame {
+                    seq,
+                    index,
+                    pts_ns,
+                    data: (),
+                } => Attempt::Frame {
+                    seq,
+                    index,
+                    pts_ns,
+                    data: FrameData::Borrowed {
+                        ring: ring.clone(),
+                        index,
+                        acked: false,
+                    },
                 },
+                Attempt::Empty => Attempt::Empty,
+                Attempt::Skipped => Attempt::Skipped,
+                Attempt::Failed(e) => Attempt::Failed(e),
             }
         } else {
-            let data = match self.copy_out(k) {
-                Ok(d) => d,
-                Err(e) => return Attempt::Failed(e),
-            };
-            fence(Ordering::Acquire);
-            if ring.shm.slot_seq(k).load(Ordering::Acquire) != want {
-                // R10: the publisher rewrote the slot while we copied it.
-                self.last_seq = want;
-                self.stats.dropped_torn += 1;
-                ring.count(SUB_DROPPED_TORN_OFFSET);
-                return Attempt::Skipped;
-            }
-            ring.ack(k, want);
-            Frame {
-                seq: want,
+            let (layout, cuda) = (&self.layout, self.cuda.as_ref());
+            self.reader
+                .try_copy(&ring, |k| copy_out(&ring, layout, cuda, k))
+        };
+        match attempt {
+            Attempt::Frame {
+                seq, pts_ns, data, ..
+            } => Got::Frame(Frame {
+                seq,
                 pts_ns,
                 layout: self.layout.clone(),
                 data,
-            }
-        };
-        self.last_seq = want;
-        self.stats.delivered += 1;
-        ring.count(SUB_DELIVERED_OFFSET);
-        Attempt::Frame(frame)
+            }),
+            Attempt::Empty => Got::Empty,
+            Attempt::Skipped => Got::Skipped,
+            Attempt::Failed(e) => Got::Failed(e),
+        }
     }
 }
 

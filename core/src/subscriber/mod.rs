@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
-use crate::frames::shm::FrameShm;
+use crate::frames::layout::FrameShm;
+use crate::frames::reader::{FrameReader, RingView};
 use crate::memory::host::HostImport;
 use crate::memory::SlotImport;
 use crate::packet::{PacketInfo, PacketReaderStats, PacketRingReader};
@@ -24,7 +25,7 @@ use crate::sock::{self, Inbox, Pumped};
 use crate::tlv::{HelloReq, Message};
 use crate::wire::frame::FRAME_SHM_SIZE;
 use crate::wire::*;
-use frames::{Attempt, FrameReader, RingView};
+use frames::{FrameSource, Got};
 
 /// How a subscriber connects.
 #[derive(Debug, Clone)]
@@ -64,10 +65,12 @@ pub struct Subscriber {
     stream: UnixStream,
     inbox: Inbox,
     bit: usize,
-    frames: Option<FrameReader>,
+    frames: Option<FrameSource>,
     packets: Option<PacketRingReader>,
     /// Why the connection is ending, once it is (SHUTDOWN, ERROR, EOF).
     closing: Option<Error>,
+    /// Set when the publisher gave up on this subscriber (ERROR): frames stop at once.
+    given_up: Option<Error>,
 }
 
 /// How long one futex sleep lasts before the socket is looked at again: bounds how late a
@@ -131,14 +134,14 @@ impl Subscriber {
                     .ok_or_else(|| Error::protocol("frame SHM has an unknown policy"))?;
                 let zero_copy = options.mode == SubscriberMode::ZeroCopy
                     && (policy == Policy::StrictWait || options.accept_zero_copy_overwrite);
-                let ring = Arc::new(RingView {
+                let ring = Arc::new(RingView::new(
                     shm,
-                    _shm_fd: shm_fd,
+                    shm_fd,
                     slots,
                     bit,
                     policy,
-                    ring_size: est.hello.ring_size as usize,
-                });
+                    est.hello.ring_size as usize,
+                ));
                 let cuda = match ring.slots.cuda_device() {
                     Some(dev) if !zero_copy => Some(frames::CudaReader {
                         stream: crate::cuda::Stream::new(dev)?,
@@ -146,12 +149,11 @@ impl Subscriber {
                     }),
                     _ => None,
                 };
-                Some(FrameReader {
+                Some(FrameSource {
                     ring,
                     layout: Arc::new(layout),
-                    last_seq: est.subscribed.initial_seq,
+                    reader: FrameReader::new(est.subscribed.initial_seq),
                     zero_copy,
-                    stats: FrameStats::default(),
                     cuda,
                 })
             }
@@ -200,6 +202,7 @@ impl Subscriber {
             frames,
             packets,
             closing: None,
+            given_up: None,
         })
     }
 
@@ -226,7 +229,10 @@ impl Subscriber {
     }
 
     pub fn frame_stats(&self) -> FrameStats {
-        self.frames.as_ref().map(|f| f.stats).unwrap_or_default()
+        self.frames
+            .as_ref()
+            .map(|f| f.reader.stats)
+            .unwrap_or_default()
     }
 
     /// The next frame, waiting at most `timeout` (None = forever). Errors: TIMEOUT,
@@ -241,18 +247,27 @@ impl Subscriber {
         }
         loop {
             self.poll_connection();
-            let reader = self.frames.as_mut().expect("checked above");
-            match reader.try_read() {
-                Attempt::Frame(f) => return Ok(f),
-                Attempt::Skipped => continue,
-                Attempt::Failed(e) => return Err(e),
-                Attempt::Empty => {}
+            if let Some(e) = &self.given_up {
+                // Dropped by the publisher: our bit is no longer ours and frames are no longer
+                // kept for us, so none is delivered past this point (not even a COPY).
+                return Err(e.clone());
+            }
+            let source = self.frames.as_mut().expect("checked above");
+            // The shutdown flag is loaded *before* the ring is looked at: a publisher that
+            // publishes its last frame and leaves between the two loads is then caught by the
+            // ring read, never reported as DISCONNECTED with that frame unread.
+            let shut_down = source.ring.shm.shutdown_flag().load(Ordering::Acquire) != 0;
+            #[cfg(test)]
+            tests::between_shutdown_and_ring_loads();
+            match source.try_read() {
+                Got::Frame(f) => return Ok(f),
+                Got::Skipped => continue,
+                Got::Failed(e) => return Err(e),
+                Got::Empty => {}
             }
             // Everything published was delivered: now the end of the stream may be reported.
-            if reader.ring.shm.shutdown_flag().load(Ordering::Acquire) != 0
-                && self.closing.is_none()
-            {
-                self.closing = Some(Error::new(
+            if shut_down && self.closing.is_none() {
+                self.close(Error::new(
                     ErrorCode::Disconnected,
                     "the publisher shut down",
                 ));
@@ -260,7 +275,7 @@ impl Subscriber {
             if let Some(e) = &self.closing {
                 return Err(e.clone());
             }
-            let reader = self.frames.as_mut().expect("checked above");
+            let source = self.frames.as_mut().expect("checked above");
             let left = match deadline {
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
@@ -274,14 +289,26 @@ impl Subscriber {
                 }
                 None => WAIT_SLICE,
             };
-            let shm = &reader.ring.shm;
+            let shm = &source.ring.shm;
             let word = shm.global_seq_word();
             shm.waiters().fetch_add(1, Ordering::SeqCst);
             let seen = word.load(Ordering::SeqCst);
-            if seen as u64 == reader.last_seq & 0xFFFF_FFFF {
+            if seen as u64 == source.reader.last_seq & 0xFFFF_FFFF {
                 crate::futex::wait(word, seen, Some(left.min(WAIT_SLICE)));
             }
             shm.waiters().fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The connection is ending (SHUTDOWN, EOF, our own UNSUBSCRIBE): ACKs stop before
+    /// anything else, because once the publisher sees the socket close it may hand our bit to
+    /// someone else (`frames::reader`, the ACK gate).
+    fn close(&mut self, why: Error) {
+        if let Some(f) = &self.frames {
+            f.ring.revoke_acks();
+        }
+        if self.closing.is_none() {
+            self.closing = Some(why);
         }
     }
 
@@ -354,14 +381,14 @@ impl Subscriber {
         let msgs = match self.inbox.pump(self.stream.as_fd()) {
             Ok(Pumped::Messages(m)) => m,
             Ok(Pumped::Closed) => {
-                self.closing = Some(Error::new(
+                self.close(Error::new(
                     ErrorCode::Disconnected,
                     "the publisher closed the connection",
                 ));
                 return;
             }
             Err(e) => {
-                self.closing = Some(Error::new(
+                self.close(Error::new(
                     ErrorCode::Disconnected,
                     format!("connection broken: {e}"),
                 ));
@@ -371,17 +398,19 @@ impl Subscriber {
         for m in msgs {
             match m {
                 Message::Shutdown { reason } => {
-                    self.closing = Some(Error::new(
+                    self.close(Error::new(
                         ErrorCode::Disconnected,
                         format!("the publisher shut down (reason {reason})"),
                     ));
                 }
                 Message::Error { code, message } => {
                     let code = ErrorCode::from_i32(code).map_or("unknown", |c| c.name());
-                    self.closing = Some(Error::new(
+                    let e = Error::new(
                         ErrorCode::Disconnected,
                         format!("the publisher dropped this subscriber ({code}): {message}"),
-                    ));
+                    );
+                    self.close(e.clone());
+                    self.given_up = Some(e);
                 }
                 Message::Ping { token } => {
                     let _ = sock::send(self.stream.as_fd(), &Message::Pong { token }, &[]);
@@ -394,7 +423,11 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        if self.closing.is_none() {
+        let was_open = self.closing.is_none();
+        // Revoke before UNSUBSCRIBE and the close: frames still held by the user must not ACK
+        // for whoever gets our bit next.
+        self.close(Error::new(ErrorCode::Disconnected, "unsubscribed"));
+        if was_open {
             let _ = sock::send(self.stream.as_fd(), &Message::Unsubscribe, &[]);
         }
     }
@@ -405,4 +438,81 @@ fn sanitize_name(name: &str) -> String {
         .filter(|c| (' '..='~').contains(c))
         .take(MAX_CONSUMER_NAME_LEN)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::publisher::{FrameRingConfig, Publisher, PublisherOptions};
+    use crate::wire::Format;
+
+    thread_local! {
+        /// Runs once, between `next_frame`'s load of the shutdown flag and its ring read.
+        static HOOK: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn between_shutdown_and_ring_loads() {
+        if let Some(hook) = HOOK.with(|h| h.borrow_mut().take()) {
+            hook();
+        }
+    }
+
+    /// Defect: `next_frame` loaded the ring first and the shutdown flag second, so a publisher
+    /// that published its last frame and shut down between the two loads made it report
+    /// DISCONNECTED with that frame unread (FFmpeg's EOF: the last STRICT_WAIT frame lost).
+    #[test]
+    fn the_last_frame_before_shutdown_is_delivered_before_disconnected() {
+        let dir = std::env::temp_dir().join(format!(
+            "cuframes-unit-{}-{:x}",
+            std::process::id(),
+            crate::util::unique_suffix()
+        ));
+        let key = format!("u-last-{}", std::process::id());
+        let publisher = Publisher::create(
+            &key,
+            PublisherOptions {
+                runtime_dir: Some(dir.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut cfg = FrameRingConfig::new(Format::Rgba, 16, 16);
+        cfg.policy = Policy::StrictWait;
+        publisher.enable_frames(cfg).unwrap();
+        let planes = [vec![1u8; 64 * 16]];
+        let publish = |p: &Publisher, v: u8| {
+            let plane = vec![v; 64 * 16];
+            p.publish_host_planes(&[&plane], &[64], None).unwrap()
+        };
+        let mut sub = Subscriber::connect(
+            &key,
+            &SubscriberOptions {
+                runtime_dir: Some(dir.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        publisher
+            .publish_host_planes(&[&planes[0]], &[64], None)
+            .unwrap();
+        assert_eq!(sub.next_frame(Some(Duration::from_secs(2))).unwrap().seq, 1);
+
+        HOOK.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                publish(&publisher, 2);
+                drop(publisher); // sets the shutdown flag, sends SHUTDOWN, removes the key
+            }))
+        });
+        let last = sub.next_frame(Some(Duration::from_secs(2)));
+        let _ = std::fs::remove_dir_all(&dir);
+        let last = last.expect("the frame published before the shutdown");
+        assert_eq!(last.seq, 2);
+        assert_eq!(last.bytes().unwrap()[0], 2);
+        drop(last);
+        let end = sub.next_frame(Some(Duration::from_secs(2))).err().unwrap();
+        assert_eq!(end.code(), ErrorCode::Disconnected);
+    }
 }

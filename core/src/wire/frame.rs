@@ -91,6 +91,15 @@ pub struct SharedHeader {
 pub const FRAME_SHM_SIZE: usize = 7424;
 /// Offset of the R28 waiter count (first 4 bytes of `reserved_b`).
 pub const FRAME_WAITERS_OFFSET: usize = 0x00D8;
+/// Extension (compatible, in `reserved_b` after the R28 waiter count): the ring's memory kind
+/// plus one (0 = not recorded), so that operators see it without a handshake
+/// (`docs/protocol.md`, "Extensions").
+pub const FRAME_MEMORY_KIND_OFFSET: usize = 0x00DC;
+/// Extension (compatible, in a subscriber slot's `reserved` bytes, §7.3): counters the
+/// subscriber keeps for operators. Offsets inside the 128-byte subscriber slot.
+pub const SUB_DELIVERED_OFFSET: usize = 0x40;
+pub const SUB_DROPPED_OVERRUN_OFFSET: usize = 0x48;
+pub const SUB_DROPPED_TORN_OFFSET: usize = 0x50;
 /// Offset of `slots[0]` and of `subscribers[0]` (R1).
 pub const FRAME_SLOTS_OFFSET: usize = 0x0100;
 pub const FRAME_SUBSCRIBERS_OFFSET: usize = 0x0D00;
@@ -156,4 +165,11 @@ const _: () = {
     assert!(offset_of!(SharedHeader, slots) == FRAME_SLOTS_OFFSET);
     assert!(offset_of!(SharedHeader, subscribers) == FRAME_SUBSCRIBERS_OFFSET);
     assert!(subscriber_offset(MAX_SUBSCRIBER_SLOTS) == FRAME_SHM_SIZE);
+    // The extensions sit inside reserved bytes, 64-bit aligned where they are 64-bit.
+    assert!(FRAME_MEMORY_KIND_OFFSET == FRAME_WAITERS_OFFSET + 4);
+    assert!(FRAME_MEMORY_KIND_OFFSET + 4 <= offset_of!(SharedHeader, slots));
+    assert!(SUB_DELIVERED_OFFSET == offset_of!(SubscriberSlot, reserved));
+    assert!(SUB_DROPPED_OVERRUN_OFFSET == SUB_DELIVERED_OFFSET + 8);
+    assert!(SUB_DROPPED_TORN_OFFSET == SUB_DROPPED_OVERRUN_OFFSET + 8);
+    assert!(SUB_DROPPED_TORN_OFFSET + 8 <= size_of::<SubscriberSlot>());
 };

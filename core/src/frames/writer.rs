@@ -1,4 +1,9 @@
-//! The frame ring, publisher side: slot acquisition, the R24 publish order, and STRICT_WAIT.
+//! The frame ring, writer side: creation of the slots and the SHM, slot acquisition, the R24
+//! publish order, STRICT_WAIT (R11, R27) and the convenience copies into a slot.
+//!
+//! Who must ACK is not the writer's business: it asks an [`AckAuthority`] (the publisher's
+//! subscriber table), which answers with the owners of the bits it counts on, so that a kick
+//! names the subscriber it meant and never the next owner of its bit.
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
@@ -7,11 +12,15 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
-use crate::frames::shm::FrameShm;
+use crate::frames::layout::FrameShm;
 use crate::futex;
+use crate::memory::host::HostSlots;
 use crate::memory::SlotStore;
+use crate::paths::Key;
+use crate::shm;
 use crate::util::monotonic_ns;
-use crate::wire::{Format, MemoryKind, Policy, INVALID_SEQ, MAX_RING_SIZE};
+use crate::wire::frame::FRAME_SHM_SIZE;
+use crate::wire::{Format, MemoryKind, Policy, INVALID_SEQ, MAX_RING_SIZE, MAX_SUBSCRIBER_SLOTS};
 
 /// Where the publisher allocates its slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,34 +88,103 @@ pub(crate) struct WriterState {
 }
 
 /// The publisher's frame ring: the SHM, the slots and the writer state.
-pub struct FrameRing {
+pub struct FrameWriter {
     pub layout: FrameLayout,
     pub ring_size: usize,
     pub policy: Policy,
     pub ack_timeout: Duration,
     pub shm: FrameShm,
     pub shm_name: String,
-    pub(crate) _shm_fd: OwnedFd,
+    _shm_fd: OwnedFd,
     pub slots: Box<dyn SlotStore>,
-    pub(crate) writer: Mutex<WriterState>,
+    writer: Mutex<WriterState>,
     /// CUDA rings: the stream the convenience copies run on.
-    pub(crate) copy_stream: Option<crate::cuda::Stream>,
+    copy_stream: Option<crate::cuda::Stream>,
+}
+
+/// The subscribers whose ACK of one frame a STRICT_WAIT publish waits for: a mask of bits
+/// and, for each bit, the connection that owned it when the set was computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequiredAcks {
+    pub mask: u64,
+    pub owners: [u64; MAX_SUBSCRIBER_SLOTS],
+}
+
+impl RequiredAcks {
+    pub const NONE: RequiredAcks = RequiredAcks {
+        mask: 0,
+        owners: [0; MAX_SUBSCRIBER_SLOTS],
+    };
 }
 
 /// Who to ask about subscribers during a STRICT_WAIT wait.
 pub(crate) trait AckAuthority {
-    /// Bits that must ACK `seq` now.
-    fn required_acks(&self, seq: u64) -> u64;
-    /// Declare `bits` dead (R11, R27).
-    fn declare_dead(&self, bits: u64, seq: u64);
+    /// Who must ACK frame `seq` before its slot may be rewritten.
+    fn required_acks(&self, seq: u64) -> RequiredAcks;
+    /// Give up on the bits of `missing` (a subset of `required.mask`) that are still owned
+    /// by the connection `required` names for them (R11, R27).
+    fn declare_dead(&self, required: &RequiredAcks, missing: u64);
 }
 
-impl FrameRing {
-    pub(crate) fn new_writer_state() -> Mutex<WriterState> {
-        Mutex::new(WriterState {
-            last_seq: 0,
-            acquired: None,
+impl FrameWriter {
+    /// Allocate `config.ring_size` slots and create the frame SHM of `key` with `file_mode`.
+    pub fn create(key: &Key, config: &FrameRingConfig, file_mode: u32) -> Result<FrameWriter> {
+        let layout = config.validate()?;
+        let slots: Box<dyn SlotStore> = match config.memory {
+            MemoryChoice::Host => Box::new(HostSlots::create(config.ring_size, layout.frame_size)?),
+            MemoryChoice::Cuda { device } => {
+                crate::memory::create_cuda_slots(device, config.ring_size, layout.frame_size)?
+            }
+        };
+        let copy_stream = match slots.cuda_device() {
+            Some(dev) => Some(crate::cuda::Stream::new(dev)?),
+            None => None,
+        };
+        let shm_name = key.frame_shm_name();
+        let (fd, map) = shm::create(&shm_name, FRAME_SHM_SIZE, file_mode)?;
+        let shm = match FrameShm::new(map) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = shm::unlink(&shm_name);
+                return Err(e);
+            }
+        };
+        shm.initialise(
+            &layout.to_meta(),
+            config.ring_size,
+            config.policy,
+            slots.kind(),
+            std::process::id(),
+        );
+        Ok(FrameWriter {
+            layout,
+            ring_size: config.ring_size,
+            policy: config.policy,
+            ack_timeout: config.ack_timeout,
+            shm,
+            shm_name,
+            _shm_fd: fd,
+            copy_stream,
+            slots,
+            writer: Mutex::new(WriterState {
+                last_seq: 0,
+                acquired: None,
+            }),
         })
+    }
+
+    /// The slot that frame `seq` lives in. Always derived from the seq, never taken from a
+    /// caller: an index from outside could point past the ring into the subscriber slots.
+    pub fn slot_of(&self, seq: u64) -> usize {
+        (seq % self.ring_size as u64) as usize
+    }
+
+    /// Stop counting on subscriber `bit` (it was given up on, or left): its bit leaves the
+    /// header's `subscriber_bitmap` so that operators and v4 peers see it gone.
+    pub fn forget_subscriber(&self, bit: usize) {
+        self.shm
+            .subscriber_bitmap()
+            .fetch_and(!(1u64 << bit), Ordering::AcqRel);
     }
 
     fn lock(&self) -> MutexGuard<'_, WriterState> {
@@ -127,7 +205,7 @@ impl FrameRing {
             ));
         }
         let seq = st.last_seq + 1;
-        let index = (seq % self.ring_size as u64) as usize;
+        let index = self.slot_of(seq);
         if self.policy == Policy::StrictWait {
             self.wait_for_acks(index, acks);
         }
@@ -156,13 +234,13 @@ impl FrameRing {
             let required = acks.required_acks(old_seq);
             let word = self.shm.slot_ack_word(index);
             let seen = word.load(Ordering::Acquire);
-            let missing = required & !(seen as u64);
+            let missing = required.mask & !(seen as u64);
             if missing == 0 {
                 return;
             }
             let elapsed = start.elapsed();
             if elapsed >= self.ack_timeout {
-                acks.declare_dead(missing, old_seq);
+                acks.declare_dead(&required, missing);
                 return;
             }
             // Subscribers wake this word after each ACK under STRICT_WAIT; the slice bounds
@@ -179,7 +257,8 @@ impl FrameRing {
         if st.acquired != Some(slot.seq) {
             return Err(Error::invalid("publish of a slot that was not acquired"));
         }
-        let k = slot.index;
+        // The seq was checked against our own record; `slot.index` is the caller's copy.
+        let k = self.slot_of(slot.seq);
         self.shm.slot_pts(k).store(
             pts_ns.unwrap_or_else(monotonic_ns) as u64,
             Ordering::Relaxed,
@@ -222,7 +301,7 @@ impl FrameRing {
             dev.make_current()?;
             for (p, (src, stride)) in layout.planes().iter().zip(planes.iter().zip(strides)) {
                 crate::cuda::copy_htod_2d_async(
-                    slot.address + p.offset as u64,
+                    self.slots.slot_address(self.slot_of(slot.seq)) + p.offset as u64,
                     p.pitch,
                     src,
                     *stride,
@@ -233,7 +312,7 @@ impl FrameRing {
             }
             return stream.synchronize();
         }
-        let base = slot.address as *mut u8;
+        let base = self.slots.slot_address(self.slot_of(slot.seq)) as *mut u8;
         for (i, (p, (src, stride))) in layout
             .planes()
             .iter()
@@ -263,7 +342,7 @@ impl FrameRing {
     }
 }
 
-impl FrameRing {
+impl FrameWriter {
     fn cuda(
         &self,
     ) -> Result<(
@@ -325,7 +404,7 @@ impl FrameRing {
                 )));
             }
             crate::cuda::copy_2d_async(
-                slot.address + p.offset as u64,
+                self.slots.slot_address(self.slot_of(slot.seq)) + p.offset as u64,
                 p.pitch,
                 *src,
                 *pitch,

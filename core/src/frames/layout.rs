@@ -1,4 +1,6 @@
-//! Typed, atomic access to the frame SHM (§2) as both sides see it.
+//! The frame SHM (§2) as both sides see it: typed, atomic access to every header, slot and
+//! subscriber-slot field at offsets from [`crate::wire::frame`], and the checks a subscriber
+//! makes of what it mapped.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -8,20 +10,13 @@ use crate::util::{fill_cstr, read_cstr};
 use crate::wire::frame::{
     slot_offset, subscriber_offset, FrameMeta, SharedHeader, FRAME_SHM_SIZE, FRAME_WAITERS_OFFSET,
 };
+pub use crate::wire::frame::{
+    FRAME_MEMORY_KIND_OFFSET, SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET,
+    SUB_DROPPED_TORN_OFFSET,
+};
 use crate::wire::*;
 use core::mem::offset_of;
 use zerocopy::{FromBytes, FromZeros};
-
-/// Extension (compatible, in the reserved bytes of a subscriber slot, §7.3): counters a
-/// subscriber keeps for operators. Offsets inside the slot.
-pub const SUB_DELIVERED_OFFSET: usize = 0x40;
-pub const SUB_DROPPED_OVERRUN_OFFSET: usize = 0x48;
-pub const SUB_DROPPED_TORN_OFFSET: usize = 0x50;
-
-/// Extension (compatible, in the header's `reserved_b` after the R28 waiter count): the
-/// ring's memory kind plus one (0 = not recorded), so that operators can see it without a
-/// handshake.
-pub const FRAME_MEMORY_KIND_OFFSET: usize = 0x00DC;
 
 use crate::wire::frame::{SlotDescriptor as Slot, SubscriberSlot as Sub};
 
@@ -232,7 +227,8 @@ impl FrameShm {
     pub fn fill_subscriber(&self, i: usize, pid: u32, name: &str, initial_seq: u64) {
         let mut raw = [0u8; 32];
         fill_cstr(&mut raw, name);
-        self.map.zero(subscriber_offset(i) + 0x40, 64);
+        self.map
+            .zero(subscriber_offset(i) + SUB_DELIVERED_OFFSET, 64);
         self.map
             .write_bytes(subscriber_offset(i) + offset_of!(Sub, consumer_name), &raw);
         self.sub_pid(i).store(pid as u64, Ordering::Relaxed);
@@ -240,6 +236,16 @@ impl FrameShm {
         self.sub_last_ack_ns(i).store(0, Ordering::Relaxed);
         self.sub_state(i)
             .store(SubscriberState::Active as u64, Ordering::Release);
+    }
+
+    /// Publisher, admitting a new owner of bit `i`: clear the bit from every slot's ACK bitmap.
+    /// A previous owner's ACK that was in flight when it was given up on (it checked the slot's
+    /// seq, then the slot was reused) may have landed in a later frame's bitmap; left there, it
+    /// would count as the new owner's ACK of a frame it never read.
+    pub fn clear_ack_bit(&self, i: usize) {
+        for k in 0..MAX_RING_SIZE {
+            self.slot_ack(k).fetch_and(!(1u64 << i), Ordering::AcqRel);
+        }
     }
 
     /// Publisher: free subscriber slot `i`.
