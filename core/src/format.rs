@@ -14,6 +14,10 @@ pub const PITCH_ALIGNMENT: u32 = 256;
 
 /// Largest width or height accepted (beyond 16K there is no video hardware to feed).
 pub const MAX_DIMENSION: u32 = 16384;
+/// How much longer than a row a pitch may be. Pitches are alignment, not storage: a peer's
+/// pitch far beyond its row (2^21 bytes for a 16384-row frame is a 32 GiB "frame") can only
+/// be an attack or a bug, and would make a COPY reader allocate without bound.
+pub const MAX_PITCH_SLACK: u32 = 4096;
 
 /// One plane of a frame: where it starts in the slot and how it is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +111,18 @@ impl FrameLayout {
             return Err(Error::new(
                 crate::ErrorCode::Format,
                 format!("pitch_y {pitch_y} is shorter than a {} row of width {width} ({luma_row} bytes)", format.name()),
+            ));
+        }
+        if pitch_y as usize > luma_row + MAX_PITCH_SLACK as usize
+            || (sh.chroma_planes > 0 && pitch_uv as usize > chroma_row + MAX_PITCH_SLACK as usize)
+        {
+            return Err(Error::new(
+                crate::ErrorCode::Format,
+                format!(
+                    "pitches {pitch_y}/{pitch_uv} exceed the rows of a {width}-wide {} frame \
+                     ({luma_row}/{chroma_row} bytes) by more than {MAX_PITCH_SLACK}",
+                    format.name()
+                ),
             ));
         }
         if sh.chroma_planes == 0 && pitch_uv != 0 {
@@ -230,6 +246,27 @@ fn row_bytes(sh: &FormatShape, width: u32) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Finding (trust boundary): a hostile publisher announced pitch 2^21 with height 16384;
+    /// every check passed and a COPY reader aborted allocating 51 539 607 552 bytes.
+    #[test]
+    fn pitches_far_beyond_a_row_are_refused() {
+        let e = FrameLayout::with_pitches(Format::Nv12, 64, 16384, 1 << 21, 1 << 21).unwrap_err();
+        assert_eq!(e.code(), crate::ErrorCode::Format);
+        let e = FrameLayout::with_pitches(Format::Nv12, 64, 16, 256, 1 << 21).unwrap_err();
+        assert_eq!(e.code(), crate::ErrorCode::Format);
+        // Generous alignment is fine; the largest frame stays bounded.
+        FrameLayout::with_pitches(Format::Nv12, 64, 16, 64 + 4096, 64 + 4096).unwrap();
+        let big = FrameLayout::with_pitches(
+            Format::Rgba,
+            MAX_DIMENSION,
+            MAX_DIMENSION,
+            MAX_DIMENSION * 4 + MAX_PITCH_SLACK,
+            0,
+        )
+        .unwrap();
+        assert!(big.frame_size <= 1_250 << 20, "{}", big.frame_size);
+    }
 
     #[test]
     fn nv12_1080p_follows_r17() {

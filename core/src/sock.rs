@@ -1,9 +1,11 @@
 //! Unix-socket transport of TLV messages, with SCM_RIGHTS descriptors (§3.1, §3.7).
 //!
-//! Blocking helpers with deadlines for the subscriber's handshake, and a non-blocking
-//! accumulator ([`Inbox`]) for the publisher's server loop, which must never block on a
-//! peer that sends half a message and stalls.
+//! Blocking helpers with deadlines for the subscriber's handshake, and for the publisher's
+//! server loop, which must never block on a peer, a non-blocking accumulator of what a peer
+//! sends ([`Inbox`], for one that sends half a message and stalls) and a bounded queue of what
+//! it is sent ([`Outbox`], for one that does not read).
 
+use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -45,6 +47,86 @@ pub fn send(sock: BorrowedFd<'_>, msg: &Message, fds: &[RawFd]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// At most this many bytes wait in an [`Outbox`]: a peer that leaves more unread is not
+/// reading (a HELLO_RESP, a SUBSCRIBE_RESP and a VMM_FDS are a few hundred bytes).
+pub const OUTBOX_LIMIT: usize = 64 * 1024;
+
+/// Messages for one peer that its socket has not taken yet. [`Outbox::flush`] writes what the
+/// socket takes now and never waits; the server polls for POLLOUT while something is queued.
+#[derive(Default)]
+pub struct Outbox {
+    queue: VecDeque<Outgoing>,
+    bytes: usize,
+}
+
+struct Outgoing {
+    bytes: Vec<u8>,
+    sent: usize,
+    /// Passed with the first byte (SCM_RIGHTS); kept open until then.
+    fds: Vec<OwnedFd>,
+}
+
+impl Outbox {
+    /// Queue `msg` (with `fds`, passed as SCM_RIGHTS). TIMEOUT when the peer already has
+    /// [`OUTBOX_LIMIT`] bytes unread: it does not read its socket.
+    pub fn push(&mut self, msg: &Message, fds: Vec<OwnedFd>) -> Result<()> {
+        let bytes = tlv::encode(msg)?;
+        if self.bytes + bytes.len() > OUTBOX_LIMIT {
+            return Err(Error::new(
+                ErrorCode::Timeout,
+                format!(
+                    "the peer does not read its socket ({} bytes unread)",
+                    self.bytes
+                ),
+            ));
+        }
+        self.bytes += bytes.len();
+        self.queue.push_back(Outgoing {
+            bytes,
+            sent: 0,
+            fds,
+        });
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Write as much as `sock` takes now, without waiting.
+    pub fn flush(&mut self, sock: BorrowedFd<'_>) -> Result<()> {
+        while let Some(out) = self.queue.front_mut() {
+            let iov = [IoSlice::new(&out.bytes[out.sent..])];
+            let raw: Vec<RawFd> = out.fds.iter().map(|f| f.as_raw_fd()).collect();
+            let cmsg_storage;
+            let cmsgs: &[ControlMessage<'_>] = if out.sent == 0 && !raw.is_empty() {
+                cmsg_storage = [ControlMessage::ScmRights(&raw)];
+                &cmsg_storage
+            } else {
+                &[]
+            };
+            let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
+            match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, flags, None) {
+                Ok(n) => {
+                    out.sent += n;
+                    self.bytes -= n;
+                    if n > 0 {
+                        // The kernel holds its own references to descriptors in flight.
+                        out.fds.clear();
+                    }
+                    if out.sent == out.bytes.len() {
+                        self.queue.pop_front();
+                    }
+                }
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => return Ok(()),
+                Err(e) => return Err(Error::os("send", e)),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Wait until `fd` is ready for `events` or the deadline passes (Timeout).

@@ -42,6 +42,8 @@ Options:
   --runtime-dir DIR   socket directory (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)
   --json              machine-readable output
   -h, --help          this text
+  --                  the end of the options: what follows is a KEY even if it starts with
+                      '-' (cuframes stat -- -cam1)
 
 Exit status: 0 success, 1 an error (or objects that could not be read or removed), 2 usage.
 ";
@@ -83,7 +85,11 @@ fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
     let mut rest = Vec::new();
     let mut it = raw.into_iter();
     while let Some(a) = it.next() {
-        if a == "--runtime-dir" {
+        if a == "--" {
+            // Everything after `--` is a key, even one that starts with '-'.
+            rest.push(a);
+            rest.extend(it.by_ref());
+        } else if a == "--runtime-dir" {
             let v = it.next().ok_or("--runtime-dir needs a directory")?;
             runtime_dir = Some(PathBuf::from(v));
         } else if let Some(v) = a.strip_prefix("--runtime-dir=") {
@@ -95,6 +101,7 @@ fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
     let runtime_dir = paths::runtime_dir(runtime_dir.as_deref());
     if rest
         .iter()
+        .take_while(|a| *a != "--")
         .any(|a| a == "-h" || a == "--help" || a == "help")
         || rest.is_empty()
     {
@@ -113,6 +120,10 @@ fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
     while i < rest.len() {
         let a = rest[i].as_str();
         match a {
+            "--" => {
+                positional.extend(rest[i + 1..].iter().cloned());
+                break;
+            }
             "--json" => json = true,
             "--dry-run" if sub == "clean" => dry_run = true,
             "--interval" if sub != "clean" => {
@@ -1016,6 +1027,22 @@ mod tests {
         assert!(a(&["stat", "bad key"]).is_err());
         assert!(a(&["ls", "--dry-run"]).is_err());
         assert!(a(&["frobnicate"]).is_err());
+        // A key may start with '-': `--` ends the options.
+        assert!(a(&["stat", "-x"]).is_err());
+        match a(&["stat", "--json", "--", "-x"]).unwrap().command {
+            Command::Stat { key, json, .. } => {
+                assert_eq!(key.as_str(), "-x");
+                assert!(json);
+            }
+            other => panic!("{other:?}"),
+        }
+        match a(&["clean", "--", "--json", "-h"]).unwrap().command {
+            Command::Clean { keys, json, .. } => {
+                assert_eq!(keys.len(), 2);
+                assert!(!json);
+            }
+            other => panic!("{other:?}"),
+        }
         match a(&["clean", "--dry-run", "a", "b"]).unwrap().command {
             Command::Clean { dry_run, keys, .. } => {
                 assert!(dry_run);

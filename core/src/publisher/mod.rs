@@ -158,24 +158,11 @@ impl Publisher {
         ensure_runtime_dir(&dir)?;
         let socket_path = paths::socket_path(&dir, &key)?;
         stale::recover(&key, &socket_path)?;
-        let listener = UnixListener::bind(&socket_path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AddrInUse {
-                Error::new(
-                    ErrorCode::AlreadyExists,
-                    format!("{} is taken by another publisher", socket_path.display()),
-                )
-            } else {
-                Error::new(
-                    ErrorCode::Io,
-                    format!("bind {}: {e}", socket_path.display()),
-                )
-            }
-        })?;
+        let listener = bind_socket(&dir, &socket_path, options.file_mode)?;
         let cleanup_socket = |e: Error| {
             let _ = std::fs::remove_file(&socket_path);
             e
         };
-        set_mode(&socket_path, options.file_mode).map_err(cleanup_socket)?;
         listener
             .set_nonblocking(true)
             .map_err(|e| cleanup_socket(Error::new(ErrorCode::Io, format!("socket: {e}"))))?;
@@ -477,8 +464,43 @@ fn ensure_runtime_dir(dir: &std::path::Path) -> Result<()> {
         })
 }
 
-fn set_mode(path: &std::path::Path, mode: u32) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| Error::new(ErrorCode::Io, format!("chmod {}: {e}", path.display())))
+/// Bind the listening socket at `path` with `mode`, never changing a mode through a path that
+/// someone else could have redirected. The runtime directory is writable by the group, so a
+/// member could replace the socket by a symlink between `bind` and a `chmod` by path, and a
+/// root publisher would then chmod the symlink's target. Instead the socket is bound in a
+/// private directory of ours (0700: nobody else can enter it), given its mode there, and then
+/// linked into place; `link` never follows or replaces what is at the destination (a socket
+/// of a live publisher, or anything planted) and fails with ALREADY_EXISTS instead.
+fn bind_socket(dir: &std::path::Path, path: &std::path::Path, mode: u32) -> Result<UnixListener> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let private = dir.join(format!(
+        ".cf{:x}{:x}",
+        std::process::id(),
+        crate::util::unique_suffix() & 0xFFFF_FFFF
+    ));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(|e| Error::new(ErrorCode::Io, format!("mkdir {}: {e}", private.display())))?;
+    let staged = private.join("s");
+    let bound = (|| {
+        let listener = UnixListener::bind(&staged)
+            .map_err(|e| Error::new(ErrorCode::Io, format!("bind {}: {e}", path.display())))?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::new(ErrorCode::Io, format!("chmod {}: {e}", staged.display())))?;
+        std::fs::hard_link(&staged, path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!("{} is taken by another publisher", path.display()),
+                )
+            } else {
+                Error::new(ErrorCode::Io, format!("link {}: {e}", path.display()))
+            }
+        })?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&private);
+    bound
 }

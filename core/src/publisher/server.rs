@@ -3,7 +3,7 @@
 //! blocking on a peer. A peer that misbehaves gets an ERROR and is dropped; the others are
 //! not affected.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,13 +14,21 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use super::subscribers::Entry;
 use super::Inner;
 use crate::error::{Error, ErrorCode, Result};
-use crate::sock::{self, Inbox, Pumped};
+use crate::sock::{self, Inbox, Outbox, Pumped};
 use crate::tlv::{HelloReq, HelloResp, HelloRespPackets, Message, SubscribeResp, VmmFds};
 use crate::wire::*;
 
 /// Connections that have not finished their handshake, at most (protects the fd table
 /// against a flood of idle connections).
 const MAX_PENDING: usize = 64;
+/// ... of them from one process, and from one uid: a flood from one peer then cannot take
+/// the slots of everybody else (first come would let it). A peer in another PID namespace
+/// has pid 0 here and is counted by its uid only.
+const MAX_PENDING_PER_PID: usize = 4;
+const MAX_PENDING_PER_UID: usize = 16;
+/// Connections accepted per turn of the loop, at most: the others wait in the listen queue
+/// while the connections already accepted are served.
+const MAX_ACCEPTS_PER_TURN: usize = 256;
 
 enum Phase {
     AwaitHello,
@@ -45,6 +53,8 @@ struct Conn {
     id: u64,
     stream: UnixStream,
     inbox: Inbox,
+    /// What the peer has not read yet: the server never waits for a peer to read.
+    outbox: Outbox,
     phase: Phase,
     deadline: Instant,
     uid: u32,
@@ -68,7 +78,12 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
             fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
             fds.push(PollFd::new(wake_rx.as_fd(), PollFlags::POLLIN));
             for c in &conns {
-                fds.push(PollFd::new(c.stream.as_fd(), PollFlags::POLLIN));
+                let events = if c.outbox.is_empty() {
+                    PollFlags::POLLIN
+                } else {
+                    PollFlags::POLLIN | PollFlags::POLLOUT
+                };
+                fds.push(PollFd::new(c.stream.as_fd(), events));
             }
             let ms = timeout.as_millis().clamp(1, 1000) as u16;
             match poll(&mut fds, PollTimeout::from(ms)) {
@@ -91,25 +106,31 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
             } else {
                 Ok(true)
             };
-            let alive = alive.and_then(|a| {
-                if a {
-                    check_deadline_and_kick(&inner, &mut c)
-                } else {
-                    Ok(false)
-                }
-            });
+            let alive = alive
+                .and_then(|a| {
+                    if a {
+                        check_deadline_and_kick(&inner, &mut c)
+                    } else {
+                        Ok(false)
+                    }
+                })
+                .and_then(|a| c.outbox.flush(c.stream.as_fd()).map(|()| a));
             match alive {
                 Ok(true) => keep.push(c),
-                Ok(false) => release(&inner, &c),
+                Ok(false) => {
+                    // A last answer (a refusal) goes out if the socket takes it now.
+                    let _ = c.outbox.flush(c.stream.as_fd());
+                    release(&inner, &c);
+                }
                 Err(e) => {
-                    let _ = sock::send(
-                        c.stream.as_fd(),
+                    let _ = c.outbox.push(
                         &Message::Error {
                             code: e.code() as i32,
                             message: e.message().chars().take(512).collect(),
                         },
-                        &[],
+                        Vec::new(),
                     );
+                    let _ = c.outbox.flush(c.stream.as_fd());
                     release(&inner, &c);
                 }
             }
@@ -120,35 +141,43 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
         }
     }
     // Shutdown: tell every subscriber (§1 normal shutdown, step 2).
-    for c in &conns {
+    for c in &mut conns {
         if c.phase.admitted() {
-            let _ = sock::send(
-                c.stream.as_fd(),
+            let _ = c.outbox.push(
                 &Message::Shutdown {
                     reason: ShutdownReason::Normal as u32,
                 },
-                &[],
+                Vec::new(),
             );
+            let _ = c.outbox.flush(c.stream.as_fd());
         }
         release(&inner, c);
     }
 }
 
+/// May one more handshake from (`uid`, `pid`) be pending now?
+fn room_for(conns: &[Conn], uid: u32, pid: u32) -> bool {
+    let pending = || conns.iter().filter(|c| !c.phase.admitted());
+    pending().count() < MAX_PENDING
+        && pending().filter(|c| c.uid == uid).count() < MAX_PENDING_PER_UID
+        && (pid == 0 || pending().filter(|c| c.pid == pid).count() < MAX_PENDING_PER_PID)
+}
+
 fn accept_all(inner: &Inner, listener: &UnixListener, conns: &mut Vec<Conn>, next_id: &mut u64) {
-    loop {
+    for _ in 0..MAX_ACCEPTS_PER_TURN {
         match listener.accept() {
             Ok((stream, _)) => {
-                let pending = conns.iter().filter(|c| !c.phase.admitted()).count();
-                if pending >= MAX_PENDING || stream.set_nonblocking(true).is_err() {
-                    continue; // dropped: closes the connection
-                }
                 let Ok((uid, gid, pid)) = sock::peer_credentials(stream.as_fd()) else {
                     continue;
                 };
+                if !room_for(conns, uid, pid) || stream.set_nonblocking(true).is_err() {
+                    continue; // dropped: closes the connection
+                }
                 conns.push(Conn {
                     id: *next_id,
                     stream,
                     inbox: Inbox::default(),
+                    outbox: Outbox::default(),
                     phase: Phase::AwaitHello,
                     deadline: Instant::now() + inner.options.handshake_timeout,
                     uid,
@@ -170,16 +199,15 @@ fn check_deadline_and_kick(inner: &Inner, c: &mut Conn) -> Result<bool> {
     match c.phase {
         Phase::Active { bit } => {
             if inner.table().get(bit).is_some_and(|e| e.kicked) {
-                let _ = sock::send(
-                    c.stream.as_fd(),
+                c.outbox.push(
                     &Message::Error {
                         code: ErrorCode::Timeout as i32,
                         message: format!(
                             "no ACK within the publisher's consumer_ack_timeout; subscriber bit {bit} dropped"
                         ),
                     },
-                    &[],
-                );
+                    Vec::new(),
+                )?;
                 c.phase = Phase::GivenUp;
             }
             Ok(true)
@@ -203,16 +231,18 @@ fn serve(inner: &Inner, c: &mut Conn) -> Result<bool> {
         let phase = std::mem::replace(&mut c.phase, Phase::AwaitHello);
         c.phase = match (phase, msg) {
             (phase, Message::Ping { token }) => {
-                sock::send(c.stream.as_fd(), &Message::Pong { token }, &[])?;
+                c.outbox.push(&Message::Pong { token }, Vec::new())?;
                 phase
             }
-            (Phase::AwaitHello, Message::HelloReq(h)) => match hello(inner, c, &h) {
-                Some(resp) => {
-                    sock::send(c.stream.as_fd(), &Message::HelloResp(resp), &[])?;
-                    Phase::AwaitSubscribe(h)
+            (Phase::AwaitHello, Message::HelloReq(h)) => {
+                let resp = hello(inner, c, &h);
+                let accepted = resp.result == 0;
+                c.outbox.push(&Message::HelloResp(resp), Vec::new())?;
+                if !accepted {
+                    return Ok(false);
                 }
-                None => return Ok(false),
-            },
+                Phase::AwaitSubscribe(h)
+            }
             (Phase::AwaitSubscribe(h), Message::SubscribeReq { proto_version }) => {
                 if proto_version != PROTOCOL_VERSION {
                     let resp = SubscribeResp {
@@ -220,7 +250,7 @@ fn serve(inner: &Inner, c: &mut Conn) -> Result<bool> {
                         assigned_bit: 0,
                         initial_seq: 0,
                     };
-                    sock::send(c.stream.as_fd(), &Message::SubscribeResp(resp), &[])?;
+                    c.outbox.push(&Message::SubscribeResp(resp), Vec::new())?;
                     return Ok(false);
                 }
                 match subscribe(inner, c, &h)? {
@@ -250,16 +280,9 @@ fn wants(h: &HelloReq) -> (bool, bool) {
     (frames, packets)
 }
 
-/// Answer HELLO_REQ; None after a refusal was sent.
-fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> Option<HelloResp> {
-    let refuse = |code: ErrorCode| {
-        let _ = sock::send(
-            c.stream.as_fd(),
-            &Message::HelloResp(HelloResp::failure(code as i32)),
-            &[],
-        );
-        None
-    };
+/// The answer to HELLO_REQ: a refusal has a non-zero result.
+fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> HelloResp {
+    let refuse = |code: ErrorCode| HelloResp::failure(code as i32);
     if h.proto_version != PROTOCOL_VERSION {
         return refuse(ErrorCode::Protocol);
     }
@@ -296,7 +319,7 @@ fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> Option<HelloResp> {
         Some(r) => (r.ring_size as u32, r.layout.to_meta(), r.shm_name.clone()),
         None => (0, Default::default(), String::new()),
     };
-    Some(HelloResp {
+    HelloResp {
         result: 0,
         proto_version: PROTOCOL_VERSION,
         ring_size,
@@ -304,11 +327,11 @@ fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> Option<HelloResp> {
         meta,
         shm_path,
         packets,
-    })
+    }
 }
 
 /// Admit the subscriber: a bit, its SHM slot, SUBSCRIBE_RESP and VMM_FDS.
-fn subscribe(inner: &Inner, c: &Conn, h: &HelloReq) -> Result<Option<usize>> {
+fn subscribe(inner: &Inner, c: &mut Conn, h: &HelloReq) -> Result<Option<usize>> {
     let (want_frames, want_packets) = wants(h);
     let ring = inner.frames.get();
     let mut table = inner.table();
@@ -319,7 +342,7 @@ fn subscribe(inner: &Inner, c: &Conn, h: &HelloReq) -> Result<Option<usize>> {
             assigned_bit: 0,
             initial_seq: 0,
         };
-        sock::send(c.stream.as_fd(), &Message::SubscribeResp(resp), &[])?;
+        c.outbox.push(&Message::SubscribeResp(resp), Vec::new())?;
         return Ok(None);
     };
     let initial_seq = ring.map_or(0, |r| r.shm.global_seq().load(Ordering::SeqCst));
@@ -353,23 +376,22 @@ fn subscribe(inner: &Inner, c: &Conn, h: &HelloReq) -> Result<Option<usize>> {
         assigned_bit: bit as u32,
         initial_seq,
     };
-    let sent =
-        sock::send(c.stream.as_fd(), &Message::SubscribeResp(resp), &[]).and_then(
-            |()| match ring {
-                Some(r) if want_frames => {
-                    let fds = r.slots.export_fds()?;
-                    let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
-                    let msg = Message::VmmFds(VmmFds {
-                        fd_count: raw.len() as u32,
-                        frame_size_bytes: r.slots.mapped_size() as u64,
-                        vmm_granularity: r.slots.granularity(),
-                        memory_kind: r.slots.kind() as u32,
-                    });
-                    sock::send(c.stream.as_fd(), &msg, &raw)
-                }
-                _ => Ok(()),
-            },
-        );
+    let outbox = &mut c.outbox;
+    let sent = outbox
+        .push(&Message::SubscribeResp(resp), Vec::new())
+        .and_then(|()| match ring {
+            Some(r) if want_frames => {
+                let fds = r.slots.export_fds()?;
+                let msg = Message::VmmFds(VmmFds {
+                    fd_count: fds.len() as u32,
+                    frame_size_bytes: r.slots.mapped_size() as u64,
+                    vmm_granularity: r.slots.granularity(),
+                    memory_kind: r.slots.kind() as u32,
+                });
+                outbox.push(&msg, fds)
+            }
+            _ => Ok(()),
+        });
     if let Err(e) = sent {
         free_bit(inner, bit, c.id);
         return Err(e);

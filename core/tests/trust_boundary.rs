@@ -1,0 +1,190 @@
+//! What a local peer with access to the runtime directory cannot do (trust-boundary issue):
+//! hold up the publisher, lock others out, or redirect what the publisher touches.
+//!
+//! The publisher's server thread against peers that misuse the socket (finding 4,
+//! it never waits for a peer to read, so honest subscribers and shutdown are
+//! not held up by any number of peers that flood it with PINGs and never read the PONGs.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use common::TestEnv;
+use cuframes_core::publisher::{FrameRingConfig, Publisher};
+use cuframes_core::subscriber::Subscriber;
+use cuframes_core::tlv::{self, Message};
+use cuframes_core::wire::Format;
+
+/// A peer that writes PINGs as fast as the socket takes them and never reads an answer.
+fn ping_flooder(socket: std::path::PathBuf, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let Ok(mut s) = UnixStream::connect(socket) else {
+        return;
+    };
+    // A small receive buffer: the PONGs pile up in the publisher's send buffer at once.
+    let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &4096);
+    s.set_write_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let ping = tlv::encode(&Message::Ping { token: 7 }).unwrap();
+    let burst: Vec<u8> = ping
+        .iter()
+        .copied()
+        .cycle()
+        .take(ping.len() * 256)
+        .collect();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if s.write_all(&burst).is_err() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Finding: PONGs were sent with a blocking wait of up to 1 s per message on a full socket;
+/// 4 peers that PING without reading made every new reader fail "no HELLO_RESP in time", and
+/// with 16 a publisher took 29 s to shut down.
+#[test]
+fn peers_that_never_read_do_not_block_the_server() {
+    let env = TestEnv::new("noread");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flooders: Vec<_> = (0..16)
+        .map(|_| {
+            let (socket, stop) = (p.socket_path().to_owned(), stop.clone());
+            std::thread::spawn(move || ping_flooder(socket, stop))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500)); // let their unread PONGs pile up
+
+    let t = Instant::now();
+    let mut sub = Subscriber::connect(&env.key, &env.subscriber_options("honest")).unwrap();
+    let connect = t.elapsed();
+    common::publish_pattern(&p, 1, None).unwrap();
+    let f = sub.next_frame(Some(Duration::from_secs(2))).unwrap();
+    assert_eq!(f.seq, 1);
+    drop(f);
+
+    let t = Instant::now();
+    drop(p);
+    let shutdown = t.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for f in flooders {
+        f.join().unwrap();
+    }
+    println!("connect took {connect:?}, shutdown {shutdown:?} with 16 flooding peers");
+    assert!(connect < Duration::from_secs(1), "connect took {connect:?}");
+    assert!(
+        shutdown < Duration::from_secs(1),
+        "shutdown took {shutdown:?}"
+    );
+}
+
+const ROLE_ENV: &str = "CUFRAMES_FAIRNESS_ROLE";
+
+/// Re-executed as a child process (another pid) for the connect flood.
+#[test]
+fn child_entry() {
+    if std::env::var(ROLE_ENV).as_deref() != Ok("flood") {
+        return;
+    }
+    let socket = std::env::var("CUFRAMES_FLOOD_SOCKET").unwrap();
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut open = Vec::new();
+    while Instant::now() < until {
+        // Silent connections, renewed as the publisher drops them.
+        open.retain(|s: &UnixStream| {
+            let mut b = [0u8; 1];
+            s.set_nonblocking(true).unwrap();
+            !matches!(std::io::Read::read(&mut &*s, &mut b), Ok(0))
+        });
+        while open.len() < 100 {
+            match UnixStream::connect(&socket) {
+                Ok(s) => open.push(s),
+                Err(_) => break,
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Finding: 64 pending handshake slots, first come first served: one process that kept
+/// opening silent connections refused every new subscriber until its connections timed out.
+#[test]
+fn a_connection_flood_from_one_process_does_not_lock_others_out() {
+    let env = TestEnv::new("flood");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
+        .unwrap();
+    let mut flood = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(ROLE_ENV, "flood")
+        .env("CUFRAMES_FLOOD_SOCKET", p.socket_path())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut worst = Duration::ZERO;
+    for i in 0..3 {
+        let t = Instant::now();
+        let connected = Subscriber::connect(&env.key, &env.subscriber_options(&format!("s{i}")));
+        worst = worst.max(t.elapsed());
+        if let Err(e) = connected {
+            let _ = flood.kill();
+            let _ = flood.wait();
+            panic!("subscriber {i} refused during a connect flood: {e}");
+        }
+    }
+    let _ = flood.kill();
+    let _ = flood.wait();
+    println!("slowest connect during the flood: {worst:?}");
+    assert!(worst < Duration::from_secs(1), "{worst:?}");
+}
+
+/// Finding: the socket's mode was set by path after `bind`; a group member that replaced the
+/// socket by a symlink in between made a root publisher chmod the symlink's target (a 0600
+/// file became 0660 within a few hundred creations).
+#[test]
+fn a_symlink_planted_at_the_socket_name_is_never_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new("symlink");
+    let target = env.dir.join("secret");
+    std::fs::write(&target, b"not the publisher's").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let socket = env.dir.join(format!("{}.sock", env.key));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attacker = {
+        let (socket, target, stop) = (socket.clone(), target.clone(), stop.clone());
+        std::thread::spawn(move || {
+            use std::os::unix::fs::FileTypeExt;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // The moment a socket appears, put a symlink in its place.
+                let is_socket = std::fs::symlink_metadata(&socket)
+                    .is_ok_and(|m| m.file_type().is_socket());
+                if is_socket {
+                    let _ = std::fs::remove_file(&socket);
+                    let _ = std::os::unix::fs::symlink(&target, &socket);
+                }
+            }
+        })
+    };
+    let mut created = 0;
+    for _ in 0..1000 {
+        if let Ok(p) = Publisher::create(&env.key, env.publisher_options()) {
+            created += 1;
+            drop(p);
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    attacker.join().unwrap();
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+    println!("{created} of 1000 creations succeeded against the attacker");
+    assert_eq!(
+        mode, 0o600,
+        "the publisher changed the mode of a file it did not create"
+    );
+    assert!(
+        created > 0,
+        "no creation succeeded: the race was not exercised"
+    );
+}
