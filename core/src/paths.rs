@@ -66,6 +66,12 @@ pub fn validate_key(key: &str) -> Result<()> {
             "key {key:?} contains {bad:?}; only [a-zA-Z0-9_-] are allowed"
         )));
     }
+    if key.ends_with(PACKET_SHM_SUFFIX) {
+        // R32: the frame SHM of key "X-packets" would be the packet SHM of key "X".
+        return Err(Error::invalid(format!(
+            "key {key:?} ends in {PACKET_SHM_SUFFIX:?}, which is reserved for packet rings (R32)"
+        )));
+    }
     Ok(())
 }
 
@@ -124,6 +130,16 @@ mod tests {
             let e = validate_key(bad).unwrap_err();
             assert_eq!(e.code(), ErrorCode::InvalidArg, "{bad}");
         }
+    }
+
+    #[test]
+    fn r32_keys_never_end_in_packets() {
+        let e = Key::new("cam1-packets").unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArg);
+        assert!(e.message().contains("R32"), "{}", e.message());
+        Key::new("cam1-packets2").unwrap();
+        Key::new("packets").unwrap();
+        assert!(parse_wire_shm_name("cuframes-cam1-packets-packets").is_err());
     }
 
     #[test]

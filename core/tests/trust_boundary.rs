@@ -159,8 +159,8 @@ fn a_symlink_planted_at_the_socket_name_is_never_followed() {
             use std::os::unix::fs::FileTypeExt;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 // The moment a socket appears, put a symlink in its place.
-                let is_socket = std::fs::symlink_metadata(&socket)
-                    .is_ok_and(|m| m.file_type().is_socket());
+                let is_socket =
+                    std::fs::symlink_metadata(&socket).is_ok_and(|m| m.file_type().is_socket());
                 if is_socket {
                     let _ = std::fs::remove_file(&socket);
                     let _ = std::os::unix::fs::symlink(&target, &socket);
@@ -187,4 +187,44 @@ fn a_symlink_planted_at_the_socket_name_is_never_followed() {
         created > 0,
         "no creation succeeded: the race was not exercised"
     );
+}
+
+/// Finding: starting a frame publisher on key `K-packets` replaced the live packet ring of key
+/// `K` (`/dev/shm/cuframes-K-packets`): the frame SHM of one key was the packet SHM of the
+/// other, and stale recovery unlinked an object whose magic it did not expect. R32 keeps the
+/// two name spaces apart.
+#[test]
+fn key_x_packets_cannot_touch_key_x() {
+    let env = TestEnv::new("ns");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_packets(cuframes_core::packet::PacketRingConfig {
+        codec_id: 27,
+        extradata: vec![0, 0, 0, 1, 0x67, 1],
+        ring_slots: 16,
+        data_size: 1 << 16,
+    })
+    .unwrap();
+    let packets = format!("/dev/shm/cuframes-{}-packets", env.key);
+    let before = std::fs::metadata(&packets).unwrap();
+    let other = format!("{}-packets", env.key);
+    let refused = Publisher::create(&other, env.publisher_options())
+        .and_then(|q| {
+            q.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
+                .map(|()| q)
+        })
+        .err()
+        .expect("a key ending in -packets was accepted");
+    assert_eq!(
+        refused.code(),
+        cuframes_core::ErrorCode::InvalidArg,
+        "{refused}"
+    );
+    let after = std::fs::metadata(&packets).expect("key K's packet ring is gone");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        before.ino(),
+        after.ino(),
+        "key K's packet ring was replaced"
+    );
+    drop(p);
 }
