@@ -228,3 +228,47 @@ fn key_x_packets_cannot_touch_key_x() {
     );
     drop(p);
 }
+
+/// Finding: the packet ring was created 0660, so any group member could `truncate` it and
+/// every mapping of it (the publisher's, every reader's) faulted with SIGBUS. Readers only
+/// read it: it is 0640 now, and a group member's truncate and O_RDWR open are refused.
+#[test]
+fn a_group_member_cannot_truncate_the_packet_ring() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::process::Command;
+    let env = TestEnv::new("trunc");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_packets(cuframes_core::packet::PacketRingConfig {
+        codec_id: 27,
+        extradata: vec![0, 0, 0, 1, 0x67, 1],
+        ring_slots: 16,
+        data_size: 1 << 16,
+    })
+    .unwrap();
+    let path = format!("/dev/shm/cuframes-{}-packets", env.key);
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED the truncate attempt (needs root and setpriv to act as a group member)");
+        return;
+    }
+    // uid 65534 in the object's group: what the documented setup grants a subscriber.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            &format!("--regid={}", meta.gid()),
+            "--clear-groups",
+        ])
+        .args(["truncate", "-s", "4096", &path])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a group member truncated the packet ring"
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), meta.len());
+    // The publisher goes on.
+    p.publish_packet(&[0, 0, 0, 1, 0x65, 1, 2, 3], 0, 0, 1)
+        .unwrap();
+}

@@ -98,14 +98,22 @@ pub struct PacketRingWriter {
     shut: bool,
 }
 
+/// `mode` without write permission for the group and others.
+pub fn readers_read_only(mode: u32) -> u32 {
+    mode & !0o022
+}
+
 impl PacketRingWriter {
-    /// Create `/dev/shm/cuframes-<key>-packets` exclusively with `file_mode` (the caller has
-    /// removed a stale one; an existing object gives `AlreadyExists`) and initialise it.
+    /// Create `/dev/shm/cuframes-<key>-packets` exclusively (the caller has removed a stale
+    /// one; an existing object gives `AlreadyExists`) and initialise it. Readers only read the
+    /// packet ring, so it is never writable by anyone but its owner, whatever `file_mode`
+    /// grants the group and others: a reader that could write it could also truncate it, and
+    /// every mapping of a truncated object faults (SIGBUS in the publisher and every reader).
     pub fn create(key: &Key, config: PacketRingConfig, file_mode: u32) -> Result<PacketRingWriter> {
         let geo =
             layout::validate_config(config.ring_slots, config.data_size, config.extradata.len())?;
         let name = key.packet_shm_name();
-        let (_fd, map) = shm::create(&name, geo.shm_size(), file_mode)?;
+        let (_fd, map) = shm::create(&name, geo.shm_size(), readers_read_only(file_mode))?;
         // The object is ours from here: unlink it if anything below fails.
         let writer = PacketRingWriter {
             map,
