@@ -148,6 +148,9 @@ extern "C" {
 #define CUFRAMES_MSG_SUBSCRIBE_REQ 0x03u
 #define CUFRAMES_MSG_SUBSCRIBE_RESP 0x04u
 #define CUFRAMES_MSG_VMM_FDS 0x05u
+/** Extension (negotiated, docs/protocol.md "ACK pages"): the subscriber's ACK page, one
+ *  sealed memfd as SCM_RIGHTS; payload u32 fd_count (1), u32 page_size, 8 reserved bytes. */
+#define CUFRAMES_MSG_ACK_PAGE 0x06u
 #define CUFRAMES_MSG_UNSUBSCRIBE 0x10u
 #define CUFRAMES_MSG_EVENT_FD_LEGACY 0x20u /**< v1–v3 only; refused in v4 */
 #define CUFRAMES_MSG_SHUTDOWN 0x30u
@@ -158,6 +161,33 @@ extern "C" {
 /** HELLO_REQ subscribe flags (§10.9, R3); 0 means frames only. */
 #define CUFRAMES_SUBSCRIBE_WANTS_FRAMES 0x1u
 #define CUFRAMES_SUBSCRIBE_WANTS_PACKETS 0x2u
+/** Extension: the subscriber ACKs through an ACK page and maps the frame SHM read-only. */
+#define CUFRAMES_SUBSCRIBE_ACK_PAGE 0x4u
+/** HELLO_RESP publisher_flags (extension: the first 4 of the 12 reserved bytes after
+ *  shm_path): the publisher hands an ACK page to each frame subscriber that asks. */
+#define CUFRAMES_PUBLISHER_ACK_PAGES 0x1u
+
+/**
+ * The ACK page (extension), 4096 bytes: created and sealed (shrink, grow) by the publisher,
+ * written only by its one subscriber with __atomic builtins, read by the publisher. Frame s
+ * in slot k counts as ACKed by that subscriber exactly when acked_seq[k] == s.
+ */
+#define CUFRAMES_ACK_PAGE_MAGIC 0xCC7C1DACu
+#define CUFRAMES_ACK_PAGE_VERSION 1u
+#define CUFRAMES_ACK_PAGE_SIZE 4096u
+typedef struct cuframes_ack_page {
+    uint32_t magic;            /**< 0x00: CUFRAMES_ACK_PAGE_MAGIC (publisher) */
+    uint32_t version;          /**< 0x04: CUFRAMES_ACK_PAGE_VERSION (publisher) */
+    uint32_t ack_count;        /**< 0x08 atomic: +1 after every ACK; futex word (STRICT_WAIT wake) */
+    uint32_t reserved_a;       /**< 0x0C */
+    uint64_t acked_seq[16];    /**< 0x10 atomic: last ACKed seq per slot */
+    uint64_t last_seen_seq;    /**< 0x90 atomic: highest ACKed seq (R23) */
+    int64_t last_ack_ns;       /**< 0x98 atomic: CLOCK_REALTIME ns of the last ACK (R23) */
+    uint64_t delivered;        /**< 0xA0 atomic counters, as CUFRAMES_SUB_*_OFFSET */
+    uint64_t dropped_overrun;  /**< 0xA8 */
+    uint64_t dropped_torn;     /**< 0xB0 */
+    uint8_t reserved_b[3912];  /**< 0xB8 */
+} cuframes_ack_page_t;
 
 /** cuframes_packet_slot_entry_t.flags (§10.5); bits 4..31 are reserved (0). */
 #define CUFRAMES_PACKET_FLAG_KEY 0x1u           /**< keyframe (IDR / CRA) */
@@ -430,6 +460,11 @@ typedef struct cuframes_publisher_options {
     int64_t allowed_uid;           /**< only this uid (or root) may subscribe; -1 = any */
     int64_t allowed_gid;           /**< only this gid (or root) may subscribe; -1 = any */
     uint32_t handshake_timeout_ms; /**< a peer silent this long mid-handshake is dropped; 0 = 5000 */
+    /** Admit frame subscribers without ACK pages (plain protocol v4 peers). They ACK in the
+     *  shared header, which then must be writable by the group: any subscriber can then forge
+     *  ACKs or truncate the frame SHM and hurt the others (docs/protocol.md, trust model).
+     *  0 (default): refused with CUFRAMES_ERR_PERMISSION, frame SHM not group-writable. */
+    uint32_t allow_legacy_subscribers;
 } cuframes_publisher_options_t;
 
 typedef struct cuframes_frame_ring_config {

@@ -5,6 +5,7 @@
 #   scripts/gpu-check.sh run     # on the GPU machine (no cargo needed): run them all
 #   scripts/gpu-check.sh         # both, on a machine that has cargo and a GPU
 #   GPU_CHECK_ONLY=ffmpeg scripts/gpu-check.sh run   # only the FFmpeg frame-path steps
+#   GPU_CHURN_SECS=40 / CUFRAMES_RELEASE_CYCLES=1000   # churn soak length, release cycles
 #
 # .gpu/ is git-ignored; carry it to a GPU machine that has no toolchain. The summary ends
 # with "N passed, N failed".
@@ -16,8 +17,10 @@ build() {
   set -e
   export PATH="$HOME/.cargo/bin:$PATH"
   rm -rf "$out" && mkdir -p "$out"
-  # Test executables, found through cargo's JSON messages.
-  cargo test --release -p cuframes-core --test cuda_vmm --test frame_ring_cuda --no-run --message-format=json 2>/dev/null |
+  # Test executables, found through cargo's JSON messages (the churn soak where it exists).
+  local tests=(--test cuda_vmm --test frame_ring_cuda)
+  [ -f core/tests/frame_ring_churn.rs ] && tests+=(--test frame_ring_churn)
+  cargo test --release -p cuframes-core "${tests[@]}" --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
@@ -108,8 +111,28 @@ ffmpeg_steps() {
   step "FFmpeg: decode pipeline fps with and without the ring (1080p H.264, 300 frames)" ff_bench
 }
 
+# A GPU test binary that must not skip here: "SKIPPED (no CUDA ...)" / "SKIPPED: no CUDA ..."
+# on the GPU machine is a failure, not a pass.
+gpu_test() {
+  local log rc
+  log=$(mktemp /tmp/cuframes-gpu-test.XXXXXX)
+  "$@" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
+  if grep -qE 'SKIPPED( \(|: )no CUDA' "$log"; then echo "a GPU test skipped on the GPU machine"; rc=1; fi
+  rm -f "$log"
+  return "$rc"
+}
+# The churn soak (core/tests/frame_ring_churn.rs) with its slots on CUDA VMM device 0.
+churn_cuda() {
+  CUFRAMES_CHURN_MEMORY=cuda CUFRAMES_CHURN_SECS="${GPU_CHURN_SECS:-15}" gpu_test "$out/frame_ring_churn" --nocapture
+}
+# Tests of frame_ring_cuda that get a summary line of their own (and are skipped in its main step).
+ring_own_steps=(release_then_destroy_cycles_tear_down_on_our_thread
+  dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before
+  no_call_replaces_the_callers_current_context)
+
 run() {
-  local pass=0 fail=0 failed=()
+  local pass=0 fail=0 failed=() t skips=()
+  for t in "${ring_own_steps[@]}"; do skips+=(--skip "$t"); done
   export CUFRAMES_RUNTIME_DIR
   CUFRAMES_RUNTIME_DIR=$(mktemp -d /tmp/cuframes-gpu.XXXXXX)
   step() { # name, command...
@@ -119,8 +142,19 @@ run() {
   }
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   if [ "${GPU_CHECK_ONLY:-}" = ffmpeg ]; then ffmpeg_steps; else
-  step "CUDA VMM layer (alloc/export/import across processes, copies, events)" "$out/cuda_vmm" --test-threads=1 --nocapture
-  step "frame ring on CUDA VMM (both policies, COPY/ZERO_COPY, 8 subscribers, bit-exact)" "$out/frame_ring_cuda" --test-threads=1 --nocapture
+  step "CUDA VMM layer (alloc/export/import across processes, copies, events)" gpu_test "$out/cuda_vmm" --test-threads=1 --nocapture
+  step "frame ring on CUDA VMM (both policies, COPY/ZERO_COPY, 8 subscribers, bit-exact)" gpu_test "$out/frame_ring_cuda" --test-threads=1 --nocapture "${skips[@]}"
+  step "release on a stream, then subscriber destroy, x${CUFRAMES_RELEASE_CYCLES:-1000}: torn down on our thread, no failed driver release, memory and mappings flat" \
+    gpu_test "$out/frame_ring_cuda" --exact release_then_destroy_cycles_tear_down_on_our_thread --test-threads=1 --nocapture
+  step "dropping a zero-copy CUDA frame waits for the GPU work queued before it (R12)" \
+    gpu_test "$out/frame_ring_cuda" --exact dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before --test-threads=1 --nocapture
+  step "no call replaces the caller's current context (own cuCtxCreate context)" \
+    gpu_test "$out/frame_ring_cuda" --exact no_call_replaces_the_callers_current_context --test-threads=1 --nocapture
+  if [ -x "$out/frame_ring_churn" ]; then
+    step "churn soak on CUDA VMM (both policies, ${GPU_CHURN_SECS:-15} s each)" churn_cuda
+  else
+    echo "=== churn soak on CUDA: SKIPPED (no $out/frame_ring_churn: core/tests/frame_ring_churn.rs missing at build time)"
+  fi
   step "demo on CUDA (4 subscriber processes, 1080p)" "$out/cuframes-demo" --frames 120 --subscribers 4 --cuda 0
   step "frame ring benchmark" "$out/frame_bench" --frames "${GPU_BENCH_FRAMES:-300}"
   ffmpeg_steps

@@ -35,8 +35,12 @@ pub unsafe extern "C" fn cuframes_codec_ring_extradata(
     guard(panicked(), || {
         code_of((|| {
             let codec = Codec::from_id(codec_id)?;
-            let v = codec::ring_extradata(codec, bytes(data, size, "extradata")?)?;
-            copy_out(&v, buf, cap, out_size)
+            // SAFETY: the C contract: `data` is readable for `size` bytes during the call.
+            let input = unsafe { bytes(data, size, "extradata") }?;
+            let v = codec::ring_extradata(codec, input)?;
+            // SAFETY: the C contract: `out_size` is NULL or writable, `buf` NULL or writable
+            // for `cap` bytes; `v` is ours, so they do not overlap.
+            unsafe { copy_out(&v, buf, cap, out_size) }
         })())
     })
 }
@@ -54,8 +58,11 @@ pub unsafe extern "C" fn cuframes_codec_keyframe_extradata(
     guard(panicked(), || {
         code_of((|| {
             let codec = Codec::from_id(codec_id)?;
-            let v = codec::keyframe_extradata(codec, bytes(data, size, "packet")?)?;
-            copy_out(&v, buf, cap, out_size)
+            // SAFETY: the C contract: `data` is readable for `size` bytes during the call.
+            let packet = unsafe { bytes(data, size, "packet") }?;
+            let v = codec::keyframe_extradata(codec, packet)?;
+            // SAFETY: as in cuframes_codec_ring_extradata.
+            unsafe { copy_out(&v, buf, cap, out_size) }
         })())
     })
 }
@@ -71,8 +78,10 @@ pub unsafe extern "C" fn cuframes_codec_video_info(
     guard(panicked(), || {
         code_of((|| {
             let codec = Codec::from_id(codec_id)?;
-            let i = codec::video_info(codec, bytes(data, size, "extradata")?)?;
-            *out(info, "info")? = CCodecVideoInfo {
+            // SAFETY: the C contract: `data` is readable for `size` bytes during the call.
+            let i = codec::video_info(codec, unsafe { bytes(data, size, "extradata") }?)?;
+            // SAFETY: the C contract: `info` is NULL or a writable cuframes_codec_video_info_t.
+            *unsafe { out(info, "info") }? = CCodecVideoInfo {
                 width: i.width,
                 height: i.height,
                 profile: i.profile,
@@ -99,6 +108,8 @@ mod tests {
     #[test]
     fn ring_extradata_through_the_c_abi() {
         let mut size = 0usize;
+        // SAFETY: every pointer is NULL (where the function allows it) or a live local
+        // of the size passed with it.
         let rc = unsafe {
             cuframes_codec_ring_extradata(
                 27,
@@ -112,6 +123,8 @@ mod tests {
         assert_eq!(rc, 0);
         assert_eq!(size, 13);
         let mut buf = [0u8; 13];
+        // SAFETY: every pointer is NULL (where the function allows it) or a live local
+        // of the size passed with it.
         let rc = unsafe {
             cuframes_codec_ring_extradata(
                 27,
@@ -123,6 +136,8 @@ mod tests {
             )
         };
         assert_eq!(rc, ErrorCode::NoMemory as i32);
+        // SAFETY: every pointer is NULL (where the function allows it) or a live local
+        // of the size passed with it.
         let rc = unsafe {
             cuframes_codec_ring_extradata(
                 27,
@@ -140,12 +155,18 @@ mod tests {
     #[test]
     fn errors_are_codes_with_messages() {
         let mut size = 0usize;
+        // SAFETY: every pointer is NULL (where the function allows it) or a live local
+        // of the size passed with it.
         let rc = unsafe {
             cuframes_codec_ring_extradata(99, AVCC.as_ptr(), 3, std::ptr::null_mut(), 0, &mut size)
         };
         assert_eq!(rc, ErrorCode::Format as i32);
+        // SAFETY: cuframes_last_error returns a NUL-terminated string of this thread,
+        // valid until its next failing call.
         let msg = unsafe { CStr::from_ptr(cuframes_last_error()) };
         assert!(msg.to_str().unwrap().contains("codec id 99"));
+        // SAFETY: every pointer is NULL (where the function allows it) or a live local
+        // of the size passed with it.
         let rc = unsafe {
             cuframes_codec_ring_extradata(
                 27,
@@ -158,10 +179,16 @@ mod tests {
         };
         assert_eq!(rc, ErrorCode::InvalidArg as i32);
         let mut info = CCodecVideoInfo::default();
+        // SAFETY: every pointer is NULL (where the function allows it) or a live local
+        // of the size passed with it.
         let rc = unsafe { cuframes_codec_video_info(27, AVCC.as_ptr(), AVCC.len(), &mut info) };
         assert_ne!(rc, 0);
+        // SAFETY: every pointer is NULL (where the function allows it) or a live local
+        // of the size passed with it.
         let rc = unsafe { cuframes_codec_video_info(27, AVCC.as_ptr(), 0, std::ptr::null_mut()) };
         assert_ne!(rc, 0);
+        // SAFETY: every pointer is NULL (where the function allows it) or a live local
+        // of the size passed with it.
         let rc = unsafe {
             cuframes_codec_keyframe_extradata(
                 173,

@@ -47,8 +47,8 @@ pub unsafe extern "C" fn cuframes_cuda_primary_context(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let cu_ctx = out(cu_ctx, "cu_ctx")?;
-            let out_ctx = out(out_ctx, "out")?;
+            // SAFETY: the C contract: both out-pointers are NULL or writable, and distinct.
+            let (cu_ctx, out_ctx) = unsafe { (out(cu_ctx, "cu_ctx")?, out(out_ctx, "out")?) };
             let dev = cuframes_core::cuda::CudaDevice::open(device)?;
             *cu_ctx = dev.context();
             *out_ctx = Box::into_raw(Box::new(CCudaContext { _device: dev }));
@@ -61,7 +61,9 @@ pub unsafe extern "C" fn cuframes_cuda_primary_context(
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_cuda_context_release(ctx: *mut CCudaContext) {
     if !ctx.is_null() {
-        guard((), || drop(Box::from_raw(ctx)));
+        // SAFETY: the C contract: a non-NULL `ctx` came from Box::into_raw in
+        // cuframes_cuda_primary_context and is released once.
+        guard((), || drop(unsafe { Box::from_raw(ctx) }));
     }
 }
 
@@ -75,6 +77,7 @@ mod tests {
         assert!(n >= 0);
         let _ = cuframes_host_copy_count();
         let (mut ctx, mut h) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: both out-pointers are live locals.
         let rc = unsafe { cuframes_cuda_primary_context(0, &mut ctx, &mut h) };
         if n == 0 {
             assert_eq!(rc, cuframes_core::ErrorCode::Cuda as i32);
@@ -83,6 +86,7 @@ mod tests {
             assert_eq!(rc, 0);
             assert!(!ctx.is_null());
         }
+        // SAFETY: `h` is NULL or the handle just returned, released once.
         unsafe { cuframes_cuda_context_release(h) };
     }
 }

@@ -2,8 +2,26 @@
 //!
 //! Every function here is declared in `include/cuframes.h`. No panic crosses this boundary:
 //! each entry point runs its body under [`guard`], which turns a panic into an error code.
+//!
+//! # Pointer contract
+//!
+//! The `unsafe extern "C"` functions rely on what every C caller of cuframes.h must do (the
+//! `SAFETY:` comments call it "the C contract"):
+//! - a pointer argument is NULL or points to a live, properly aligned, initialised object of
+//!   its type, which no other thread writes during the call; an out-pointer is writable;
+//! - a byte buffer `(data, size)` is readable for `size` bytes, an output buffer `(buf, cap)`
+//!   writable for `cap` bytes, an array argument holds the count of elements the call says;
+//!   strings are NUL-terminated;
+//! - a handle (`cuframes_publisher_t`, `cuframes_subscriber_t`, `cuframes_frame_t`,
+//!   `cuframes_cuda_context_t`) is NULL or came from this library and was not destroyed or
+//!   released yet; it is destroyed or released once, with no other call on it in flight; a
+//!   subscriber handle is used by one thread at a time (its calls take it mutably);
+//! - a CUDA stream argument is NULL or a live `CUstream` of the right device, as each
+//!   function's comment in cuframes.h says.
 
 #![allow(clippy::missing_safety_doc)] // each function's safety contract is in cuframes.h
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -81,9 +99,11 @@ mod tests {
     #[test]
     fn strerror_matches_the_core_descriptions() {
         for code in ErrorCode::ALL {
+            // SAFETY: cuframes_strerror returns a static NUL-terminated string.
             let s = unsafe { CStr::from_ptr(cuframes_strerror(code as i32)) };
             assert_eq!(s.to_str().unwrap(), code.description());
         }
+        // SAFETY: as above, for an unknown code too.
         let s = unsafe { CStr::from_ptr(cuframes_strerror(12345)) };
         assert_eq!(s.to_str().unwrap(), "unknown error");
     }

@@ -44,7 +44,8 @@ pub struct CPacketStats {
 /// Defaults: codec 0 (set it), 64 slots, 8 MiB data ring, no extradata.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_packet_ring_config_default(cfg: *mut CPacketRingConfig) {
-    if let Some(c) = cfg.as_mut() {
+    // SAFETY: the C contract: `cfg` is NULL or a writable cuframes_packet_ring_config_t.
+    if let Some(c) = unsafe { cfg.as_mut() } {
         let d = PacketRingConfig::default();
         *c = CPacketRingConfig {
             codec_id: 0,
@@ -64,9 +65,15 @@ pub unsafe extern "C" fn cuframes_publisher_enable_packets(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let p = input(p, "publisher")?;
-            let c = input(cfg, "config")?;
-            let extradata = bytes(c.extradata, c.extradata_size as usize, "extradata")?.to_vec();
+            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `cfg` NULL or a
+            // valid config whose `extradata` is readable for `extradata_size` bytes (copied
+            // here, before the call returns).
+            let (p, extradata, c) = unsafe {
+                let p = input(p, "publisher")?;
+                let c = input(cfg, "config")?;
+                let e = bytes(c.extradata, c.extradata_size as usize, "extradata")?;
+                (p, e.to_vec(), c)
+            };
             p.0.enable_packets(PacketRingConfig {
                 codec_id: c.codec_id,
                 extradata,
@@ -86,9 +93,10 @@ pub unsafe extern "C" fn cuframes_publisher_set_packet_extradata(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            input(p, "publisher")?
-                .0
-                .set_packet_extradata(bytes(data, size, "extradata")?)
+            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `data` readable
+            // for `size` bytes during the call.
+            let (p, data) = unsafe { (input(p, "publisher")?, bytes(data, size, "extradata")?) };
+            p.0.set_packet_extradata(data)
         })())
     })
 }
@@ -106,13 +114,12 @@ pub unsafe extern "C" fn cuframes_publisher_publish_packet(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let seq = input(p, "publisher")?.0.publish_packet(
-                bytes(data, size, "data")?,
-                pts_ns,
-                dts_ns,
-                flags,
-            )?;
-            if let Some(s) = seq_out.as_mut() {
+            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `data` readable
+            // for `size` bytes during the call.
+            let (p, data) = unsafe { (input(p, "publisher")?, bytes(data, size, "data")?) };
+            let seq = p.0.publish_packet(data, pts_ns, dts_ns, flags)?;
+            // SAFETY: the C contract: `seq_out` is NULL or a writable uint64_t.
+            if let Some(s) = unsafe { seq_out.as_mut() } {
                 *s = seq;
             }
             Ok(())
@@ -128,7 +135,8 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_codec(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let id = input(s, "subscriber")?
+            // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
+            let id = unsafe { input(s, "subscriber") }?
                 .inner()
                 .packet_codec_id()
                 .ok_or_else(|| {
@@ -137,7 +145,8 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_codec(
                         "this subscriber did not ask for packets",
                     )
                 })?;
-            *out(codec_id, "codec_id")? = id;
+            // SAFETY: the C contract: `codec_id` is NULL or a writable uint32_t.
+            *unsafe { out(codec_id, "codec_id") }? = id;
             Ok(())
         })())
     })
@@ -154,10 +163,13 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_extradata(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let s = s
-                .as_mut()
-                .ok_or_else(|| Error::invalid("subscriber is NULL"))?;
-            copy_out(&s.inner_mut().packet_extradata()?, buf, cap, size)
+            // SAFETY: the C contract: `s` is NULL or a live subscriber handle, used by this
+            // thread only.
+            let s = unsafe { out(s, "subscriber") }?;
+            let extradata = s.inner_mut().packet_extradata()?;
+            // SAFETY: the C contract: `size` is NULL or writable, `buf` NULL or writable for
+            // `cap` bytes; `extradata` is ours, so they do not overlap.
+            unsafe { copy_out(&extradata, buf, cap, size) }
         })())
     })
 }
@@ -175,11 +187,15 @@ pub unsafe extern "C" fn cuframes_subscriber_next_packet(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let s = s
-                .as_mut()
-                .ok_or_else(|| Error::invalid("subscriber is NULL"))?;
-            let data = out(data, "data")?;
-            let info = out(info, "info")?;
+            // SAFETY: the C contract: `s` is NULL or a live subscriber handle used by this
+            // thread only; `data` and `info` are NULL or writable, and distinct from it.
+            let (s, data, info) = unsafe {
+                (
+                    out(s, "subscriber")?,
+                    out(data, "data")?,
+                    out(info, "info")?,
+                )
+            };
             let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
             let (sub, buf) = s.parts();
             let i = sub.next_packet(timeout, buf)?;
@@ -204,7 +220,8 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_stats(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let st = input(s, "subscriber")?
+            // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
+            let st = unsafe { input(s, "subscriber") }?
                 .inner()
                 .packet_stats()
                 .ok_or_else(|| {
@@ -213,7 +230,8 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_stats(
                         "this subscriber did not ask for packets",
                     )
                 })?;
-            *out(stats, "stats")? = CPacketStats {
+            // SAFETY: the C contract: `stats` is NULL or a writable cuframes_packet_stats_t.
+            *unsafe { out(stats, "stats") }? = CPacketStats {
                 packets: st.packets,
                 bytes: st.bytes,
                 overruns: st.overruns,

@@ -27,6 +27,7 @@ pub struct CPublisherOptions {
     pub allowed_uid: i64,
     pub allowed_gid: i64,
     pub handshake_timeout_ms: u32,
+    pub allow_legacy_subscribers: u32,
 }
 
 /// Mirrors `cuframes_frame_ring_config_t`.
@@ -70,10 +71,13 @@ pub struct CSubscriberInfo {
 /// Publishers of this process by key (R6: one per key per process, shared by components).
 static SHARED: Mutex<Option<HashMap<String, Weak<Publisher>>>> = Mutex::new(None);
 
-fn options(o: Option<&CPublisherOptions>) -> Result<PublisherOptions> {
+/// # Safety
+/// `o.runtime_dir` is NULL or a NUL-terminated string (the C contract for the options).
+unsafe fn options(o: Option<&CPublisherOptions>) -> Result<PublisherOptions> {
     let mut opts = PublisherOptions::default();
     if let Some(o) = o {
-        // SAFETY: the caller passes a valid options struct (documented in cuframes.h).
+        // SAFETY: `runtime_dir` is NULL or a NUL-terminated string (our contract); the path
+        // is copied.
         opts.runtime_dir = unsafe { opt_path(o.runtime_dir, "runtime_dir")? };
         if o.file_mode != 0 {
             if o.file_mode > 0o777 {
@@ -89,6 +93,7 @@ fn options(o: Option<&CPublisherOptions>) -> Result<PublisherOptions> {
         if o.handshake_timeout_ms != 0 {
             opts.handshake_timeout = Duration::from_millis(o.handshake_timeout_ms as u64);
         }
+        opts.allow_legacy_subscribers = o.allow_legacy_subscribers != 0;
     }
     Ok(opts)
 }
@@ -96,18 +101,22 @@ fn options(o: Option<&CPublisherOptions>) -> Result<PublisherOptions> {
 /// Fill `opts` with the defaults.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_options_default(opts: *mut CPublisherOptions) {
-    if let Some(o) = opts.as_mut() {
+    // SAFETY: the C contract: `opts` is NULL or a writable cuframes_publisher_options_t.
+    if let Some(o) = unsafe { opts.as_mut() } {
         *o = CPublisherOptions {
             runtime_dir: std::ptr::null(),
             file_mode: 0o660,
             allowed_uid: -1,
             allowed_gid: -1,
             handshake_timeout_ms: 5000,
+            allow_legacy_subscribers: 0,
         };
     }
 }
 
-fn create(
+/// # Safety
+/// The C contract of cuframes_publisher_create for `key`, `opts` and `out_pub`.
+unsafe fn create(
     key: *const c_char,
     opts: *const CPublisherOptions,
     out_pub: *mut *mut CPublisher,
@@ -115,10 +124,16 @@ fn create(
 ) -> c_int {
     guard(panicked(), || {
         let r = (|| {
-            // SAFETY: pointers per cuframes.h.
-            let key = unsafe { str_arg(key, "key")? };
-            let out_pub = unsafe { out(out_pub, "out")? };
-            let opts = options(unsafe { opts.as_ref() })?;
+            // SAFETY: our contract: `key` is NULL or a NUL-terminated string, `out_pub` NULL
+            // or writable, `opts` NULL or a valid options struct whose `runtime_dir` is NULL
+            // or a string.
+            let (key, out_pub, opts) = unsafe {
+                (
+                    str_arg(key, "key")?,
+                    out(out_pub, "out")?,
+                    options(opts.as_ref())?,
+                )
+            };
             let mut reg = SHARED.lock().unwrap_or_else(|p| p.into_inner());
             let map = reg.get_or_insert_with(HashMap::new);
             map.retain(|_, w| w.strong_count() > 0);
@@ -148,7 +163,8 @@ pub unsafe extern "C" fn cuframes_publisher_create(
     opts: *const CPublisherOptions,
     out_pub: *mut *mut CPublisher,
 ) -> c_int {
-    create(key, opts, out_pub, false)
+    // SAFETY: our C contract is create's.
+    unsafe { create(key, opts, out_pub, false) }
 }
 
 /// The process's publisher of `key`, created if needed (R6): the filter and the muxer of one
@@ -159,21 +175,25 @@ pub unsafe extern "C" fn cuframes_publisher_open_shared(
     opts: *const CPublisherOptions,
     out_pub: *mut *mut CPublisher,
 ) -> c_int {
-    create(key, opts, out_pub, true)
+    // SAFETY: our C contract is create's.
+    unsafe { create(key, opts, out_pub, true) }
 }
 
 /// Drop a handle; the last handle of a key sends SHUTDOWN and removes every resource.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_destroy(p: *mut CPublisher) {
     if !p.is_null() {
-        guard((), || drop(Box::from_raw(p)));
+        // SAFETY: the C contract: a non-NULL `p` came from Box::into_raw in `create` and is
+        // destroyed once, with no call on it in flight.
+        guard((), || drop(unsafe { Box::from_raw(p) }));
     }
 }
 
 /// Fill `cfg` with the defaults: NV12 0x0, ring 4, DROP_OLDEST, 1000 ms, host memory.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_frame_ring_config_default(cfg: *mut CFrameRingConfig) {
-    if let Some(c) = cfg.as_mut() {
+    // SAFETY: the C contract: `cfg` is NULL or a writable cuframes_frame_ring_config_t.
+    if let Some(c) = unsafe { cfg.as_mut() } {
         *c = CFrameRingConfig {
             format: Format::Nv12 as u32,
             width: 0,
@@ -224,9 +244,10 @@ pub unsafe extern "C" fn cuframes_publisher_enable_frames(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let p = input(p, "publisher")?;
-            let cfg = ring_config(input(cfg, "config")?)?;
-            p.0.enable_frames(cfg)
+            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `cfg` NULL or a
+            // valid cuframes_frame_ring_config_t.
+            let (p, cfg) = unsafe { (input(p, "publisher")?, input(cfg, "config")?) };
+            p.0.enable_frames(ring_config(cfg)?)
         })())
     })
 }
@@ -239,11 +260,13 @@ pub unsafe extern "C" fn cuframes_publisher_frame_layout(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let p = input(p, "publisher")?;
+            // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+            let p = unsafe { input(p, "publisher") }?;
             let l =
                 p.0.frame_layout()
                     .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
-            *out(layout, "layout")? = CFrameLayout::from(l);
+            // SAFETY: the C contract: `layout` is NULL or a writable cuframes_frame_layout_t.
+            *unsafe { out(layout, "layout") }? = CFrameLayout::from(l);
             Ok(())
         })())
     })
@@ -268,9 +291,11 @@ fn pts(pts_ns: i64) -> Option<i64> {
 pub unsafe extern "C" fn cuframes_publisher_acquire(p: *mut CPublisher, slot: *mut CSlot) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let p = input(p, "publisher")?;
+            // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+            let p = unsafe { input(p, "publisher") }?;
             let s = p.0.acquire()?;
-            *out(slot, "slot")? = CSlot {
+            // SAFETY: the C contract: `slot` is NULL or a writable cuframes_slot_t.
+            *unsafe { out(slot, "slot") }? = CSlot {
                 seq: s.seq,
                 index: s.index as u32,
                 memory_kind: s.memory_kind as u32,
@@ -290,9 +315,10 @@ pub unsafe extern "C" fn cuframes_publisher_publish(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let p = input(p, "publisher")?;
-            p.0.publish(to_core_slot(input(slot, "slot")?)?, pts(pts_ns))
-                .map(|_| ())
+            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `slot` NULL or a
+            // valid cuframes_slot_t.
+            let (p, slot) = unsafe { (input(p, "publisher")?, input(slot, "slot")?) };
+            p.0.publish(to_core_slot(slot)?, pts(pts_ns)).map(|_| ())
         })())
     })
 }
@@ -301,7 +327,9 @@ pub unsafe extern "C" fn cuframes_publisher_publish(
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_abandon(p: *mut CPublisher, slot: *const CSlot) {
     guard((), || {
-        if let (Some(p), Some(s)) = (p.as_ref(), slot.as_ref()) {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle, `slot` NULL or a
+        // valid cuframes_slot_t.
+        if let (Some(p), Some(s)) = unsafe { (p.as_ref(), slot.as_ref()) } {
             if let Ok(s) = to_core_slot(s) {
                 p.0.abandon(s);
             }
@@ -320,7 +348,8 @@ pub unsafe extern "C" fn cuframes_publisher_publish_host(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let p = input(p, "publisher")?;
+            // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+            let p = unsafe { input(p, "publisher") }?;
             let layout =
                 p.0.frame_layout()
                     .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
@@ -335,8 +364,14 @@ pub unsafe extern "C" fn cuframes_publisher_publish_host(
                     ),
                 ));
             }
-            let strides = std::slice::from_raw_parts(strides, n);
-            let ptrs = std::slice::from_raw_parts(planes, n);
+            // SAFETY: the C contract: `strides` and `planes` are arrays of `plane_count` = n
+            // elements (checked non-NULL above), unwritten during the call.
+            let (strides, ptrs) = unsafe {
+                (
+                    std::slice::from_raw_parts(strides, n),
+                    std::slice::from_raw_parts(planes, n),
+                )
+            };
             let mut slices = Vec::with_capacity(n);
             for (i, (ptr, plane)) in ptrs.iter().zip(layout.planes()).enumerate() {
                 if ptr.is_null() || strides[i] < plane.row_bytes {
@@ -345,10 +380,15 @@ pub unsafe extern "C" fn cuframes_publisher_publish_host(
                         plane.row_bytes
                     )));
                 }
-                slices.push(std::slice::from_raw_parts(
-                    *ptr,
-                    strides[i] * (plane.rows - 1) + plane.row_bytes,
-                ));
+                // SAFETY: the C contract of this call: plane i holds the ring layout's rows of
+                // it, `strides[i]` apart, so it is readable for stride * (rows - 1) +
+                // row_bytes bytes (checked non-NULL above), unwritten during the call.
+                slices.push(unsafe {
+                    std::slice::from_raw_parts(
+                        *ptr,
+                        strides[i] * (plane.rows - 1) + plane.row_bytes,
+                    )
+                });
             }
             p.0.publish_host_planes(&slices, strides, pts(pts_ns))
                 .map(|_| ())
@@ -359,13 +399,15 @@ pub unsafe extern "C" fn cuframes_publisher_publish_host(
 /// Seq of the last published frame (0 = none).
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_frame_seq(p: *const CPublisher) -> u64 {
-    guard(0, || p.as_ref().map_or(0, |p| p.0.frame_seq()))
+    // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+    guard(0, || unsafe { p.as_ref() }.map_or(0, |p| p.0.frame_seq()))
 }
 
 /// Number of admitted subscribers, or a negative error.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_subscriber_count(p: *const CPublisher) -> c_int {
-    guard(panicked(), || match p.as_ref() {
+    // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+    guard(panicked(), || match unsafe { p.as_ref() } {
         Some(p) => p.0.subscriber_count() as c_int,
         None => fail(Error::invalid("publisher is NULL")),
     })
@@ -379,7 +421,8 @@ pub unsafe extern "C" fn cuframes_publisher_subscribers(
     max: c_int,
 ) -> c_int {
     guard(panicked(), || {
-        let Some(p) = p.as_ref() else {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+        let Some(p) = (unsafe { p.as_ref() }) else {
             return fail(Error::invalid("publisher is NULL"));
         };
         if infos.is_null() || max <= 0 {
@@ -391,7 +434,7 @@ pub unsafe extern "C" fn cuframes_publisher_subscribers(
             for (d, b) in name.iter_mut().zip(s.name.bytes().take(31)) {
                 *d = b as c_char;
             }
-            infos.add(n).write(CSubscriberInfo {
+            let info = CSubscriberInfo {
                 bit: s.bit as u32,
                 pid: s.pid,
                 name,
@@ -403,7 +446,10 @@ pub unsafe extern "C" fn cuframes_publisher_subscribers(
                 delivered: s.delivered,
                 dropped_overrun: s.dropped_overrun,
                 dropped_torn: s.dropped_torn,
-            });
+            };
+            // SAFETY: the C contract: `infos` (not NULL, checked above) is writable for `max`
+            // elements, and n < max (`take`). `write` drops nothing there.
+            unsafe { infos.add(n).write(info) };
             n += 1;
         }
         n as c_int
@@ -421,13 +467,11 @@ pub unsafe extern "C" fn cuframes_publisher_publish_after_stream(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let p = input(p, "publisher")?;
-            p.0.publish_after_stream(
-                to_core_slot(input(slot, "slot")?)?,
-                cuda_stream,
-                pts(pts_ns),
-            )
-            .map(|_| ())
+            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `slot` NULL or a
+            // valid cuframes_slot_t.
+            let (p, slot) = unsafe { (input(p, "publisher")?, input(slot, "slot")?) };
+            p.0.publish_after_stream(to_core_slot(slot)?, cuda_stream, pts(pts_ns))
+                .map(|_| ())
         })())
     })
 }
@@ -445,15 +489,22 @@ pub unsafe extern "C" fn cuframes_publisher_publish_device(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let p = input(p, "publisher")?;
+            // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+            let p = unsafe { input(p, "publisher") }?;
             let n = usize::try_from(plane_count).map_err(|_| Error::invalid("plane_count"))?;
             if planes.is_null() || pitches.is_null() || n == 0 || n > 3 {
                 return Err(Error::invalid(
                     "planes/pitches NULL or plane_count not in 1..3",
                 ));
             }
-            let planes = std::slice::from_raw_parts(planes, n);
-            let pitches = std::slice::from_raw_parts(pitches, n);
+            // SAFETY: the C contract: `planes` and `pitches` are arrays of `plane_count` = n
+            // elements (checked non-NULL above), unwritten during the call.
+            let (planes, pitches) = unsafe {
+                (
+                    std::slice::from_raw_parts(planes, n),
+                    std::slice::from_raw_parts(pitches, n),
+                )
+            };
             p.0.publish_device_planes(planes, pitches, cuda_stream, pts(pts_ns))
                 .map(|_| ())
         })())

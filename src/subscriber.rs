@@ -67,7 +67,8 @@ pub struct CFrameStats {
 /// Fill `opts` with the defaults: frames only, COPY, device 0, 5 s connect timeout.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_options_default(opts: *mut CSubscriberOptions) {
-    if let Some(o) = opts.as_mut() {
+    // SAFETY: the C contract: `opts` is NULL or a writable cuframes_subscriber_options_t.
+    if let Some(o) = unsafe { opts.as_mut() } {
         *o = CSubscriberOptions {
             runtime_dir: std::ptr::null(),
             name: std::ptr::null(),
@@ -80,11 +81,16 @@ pub unsafe extern "C" fn cuframes_subscriber_options_default(opts: *mut CSubscri
     }
 }
 
+/// # Safety
+/// `o.runtime_dir` and `o.name` are NULL or NUL-terminated strings (the C contract for the
+/// options).
 unsafe fn options(o: Option<&CSubscriberOptions>) -> Result<SubscriberOptions> {
     let mut opts = SubscriberOptions::default();
     if let Some(o) = o {
-        opts.runtime_dir = opt_path(o.runtime_dir, "runtime_dir")?;
-        if let Some(n) = opt_str(o.name, "name")? {
+        // SAFETY: `runtime_dir` is NULL or a NUL-terminated string (our contract); copied.
+        opts.runtime_dir = unsafe { opt_path(o.runtime_dir, "runtime_dir") }?;
+        // SAFETY: `name` is NULL or a NUL-terminated string (our contract); copied below.
+        if let Some(n) = unsafe { opt_str(o.name, "name") }? {
             opts.name = n.to_owned();
         }
         opts.cuda_device = o.cuda_device;
@@ -114,9 +120,17 @@ pub unsafe extern "C" fn cuframes_subscriber_connect(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let key = str_arg(key, "key")?;
-            let out_sub = out(out_sub, "out")?;
-            let s = Subscriber::connect(key, &options(opts.as_ref())?)?;
+            // SAFETY: the C contract: `key` is NULL or a NUL-terminated string, `out_sub` NULL
+            // or writable, `opts` NULL or a valid options struct whose strings are NULL or
+            // NUL-terminated.
+            let (key, out_sub, opts) = unsafe {
+                (
+                    str_arg(key, "key")?,
+                    out(out_sub, "out")?,
+                    options(opts.as_ref())?,
+                )
+            };
+            let s = Subscriber::connect(key, &opts)?;
             *out_sub = Box::into_raw(Box::new(CSubscriber(s, Vec::new())));
             Ok(())
         })())
@@ -127,7 +141,9 @@ pub unsafe extern "C" fn cuframes_subscriber_connect(
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_destroy(s: *mut CSubscriber) {
     if !s.is_null() {
-        guard((), || drop(Box::from_raw(s)));
+        // SAFETY: the C contract: a non-NULL `s` came from Box::into_raw in
+        // cuframes_subscriber_connect and is destroyed once, with no call on it in flight.
+        guard((), || drop(unsafe { Box::from_raw(s) }));
     }
 }
 
@@ -139,11 +155,13 @@ pub unsafe extern "C" fn cuframes_subscriber_frame_layout(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let s = input(s, "subscriber")?;
+            // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
+            let s = unsafe { input(s, "subscriber") }?;
             let l =
                 s.0.frame_layout()
                     .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
-            *out(layout, "layout")? = CFrameLayout::from(l);
+            // SAFETY: the C contract: `layout` is NULL or a writable cuframes_frame_layout_t.
+            *unsafe { out(layout, "layout") }? = CFrameLayout::from(l);
             Ok(())
         })())
     })
@@ -159,10 +177,9 @@ pub unsafe extern "C" fn cuframes_subscriber_next_frame(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let s = s
-                .as_mut()
-                .ok_or_else(|| Error::invalid("subscriber is NULL"))?;
-            let frame = out(frame, "frame")?;
+            // SAFETY: the C contract: `s` is NULL or a live subscriber handle used by this
+            // thread only; `frame` is NULL or writable, and distinct from it.
+            let (s, frame) = unsafe { (out(s, "subscriber")?, out(frame, "frame")?) };
             let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
             let f = s.0.next_frame(timeout)?;
             *frame = Box::into_raw(Box::new(CFrame(f)));
@@ -176,7 +193,8 @@ pub unsafe extern "C" fn cuframes_subscriber_next_frame(
 pub unsafe extern "C" fn cuframes_frame_info(f: *const CFrame, info: *mut CFrameInfo) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let f = &input(f, "frame")?.0;
+            // SAFETY: the C contract: `f` is NULL or a live (unreleased) frame handle.
+            let f = &unsafe { input(f, "frame") }?.0;
             let base = f.address();
             let mut i = CFrameInfo {
                 seq: f.seq,
@@ -191,7 +209,8 @@ pub unsafe extern "C" fn cuframes_frame_info(f: *const CFrame, info: *mut CFrame
                 i.pitch[k] = p.pitch as u32;
                 i.data[k] = base + p.offset as u64;
             }
-            *out(info, "info")? = i;
+            // SAFETY: the C contract: `info` is NULL or a writable cuframes_frame_info_t.
+            *unsafe { out(info, "info") }? = i;
             Ok(())
         })())
     })
@@ -205,8 +224,12 @@ pub unsafe extern "C" fn cuframes_frame_release(f: *mut CFrame, cuda_stream: *mu
         return;
     }
     guard((), || {
-        let frame = Box::from_raw(f).0;
-        frame.release_after_stream(cuda_stream);
+        // SAFETY: the C contract: a non-NULL `f` came from Box::into_raw in
+        // cuframes_subscriber_next_frame and is released once.
+        let frame = unsafe { Box::from_raw(f) }.0;
+        // SAFETY: the C contract: `cuda_stream` is NULL or a live CUstream of the frame's
+        // device, which is release_after_stream's contract.
+        unsafe { frame.release_after_stream(cuda_stream) };
     })
 }
 
@@ -218,8 +241,10 @@ pub unsafe extern "C" fn cuframes_subscriber_stats(
 ) -> c_int {
     guard(panicked(), || {
         code_of((|| {
-            let st = input(s, "subscriber")?.0.frame_stats();
-            *out(stats, "stats")? = CFrameStats {
+            // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
+            let st = unsafe { input(s, "subscriber") }?.0.frame_stats();
+            // SAFETY: the C contract: `stats` is NULL or a writable cuframes_frame_stats_t.
+            *unsafe { out(stats, "stats") }? = CFrameStats {
                 delivered: st.delivered,
                 dropped_overrun: st.dropped_overrun,
                 dropped_torn: st.dropped_torn,
@@ -233,7 +258,8 @@ pub unsafe extern "C" fn cuframes_subscriber_stats(
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_is_zero_copy(s: *const CSubscriber) -> c_int {
     guard(0, || {
-        s.as_ref().is_some_and(|s| s.0.is_zero_copy()) as c_int
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
+        unsafe { s.as_ref() }.is_some_and(|s| s.0.is_zero_copy()) as c_int
     })
 }
 
@@ -241,7 +267,8 @@ pub unsafe extern "C" fn cuframes_subscriber_is_zero_copy(s: *const CSubscriber)
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_memory_kind(s: *const CSubscriber) -> c_int {
     guard(panicked(), || {
-        match s.as_ref().and_then(|s| s.0.memory_kind()) {
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
+        match unsafe { s.as_ref() }.and_then(|s| s.0.memory_kind()) {
             Some(k) => k as c_int,
             None => crate::error::fail(Error::new(ErrorCode::NotFound, "no frame ring")),
         }

@@ -90,7 +90,8 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>) -> Row 
     dev.make_current().unwrap();
     let stream = Stream::new(&dev).unwrap();
     let src = DeviceBuffer::new(&dev, layout.frame_size).unwrap();
-    cuda::memset_d8_async(src.device_ptr(), 0x5A, layout.frame_size, &stream).unwrap();
+    // SAFETY: `src` is a live device buffer of frame_size bytes, on our own stream.
+    unsafe { cuda::memset_d8_async(src.device_ptr(), 0x5A, layout.frame_size, &stream) }.unwrap();
     stream.synchronize().unwrap();
     let mut pub_cost = Duration::ZERO;
     let start = Instant::now();
@@ -105,15 +106,19 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>) -> Row 
         let slot = p.acquire().unwrap();
         // The frame's content: one device-to-device copy per plane, like a decoder's output.
         for pl in layout.planes() {
-            cuda::copy_2d_async(
-                slot.address + pl.offset as u64,
-                pl.pitch,
-                src.device_ptr() + pl.offset as u64,
-                pl.pitch,
-                pl.row_bytes,
-                pl.rows,
-                &stream,
-            )
+            // SAFETY: plane `pl` of the acquired slot and of `src` (both at least frame_size
+            // bytes, alive until the publish below has synchronised the stream).
+            unsafe {
+                cuda::copy_2d_async(
+                    slot.address + pl.offset as u64,
+                    pl.pitch,
+                    src.device_ptr() + pl.offset as u64,
+                    pl.pitch,
+                    pl.row_bytes,
+                    pl.rows,
+                    &stream,
+                )
+            }
             .unwrap();
         }
         p.publish_after_stream(slot, stream.raw(), Some(monotonic_ns()))
@@ -166,27 +171,33 @@ fn host_path(w: u32, h: u32, frames: u32) -> (f64, f64) {
     let mut times = Vec::new();
     for _ in 0..frames {
         let t = Instant::now();
-        cuda::copy_dtoh_2d(
-            &mut host,
-            layout.frame_size,
-            a.device_ptr(),
-            layout.frame_size,
-            layout.frame_size,
-            1,
-            &stream,
-        )
+        // SAFETY: `a` is a live device buffer of frame_size bytes.
+        unsafe {
+            cuda::copy_dtoh_2d(
+                &mut host,
+                layout.frame_size,
+                a.device_ptr(),
+                layout.frame_size,
+                layout.frame_size,
+                1,
+                &stream,
+            )
+        }
         .unwrap();
         map.write_bytes(0, &host);
         map.read_bytes(0, &mut host);
-        cuda::copy_htod_2d_async(
-            b.device_ptr(),
-            layout.frame_size,
-            &host,
-            layout.frame_size,
-            layout.frame_size,
-            1,
-            &stream,
-        )
+        // SAFETY: `b` is a live device buffer of frame_size bytes, alive past the synchronize.
+        unsafe {
+            cuda::copy_htod_2d_async(
+                b.device_ptr(),
+                layout.frame_size,
+                &host,
+                layout.frame_size,
+                layout.frame_size,
+                1,
+                &stream,
+            )
+        }
         .unwrap();
         stream.synchronize().unwrap();
         times.push(t.elapsed().as_nanos() as i64);
@@ -204,20 +215,8 @@ fn dtod_bandwidth() -> f64 {
     let a = DeviceBuffer::new(&dev, size).unwrap();
     let b = DeviceBuffer::new(&dev, size).unwrap();
     let row = 1 << 16;
-    cuda::copy_2d_async(
-        b.device_ptr(),
-        row,
-        a.device_ptr(),
-        row,
-        row,
-        size / row,
-        &stream,
-    )
-    .unwrap();
-    stream.synchronize().unwrap();
-    let t = Instant::now();
-    let reps = 20;
-    for _ in 0..reps {
+    // SAFETY: `a` and `b` are live device buffers of `size` bytes, alive past the synchronize.
+    unsafe {
         cuda::copy_2d_async(
             b.device_ptr(),
             row,
@@ -227,6 +226,24 @@ fn dtod_bandwidth() -> f64 {
             size / row,
             &stream,
         )
+    }
+    .unwrap();
+    stream.synchronize().unwrap();
+    let t = Instant::now();
+    let reps = 20;
+    for _ in 0..reps {
+        // SAFETY: as above.
+        unsafe {
+            cuda::copy_2d_async(
+                b.device_ptr(),
+                row,
+                a.device_ptr(),
+                row,
+                row,
+                size / row,
+                &stream,
+            )
+        }
         .unwrap();
     }
     stream.synchronize().unwrap();

@@ -6,6 +6,9 @@
 //! - [`shm`], [`futex`], [`liveness`], [`paths`]: operating-system plumbing.
 //! - [`format`]: plane geometry of frames.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod codec;
 pub mod cuda;
 pub mod error;

@@ -1,13 +1,23 @@
 //! POSIX shared memory and memfd mappings, with bounds-checked, race-tolerant access.
 //!
 //! Everything in a mapping can change under us (another process writes it), so nothing here
-//! hands out `&T` to mapped structs: fields are read and written through atomics at checked
-//! offsets, and byte ranges are copied in and out with bounds checks.
+//! hands out `&T` to mapped structs: fields are read and written through [`Shared64`] and
+//! [`Shared32`] at checked offsets, and byte ranges are copied in and out with bounds checks.
+//!
+//! # Read-only mappings
+//!
+//! Rust allows only *Relaxed* atomic loads of at most register width on read-only memory
+//! ("Atomic accesses to read-only memory" in `core::sync::atomic`): an Acquire load, a store
+//! or a read-modify-write (even a `compare_exchange` that fails) may fault or be undefined
+//! there. So the field handles never form an RMW-capable atomic over a read-only mapping:
+//! their loads are a Relaxed load plus fences (see [`Shared64::load`]), and their writes
+//! panic (a bug in this crate) instead of faulting.
 
 use std::ffi::CString;
+use std::marker::PhantomData;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -17,6 +27,25 @@ use nix::unistd::ftruncate;
 
 use crate::error::{Error, ErrorCode, Result};
 
+// A Relaxed 64-bit load is only documented as valid on read-only memory where the register
+// width is 8 bytes (the table in `core::sync::atomic`). Other targets would need another way
+// to read 64-bit fields of a read-only mapping.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "loongarch64",
+    target_arch = "mips64",
+    target_arch = "mips64r6",
+    target_arch = "powerpc64",
+    target_arch = "riscv64",
+    target_arch = "sparc64",
+    target_arch = "s390x"
+)))]
+compile_error!(
+    "cuframes reads 64-bit fields of read-only mappings with Relaxed atomic loads, which Rust \
+     only allows on targets with 8-byte registers"
+);
+
 /// A shared mapping of a whole file (SHM object or memfd).
 pub struct Mapping {
     ptr: NonNull<u8>,
@@ -24,8 +53,13 @@ pub struct Mapping {
     writable: bool,
 }
 
-// The mapping is plain shared memory; all access goes through atomics or explicit copies.
+// SAFETY: the mapping is process-wide shared memory owned by this value (unmapped once, in
+// Drop); it holds no thread-local state, so it may move to another thread.
 unsafe impl Send for Mapping {}
+// SAFETY: `&Mapping` only reads and writes the mapped bytes through atomics (`Shared64`,
+// `Shared32`) or raw-pointer copies that never form references into the mapping; concurrent
+// use from several threads is the same as concurrent use from several processes, which every
+// caller already tolerates.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
@@ -38,7 +72,8 @@ impl Mapping {
         } else {
             ProtFlags::PROT_READ
         };
-        // SAFETY: a fresh shared mapping of a file we hold; no existing memory is affected.
+        // SAFETY: addr is None, so the kernel picks fresh addresses: no existing memory of this
+        // process is replaced. `fd` is open for the duration of the call.
         let ptr = unsafe { mmap(None, size, prot, MapFlags::MAP_SHARED, fd, 0) }
             .map_err(|e| Error::os(format!("mmap {what}"), e))?;
         Ok(Mapping {
@@ -72,25 +107,49 @@ impl Mapping {
         );
     }
 
-    /// The 64-bit field at `offset` as an atomic. Offsets come from the wire layout, never
-    /// from the peer, so a bad one is a bug in this crate: it panics.
-    pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
+    /// The 64-bit field at `offset`. Offsets come from the wire layout, never from the peer,
+    /// so a bad one (out of bounds, misaligned) is a bug in this crate: it panics.
+    pub fn atomic_u64(&self, offset: usize) -> Shared64<'_> {
         self.check(offset, 8, 8);
-        // SAFETY: in bounds and aligned (mmap is page aligned); lives as long as &self.
-        unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(offset).cast()) }
+        Shared64 {
+            // SAFETY: `check` put offset..offset + 8 inside the mapping, so the pointer stays
+            // within one allocation and is non-null (the mapping's base is).
+            ptr: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(offset).cast()) },
+            writable: self.writable,
+            _map: PhantomData,
+        }
     }
 
-    pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+    /// The 32-bit field at `offset` (panics like [`Self::atomic_u64`]).
+    pub fn atomic_u32(&self, offset: usize) -> Shared32<'_> {
         self.check(offset, 4, 4);
-        // SAFETY: as above.
-        unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast()) }
+        Shared32 {
+            // SAFETY: as in `atomic_u64`, for 4 bytes.
+            ptr: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(offset).cast()) },
+            writable: self.writable,
+            _map: PhantomData,
+        }
+    }
+
+    /// Load the 64-bit field at `offset`; valid on read-only mappings (see [`Shared64::load`]).
+    pub fn load_u64(&self, offset: usize, order: Ordering) -> u64 {
+        self.atomic_u64(offset).load(order)
+    }
+
+    /// Load the 32-bit field at `offset`; valid on read-only mappings (see [`Shared32::load`]).
+    pub fn load_u32(&self, offset: usize, order: Ordering) -> u32 {
+        self.atomic_u32(offset).load(order)
     }
 
     /// Copy `out.len()` bytes from `offset`. Concurrent writers may tear what is copied:
     /// callers validate with a seqlock.
     pub fn read_bytes(&self, offset: usize, out: &mut [u8]) {
         self.check(offset, out.len(), 1);
-        // SAFETY: in bounds; source and destination cannot overlap (ours is private memory).
+        // SAFETY: `check` put offset..offset + out.len() inside the mapping, which is readable
+        // while &self lives. `out` is memory of this process, not of the mapping (nothing
+        // safe hands out a slice of a mapping), so the ranges do not overlap. The copy goes
+        // through raw pointers: no reference to the shared bytes is formed, so a peer's
+        // concurrent write can only tear what is copied.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 self.ptr.as_ptr().add(offset),
@@ -103,7 +162,10 @@ impl Mapping {
     pub fn write_bytes(&self, offset: usize, data: &[u8]) {
         assert!(self.writable, "write to a read-only mapping");
         self.check(offset, data.len(), 1);
-        // SAFETY: in bounds, writable.
+        // SAFETY: `check` put the range inside the mapping, which is PROT_WRITE (asserted).
+        // `data` is a live shared slice, and a slice into a mapping exists only under the
+        // contract of an unsafe accessor that forbids writing those bytes while it lives, so
+        // `data` does not overlap the destination. No reference to the destination exists.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
         }
@@ -113,17 +175,162 @@ impl Mapping {
     pub fn zero(&self, offset: usize, len: usize) {
         assert!(self.writable, "write to a read-only mapping");
         self.check(offset, len, 1);
-        // SAFETY: in bounds, writable.
+        // SAFETY: `check` put the range inside the mapping, which is PROT_WRITE (asserted);
+        // the bytes are written through a raw pointer, no reference to them exists.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(offset), 0, len) }
     }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: we own this mapping and nothing borrows it past &self.
+        // SAFETY: ptr/len are exactly what mmap returned, unmapped only here. Every field
+        // handle (`Shared64`/`Shared32`) borrows the Mapping, so none outlives it; raw
+        // addresses taken with `as_ptr` are their holders' responsibility (the slot and ring
+        // owners keep the Mapping alive while they hand those out).
         let _ = unsafe { munmap(self.ptr.cast(), self.len) };
     }
 }
+
+macro_rules! shared_field {
+    ($(#[$doc:meta])* $name:ident, $int:ty, $atomic:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy)]
+        pub struct $name<'a> {
+            /// In bounds and aligned (checked when the handle was made), inside a mapping that
+            /// outlives `'a`.
+            ptr: NonNull<$int>,
+            writable: bool,
+            _map: PhantomData<&'a Mapping>,
+        }
+
+        // SAFETY: the handle is a shared view of one field, like `&$atomic` (which is Send):
+        // every access through it is atomic, from whichever thread.
+        unsafe impl Send for $name<'_> {}
+        // SAFETY: as for Send: `&handle` allows only atomic accesses.
+        unsafe impl Sync for $name<'_> {}
+
+        impl<'a> $name<'a> {
+            /// Load the field. Valid on read-only mappings too.
+            ///
+            /// On a writable mapping this is the atomic load with `order`. On a read-only one,
+            /// where only a Relaxed load is allowed, the ordering is made with fences:
+            /// - Acquire: Relaxed load, then `fence(Acquire)`. If the load reads a value
+            ///   written by a Release store (or by a store after a Release fence), the fence
+            ///   synchronizes with it (fence-to-atomic synchronization), so everything the
+            ///   writer did before it is visible to what we do after: exactly what an Acquire
+            ///   load gives. (It also orders every earlier load before later accesses, which is
+            ///   only stronger.)
+            /// - SeqCst: `fence(SeqCst)`, Relaxed load, `fence(SeqCst)`. The first fence puts
+            ///   the load after every earlier SeqCst operation of this thread in the single
+            ///   total order, so it sees a peer's SeqCst store that precedes that fence (the
+            ///   store-buffering handshake of a waiter count and a sequence word needs this);
+            ///   the second fence gives the Acquire half.
+            ///
+            /// Panics on Release and AcqRel, as the std loads do.
+            pub fn load(self, order: Ordering) -> $int {
+                if self.writable {
+                    return self.atomic().load(order);
+                }
+                match order {
+                    Ordering::Relaxed | Ordering::Acquire => {}
+                    Ordering::SeqCst => fence(Ordering::SeqCst),
+                    _ => panic!("there is no such thing as a release load"),
+                }
+                // SAFETY: `ptr` is in bounds and aligned inside a mapping that is readable for
+                // 'a. A shared reference to an atomic asks only that the bytes be readable;
+                // on read-only memory the one operation done through it is a Relaxed load of
+                // register width, which `core::sync::atomic` documents as valid there (and
+                // the compile_error! above rules out targets where 8 bytes is too wide).
+                let value = unsafe { &*self.ptr.as_ptr().cast::<$atomic>() }.load(Ordering::Relaxed);
+                match order {
+                    Ordering::Acquire => fence(Ordering::Acquire),
+                    Ordering::SeqCst => fence(Ordering::SeqCst),
+                    _ => {}
+                }
+                value
+            }
+
+            /// Store to the field. Panics on a read-only mapping.
+            pub fn store(self, value: $int, order: Ordering) {
+                self.atomic().store(value, order)
+            }
+
+            /// Panics on a read-only mapping, like every read-modify-write below.
+            pub fn swap(self, value: $int, order: Ordering) -> $int {
+                self.atomic().swap(value, order)
+            }
+
+            pub fn compare_exchange(
+                self,
+                current: $int,
+                new: $int,
+                success: Ordering,
+                failure: Ordering,
+            ) -> std::result::Result<$int, $int> {
+                self.atomic().compare_exchange(current, new, success, failure)
+            }
+
+            pub fn fetch_add(self, value: $int, order: Ordering) -> $int {
+                self.atomic().fetch_add(value, order)
+            }
+
+            pub fn fetch_sub(self, value: $int, order: Ordering) -> $int {
+                self.atomic().fetch_sub(value, order)
+            }
+
+            pub fn fetch_or(self, value: $int, order: Ordering) -> $int {
+                self.atomic().fetch_or(value, order)
+            }
+
+            pub fn fetch_and(self, value: $int, order: Ordering) -> $int {
+                self.atomic().fetch_and(value, order)
+            }
+
+            pub fn fetch_max(self, value: $int, order: Ordering) -> $int {
+                self.atomic().fetch_max(value, order)
+            }
+
+            /// The field's address (for the futex system calls, which only need that).
+            pub fn as_ptr(self) -> *const $int {
+                self.ptr.as_ptr()
+            }
+
+            /// Whether writes through this handle are allowed (the mapping is writable).
+            pub fn is_writable(self) -> bool {
+                self.writable
+            }
+
+            /// The field as a full atomic, for stores and read-modify-writes: only on a
+            /// writable mapping.
+            fn atomic(self) -> &'a $atomic {
+                assert!(self.writable, "atomic write to a read-only mapping");
+                // SAFETY: `ptr` is in bounds and aligned inside a mapping that lives for 'a
+                // and is mapped PROT_READ | PROT_WRITE (checked just above), so it is valid
+                // for reads and writes for 'a. Every access to mapped fields, here and in the
+                // peer processes, is atomic (cuframes.h requires it of peers); mixed-size
+                // access exists only where a 32-bit futex word overlays the low half of a
+                // 64-bit field, which is read, not written, through the narrow handle.
+                unsafe { $atomic::from_ptr(self.ptr.as_ptr()) }
+            }
+        }
+    };
+}
+
+shared_field!(
+    /// A 64-bit field of a [`Mapping`]: what a `&AtomicU64` would be, made valid on read-only
+    /// mappings. Loads always work; stores and read-modify-writes panic on a read-only
+    /// mapping (instead of faulting).
+    Shared64,
+    u64,
+    AtomicU64
+);
+
+shared_field!(
+    /// A 32-bit field of a [`Mapping`]; see [`Shared64`].
+    Shared32,
+    u32,
+    AtomicU32
+);
 
 fn shm_path(name: &str) -> Result<CString> {
     CString::new(format!("/{name}")).map_err(|_| Error::invalid("SHM name contains NUL"))
@@ -217,7 +424,7 @@ pub fn file_size(fd: BorrowedFd<'_>) -> Result<usize> {
 
 /// The system page size.
 pub fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
+    // SAFETY: sysconf takes a plain integer name and touches no memory of ours.
     let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if v > 0 {
         v as usize
@@ -261,6 +468,85 @@ mod tests {
             open(&name, 0, false).err().unwrap().code(),
             ErrorCode::NotFound
         );
+    }
+
+    /// A memfd mapped twice: read-write (the "peer") and read-only (the reader under test).
+    fn rw_and_ro(len: usize) -> (OwnedFd, Mapping, Mapping) {
+        let fd = memfd("ro", len).unwrap();
+        let rw = Mapping::map(fd.as_fd(), len, true, "rw").unwrap();
+        let ro = Mapping::map(fd.as_fd(), len, false, "ro").unwrap();
+        assert!(rw.is_writable() && !ro.is_writable());
+        (fd, rw, ro)
+    }
+
+    #[test]
+    fn loads_work_on_a_read_only_mapping() {
+        let (_fd, rw, ro) = rw_and_ro(4096);
+        rw.atomic_u64(8)
+            .store(0x0123_4567_89AB_CDEF, Ordering::Release);
+        rw.atomic_u32(16).store(0xCC7C_1DCE, Ordering::Release);
+        assert!(!ro.atomic_u64(8).is_writable());
+        for order in [Ordering::Relaxed, Ordering::Acquire, Ordering::SeqCst] {
+            assert_eq!(ro.atomic_u64(8).load(order), 0x0123_4567_89AB_CDEF);
+            assert_eq!(ro.load_u64(8, order), 0x0123_4567_89AB_CDEF);
+            assert_eq!(ro.atomic_u32(16).load(order), 0xCC7C_1DCE);
+            assert_eq!(ro.load_u32(16, order), 0xCC7C_1DCE);
+            // The low half of the 64-bit field, as the futex word of a global_seq is read.
+            assert_eq!(ro.load_u32(8, order), 0x89AB_CDEF);
+        }
+        let mut raw = [0u8; 4];
+        ro.read_bytes(16, &mut raw);
+        assert_eq!(u32::from_le_bytes(raw), 0xCC7C_1DCE);
+
+        // The futex word of a read-only mapping: a changed word returns at once, an
+        // unchanged one sleeps until the timeout (FUTEX_WAIT only reads the word).
+        let word = ro.atomic_u32(16);
+        let t = std::time::Instant::now();
+        crate::futex::wait(word, 1, Some(std::time::Duration::from_secs(5)));
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        crate::futex::wait(
+            word,
+            0xCC7C_1DCE,
+            Some(std::time::Duration::from_millis(10)),
+        );
+        crate::futex::wake_all(word);
+
+        // Message passing from the writable mapping to the read-only one: a Release store of
+        // the flag after the payload, an Acquire load (Relaxed + fence) of it before reading.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 1..=2000u64 {
+                    rw.atomic_u64(64).store(i * 3, Ordering::Relaxed);
+                    rw.atomic_u64(0).store(i, Ordering::Release);
+                }
+            });
+            let mut last = 0;
+            while last < 2000 {
+                let flag = ro.load_u64(0, Ordering::Acquire);
+                assert!(flag >= last);
+                if flag > 0 {
+                    assert!(ro.load_u64(64, Ordering::Relaxed) >= flag * 3);
+                }
+                last = flag;
+            }
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "read-only mapping")]
+    fn a_store_through_a_read_only_mapping_panics() {
+        let (_fd, _rw, ro) = rw_and_ro(4096);
+        ro.atomic_u64(0).store(1, Ordering::Relaxed);
+    }
+
+    #[test]
+    #[should_panic(expected = "read-only mapping")]
+    fn a_read_modify_write_through_a_read_only_mapping_panics() {
+        let (_fd, _rw, ro) = rw_and_ro(4096);
+        // Even one that would fail: a compare_exchange is a write to the hardware.
+        let _ = ro
+            .atomic_u32(0)
+            .compare_exchange(7, 8, Ordering::AcqRel, Ordering::Acquire);
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub mod msg_type {
     pub const SUBSCRIBE_REQ: u32 = 0x03;
     pub const SUBSCRIBE_RESP: u32 = 0x04;
     pub const VMM_FDS: u32 = 0x05;
+    /// Extension (negotiated): the subscriber's ACK page, one memfd as SCM_RIGHTS.
+    pub const ACK_PAGE: u32 = 0x06;
     pub const UNSUBSCRIBE: u32 = 0x10;
     /// Legacy v1–v3 EVENT_FD: refused in v4.
     pub const EVENT_FD_LEGACY: u32 = 0x20;
@@ -71,6 +73,9 @@ pub struct HelloResp {
     pub ownership_mode: u32,
     pub meta: FrameMeta,
     pub shm_path: String,
+    /// Extension: the first 4 of the 12 reserved bytes after `shm_path` (`PUBLISHER_*`
+    /// flags; 0 from a plain v4 publisher).
+    pub publisher_flags: u32,
     /// `None` when the payload ends right after `reserved` (R4).
     pub packets: Option<HelloRespPackets>,
 }
@@ -85,6 +90,7 @@ impl HelloResp {
             ownership_mode: 0,
             meta: FrameMeta::default(),
             shm_path: String::new(),
+            publisher_flags: 0,
             packets: None,
         }
     }
@@ -108,6 +114,17 @@ pub struct VmmFds {
     pub memory_kind: u32,
 }
 
+/// ACK_PAGE (extension, 0x06): sent after VMM_FDS to a subscriber that asked for an ACK page
+/// (`SUBSCRIBE_ACK_PAGE`) of a publisher that offers them (`PUBLISHER_ACK_PAGES`); exactly one
+/// sealed memfd travels beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckPageMsg {
+    /// Always 1.
+    pub fd_count: u32,
+    /// Size of the memfd (`wire::ack_page::ACK_PAGE_SIZE`).
+    pub page_size: u32,
+}
+
 /// Every message of §3.2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
@@ -116,6 +133,7 @@ pub enum Message {
     SubscribeReq { proto_version: u32 },
     SubscribeResp(SubscribeResp),
     VmmFds(VmmFds),
+    AckPage(AckPageMsg),
     Unsubscribe,
     Shutdown { reason: u32 },
     Ping { token: u64 },
@@ -131,6 +149,7 @@ impl Message {
             Message::SubscribeReq { .. } => msg_type::SUBSCRIBE_REQ,
             Message::SubscribeResp(_) => msg_type::SUBSCRIBE_RESP,
             Message::VmmFds(_) => msg_type::VMM_FDS,
+            Message::AckPage(_) => msg_type::ACK_PAGE,
             Message::Unsubscribe => msg_type::UNSUBSCRIBE,
             Message::Shutdown { .. } => msg_type::SHUTDOWN,
             Message::Ping { .. } => msg_type::PING,
@@ -152,6 +171,7 @@ pub fn type_name(id: u32) -> &'static str {
         msg_type::SUBSCRIBE_REQ => "SUBSCRIBE_REQ",
         msg_type::SUBSCRIBE_RESP => "SUBSCRIBE_RESP",
         msg_type::VMM_FDS => "VMM_FDS",
+        msg_type::ACK_PAGE => "ACK_PAGE",
         msg_type::UNSUBSCRIBE => "UNSUBSCRIBE",
         msg_type::EVENT_FD_LEGACY => "EVENT_FD (legacy)",
         msg_type::SHUTDOWN => "SHUTDOWN",
@@ -219,7 +239,8 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>> {
                 .u32(h.ownership_mode)
                 .bytes(zerocopy::IntoBytes::as_bytes(&h.meta))
                 .string(&h.shm_path)
-                .zeros(12);
+                .u32(h.publisher_flags)
+                .zeros(8);
             if let Some(p) = &h.packets {
                 w.string(&p.packet_shm_path)
                     .u32(p.codec_id)
@@ -241,6 +262,9 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>> {
                 .u64(v.vmm_granularity)
                 .u32(v.memory_kind)
                 .zeros(8);
+        }
+        Message::AckPage(a) => {
+            w.u32(a.fd_count).u32(a.page_size).zeros(8);
         }
         Message::Unsubscribe => {}
         Message::Shutdown { reason } => {
@@ -287,6 +311,7 @@ fn validate_outgoing(msg: &Message) -> Result<()> {
                 Err(Error::invalid("VMM_FDS: frame_size_bytes is 0"))
             }
             Message::VmmFds(v) => check_fd_count(v.fd_count),
+            Message::AckPage(a) => check_ack_page(a),
             Message::Error { message, .. } if message.len() > MAX_ERROR_MESSAGE_LEN => {
                 Err(Error::invalid(format!(
                     "ERROR message is {} bytes; at most {MAX_ERROR_MESSAGE_LEN}",
@@ -455,6 +480,16 @@ pub fn decode_payload(msg_type: u32, payload: &[u8]) -> Result<Message> {
                 initial_seq,
             })
         }
+        msg_type::ACK_PAGE => {
+            let a = AckPageMsg {
+                fd_count: r.u32("fd_count")?,
+                page_size: r.u32("page_size")?,
+            };
+            r.take(8, "reserved")?;
+            r.finish()?;
+            check_ack_page(&a)?;
+            Message::AckPage(a)
+        }
         msg_type::VMM_FDS => {
             let fd_count = r.u32("fd_count")?;
             check_fd_count(fd_count)?;
@@ -529,7 +564,8 @@ fn decode_hello_resp(r: &mut Reader<'_>) -> Result<Message> {
     let meta = FrameMeta::read_from_bytes(meta_bytes)
         .map_err(|_| Error::protocol("HELLO_RESP: frame_meta"))?;
     let shm_path = check_shm_path(r.lstring("shm_path", MAX_SHM_PATH_LEN)?, "shm_path")?;
-    r.take(12, "reserved")?;
+    let publisher_flags = r.u32("reserved/publisher_flags")?;
+    r.take(8, "reserved")?;
     let packets = if r.remaining() == 0 {
         None
     } else {
@@ -558,6 +594,7 @@ fn decode_hello_resp(r: &mut Reader<'_>) -> Result<Message> {
         ownership_mode,
         meta,
         shm_path,
+        publisher_flags,
         packets,
     }))
 }
@@ -567,6 +604,18 @@ fn check_small(payload: &[u8], what: &str) -> Result<()> {
         return Err(Error::protocol(format!(
             "{what}: {} payload bytes; at most {MAX_SMALL_PAYLOAD}",
             payload.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_ack_page(a: &AckPageMsg) -> Result<()> {
+    if a.fd_count != 1 || a.page_size as usize != crate::wire::ack_page::ACK_PAGE_SIZE {
+        return Err(Error::protocol(format!(
+            "ACK_PAGE: fd_count {} and page_size {} (expected 1 and {})",
+            a.fd_count,
+            a.page_size,
+            crate::wire::ack_page::ACK_PAGE_SIZE
         )));
     }
     Ok(())

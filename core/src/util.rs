@@ -29,7 +29,8 @@ fn clock_ns(clock: libc::clockid_t) -> i64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: ts is a valid out pointer.
+    // SAFETY: `ts` is a live, writable timespec; clock_gettime writes only it (an unknown
+    // clock is EINVAL, leaving it zero).
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }

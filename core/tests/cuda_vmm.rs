@@ -216,7 +216,8 @@ fn vmm_fd_shared_with_child_process_bit_exact() {
     let size = slots[0].size();
     let gran = slots[0].granularity();
     for (i, s) in slots.iter().enumerate() {
-        memset_d8_async(s.device_ptr(), 0xA5, s.size(), &stream).unwrap();
+        // SAFETY: the test's own live allocations, in bounds, on its own stream.
+        unsafe { memset_d8_async(s.device_ptr(), 0xA5, s.size(), &stream) }.unwrap();
         fill_frame(s.device_ptr(), &layout, SEQ_BASE + i as u64, &stream);
     }
     stream.synchronize().unwrap(); // §6 step 2 before the frames are "published"
@@ -380,52 +381,64 @@ fn copy_2d_round_trip_is_bit_exact() {
     let a = DeviceBuffer::new(&dev, 1536 * rows).unwrap();
     let vmm = VmmAllocation::create(&dev, 2048 * rows).unwrap();
     let b = DeviceBuffer::new(&dev, 1280 * rows).unwrap();
-    copy_htod_2d_async(
-        a.device_ptr(),
-        1536,
-        &src,
-        host_pitch,
-        row_bytes,
-        rows,
-        &stream,
-    )
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe {
+        copy_htod_2d_async(
+            a.device_ptr(),
+            1536,
+            &src,
+            host_pitch,
+            row_bytes,
+            rows,
+            &stream,
+        )
+    }
     .unwrap();
-    copy_2d_async(
-        vmm.device_ptr(),
-        2048,
-        a.device_ptr(),
-        1536,
-        row_bytes,
-        rows,
-        &stream,
-    )
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe {
+        copy_2d_async(
+            vmm.device_ptr(),
+            2048,
+            a.device_ptr(),
+            1536,
+            row_bytes,
+            rows,
+            &stream,
+        )
+    }
     .unwrap();
     // The device kernel and the host mirror agree (and the copies kept every byte).
     assert_eq!(
         verify_pattern(vmm.device_ptr(), 2048, row_bytes, rows, seq, plane, &stream).unwrap(),
         0
     );
-    copy_2d_async(
-        b.device_ptr(),
-        1280,
-        vmm.device_ptr(),
-        2048,
-        row_bytes,
-        rows,
-        &stream,
-    )
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe {
+        copy_2d_async(
+            b.device_ptr(),
+            1280,
+            vmm.device_ptr(),
+            2048,
+            row_bytes,
+            rows,
+            &stream,
+        )
+    }
     .unwrap();
     let out_pitch = 1100;
     let mut out = vec![0xEEu8; out_pitch * rows];
-    copy_dtoh_2d(
-        &mut out,
-        out_pitch,
-        b.device_ptr(),
-        1280,
-        row_bytes,
-        rows,
-        &stream,
-    )
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe {
+        copy_dtoh_2d(
+            &mut out,
+            out_pitch,
+            b.device_ptr(),
+            1280,
+            row_bytes,
+            rows,
+            &stream,
+        )
+    }
     .unwrap();
     for y in 0..rows {
         assert_eq!(
@@ -444,17 +457,22 @@ fn copy_2d_round_trip_is_bit_exact() {
     // A device-filled plane downloads as the host mirror computes it.
     fill_pattern(vmm.device_ptr(), 2048, 1920, rows, u64::MAX - 3, 2, &stream).unwrap();
     let mut got = vec![0u8; 1920 * rows];
-    copy_dtoh_2d(&mut got, 1920, vmm.device_ptr(), 2048, 1920, rows, &stream).unwrap();
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe { copy_dtoh_2d(&mut got, 1920, vmm.device_ptr(), 2048, 1920, rows, &stream) }.unwrap();
     assert_eq!(got, pattern_host(u64::MAX - 3, 2, 1920, 1920, rows, 0));
 
     // memset, then a download of the region.
-    memset_d8_async(b.device_ptr(), 0x5A, 1280 * rows, &stream).unwrap();
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe { memset_d8_async(b.device_ptr(), 0x5A, 1280 * rows, &stream) }.unwrap();
     let mut m = vec![0u8; 1280 * rows];
-    copy_dtoh_2d(&mut m, 1280, b.device_ptr(), 1280, 1280, rows, &stream).unwrap();
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe { copy_dtoh_2d(&mut m, 1280, b.device_ptr(), 1280, 1280, rows, &stream) }.unwrap();
     assert!(m.iter().all(|&v| v == 0x5A));
 
     // Out-of-bounds host slices are refused.
-    let e = copy_dtoh_2d(&mut m[..100], 1280, b.device_ptr(), 1280, 1280, 2, &stream).unwrap_err();
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    let e = unsafe { copy_dtoh_2d(&mut m[..100], 1280, b.device_ptr(), 1280, 1280, 2, &stream) }
+        .unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidArg);
 }
 
@@ -468,28 +486,34 @@ fn host_copy_counter_counts_only_host_copies() {
     let c0 = host_copy_count();
     // The CUDA path: fill, device copy, verify, memset -- no host copy.
     fill_pattern(vmm.device_ptr(), 4096, 4000, 64, 5, 0, &stream).unwrap();
-    copy_2d_async(
-        buf.device_ptr(),
-        4096,
-        vmm.device_ptr(),
-        4096,
-        4000,
-        64,
-        &stream,
-    )
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe {
+        copy_2d_async(
+            buf.device_ptr(),
+            4096,
+            vmm.device_ptr(),
+            4096,
+            4000,
+            64,
+            &stream,
+        )
+    }
     .unwrap();
     assert_eq!(
         verify_pattern(buf.device_ptr(), 4096, 4000, 64, 5, 0, &stream).unwrap(),
         0
     );
-    memset_d8_async(buf.device_ptr(), 0, 4096, &stream).unwrap();
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe { memset_d8_async(buf.device_ptr(), 0, 4096, &stream) }.unwrap();
     stream.synchronize().unwrap();
     assert_eq!(host_copy_count(), c0, "no host copy on the CUDA path");
     let host = vec![1u8; 4096 * 64];
-    copy_htod_2d_async(buf.device_ptr(), 4096, &host, 4096, 4096, 64, &stream).unwrap();
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe { copy_htod_2d_async(buf.device_ptr(), 4096, &host, 4096, 4096, 64, &stream) }.unwrap();
     assert_eq!(host_copy_count(), c0 + 1);
     let mut back = vec![0u8; 4096 * 64];
-    copy_dtoh_2d(&mut back, 4096, buf.device_ptr(), 4096, 4096, 64, &stream).unwrap();
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe { copy_dtoh_2d(&mut back, 4096, buf.device_ptr(), 4096, 4096, 64, &stream) }.unwrap();
     assert_eq!(host_copy_count(), c0 + 2);
     assert_eq!(back, host);
     println!("host copies: {} -> {}", c0, host_copy_count());
@@ -530,7 +554,8 @@ fn event_orders_the_reader_after_the_writer_under_load() {
     );
 
     // Without the acquire wait the reader races ahead of the loaded writer.
-    memset_d8_async(vmm.device_ptr(), 0, vmm.size(), &writer).unwrap();
+    // SAFETY: the test's own live allocations, in bounds, on its own stream.
+    unsafe { memset_d8_async(vmm.device_ptr(), 0, vmm.size(), &writer) }.unwrap();
     writer.synchronize().unwrap();
     busy(&writer, load).unwrap();
     fill_pattern(vmm.device_ptr(), pitch, row_bytes, rows, 9, 0, &writer).unwrap();
@@ -560,10 +585,12 @@ fn borrowed_context_and_stream() {
     let _g = gpu_lock();
     let Some(dev) = gpu() else { return };
     // A caller-owned context (here: the primary one, kept alive by `dev`).
-    let borrowed = CudaDevice::from_context(dev.context(), 0).unwrap();
+    // SAFETY: the primary context, kept alive by `dev` for longer than `borrowed` lives.
+    let borrowed = unsafe { CudaDevice::from_context(dev.context(), 0) }.unwrap();
     assert_eq!(borrowed.name(), dev.name());
     let own = Stream::new(&borrowed).unwrap();
-    let s = Stream::from_raw_with_device(&borrowed, own.raw());
+    // SAFETY: `own` is a live stream of `borrowed`'s context and outlives `s`.
+    let s = unsafe { Stream::from_raw_with_device(&borrowed, own.raw()) };
     let buf = DeviceBuffer::new(&borrowed, 1 << 20).unwrap();
     fill_pattern(buf.device_ptr(), 1024, 1024, 1024, 3, 0, &s).unwrap();
     assert_eq!(

@@ -2,21 +2,41 @@
 //! Frames are written by a kernel on the publisher's stream while another stream loads the
 //! device, and every subscriber process checks every byte on its own GPU with a kernel:
 //! both policies, COPY and ZERO_COPY, and no host copy on the way.
+//!
+//! Also the release paths (R12) and context hygiene: a frame released on a stream and its
+//! subscriber destroyed before the stream ran is torn down on our release thread, not in the
+//! CUDA host function (no failed driver release, memory and mappings flat over 1000 cycles);
+//! dropping a zero-copy frame waits for the GPU work queued before it; and no call of the
+//! library replaces the caller's current context.
 
 mod common;
 
+use std::ffi::c_void;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::TestEnv;
-use cuframes_core::cuda::{self, CudaDevice, Stream};
+use cuframes_core::cuda::{self, CudaDevice, DeviceBuffer, Event, Stream};
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
-use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
+use cuframes_core::subscriber::{deferred, Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, MemoryKind, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
 
 const ROLE_ENV: &str = "CUFRAMES_CUDA_CHILD";
+
+/// `CU_STREAM_LEGACY` of cuda.h: the legacy default stream of the current context (what the
+/// FFmpeg glue passes when its hwcontext has no stream).
+const CU_STREAM_LEGACY: *mut c_void = 0x1 as *mut c_void;
+
+/// One GPU test at a time in this process: the release and mapping counters and
+/// cuMemGetInfo are process- or device-wide.
+static GPU: Mutex<()> = Mutex::new(());
+
+fn gpu_lock() -> MutexGuard<'static, ()> {
+    GPU.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn no_gpu() -> bool {
     match cuda::driver_available().and_then(|_| cuda::device_count()) {
@@ -84,6 +104,7 @@ fn child_entry() {
                 }
                 delivered += 1;
                 // R12: a zero-copy frame is released behind the verify kernel.
+                // SAFETY: `stream` is our own live stream, of the frame's device.
                 unsafe { f.release_after_stream(stream.raw()) };
             }
             Err(e) if e.code() == ErrorCode::Disconnected => break,
@@ -222,6 +243,7 @@ fn run(policy: Policy, modes: &[(&str, bool)], frames: u64) {
 
 #[test]
 fn strict_wait_copy_and_zero_copy_bit_exact() {
+    let _g = gpu_lock();
     if no_gpu() {
         return;
     }
@@ -239,6 +261,7 @@ fn strict_wait_copy_and_zero_copy_bit_exact() {
 
 #[test]
 fn drop_oldest_copy_and_zero_copy_bit_exact() {
+    let _g = gpu_lock();
     if no_gpu() {
         return;
     }
@@ -253,6 +276,7 @@ fn drop_oldest_copy_and_zero_copy_bit_exact() {
 
 #[test]
 fn eight_gpu_subscribers() {
+    let _g = gpu_lock();
     if no_gpu() {
         return;
     }
@@ -277,4 +301,349 @@ fn a_cuda_ring_without_a_driver_is_a_clean_error() {
     assert!(e.message().contains("libcuda"), "{e}");
     // Nothing was left behind by the failed enable.
     assert!(cuframes_core::shm::open(&format!("cuframes-{}", env.key), 0, false).is_err());
+}
+
+/// Iterations of `cuda::busy` that keep `stream` busy for about `target` (timed here: the
+/// kernel's speed depends on the GPU and its clocks).
+fn busy_iterations_for(stream: &Stream, target: Duration) -> u64 {
+    cuda::busy(stream, 1000).unwrap(); // module JIT and first launch
+    stream.synchronize().unwrap();
+    let probe = 20_000_000u64;
+    let t = Instant::now();
+    cuda::busy(stream, probe).unwrap();
+    stream.synchronize().unwrap();
+    let took = t.elapsed().as_secs_f64().max(1e-6);
+    ((probe as f64 * target.as_secs_f64() / took) as u64).clamp(1000, 1 << 40)
+}
+
+fn cuda_ring(ring_size: usize, policy: Policy) -> FrameRingConfig {
+    let mut cfg = FrameRingConfig::new(Format::Nv12, 256, 144);
+    cfg.ring_size = ring_size;
+    cfg.policy = policy;
+    cfg.ack_timeout = Duration::from_secs(60);
+    cfg.memory = MemoryChoice::Cuda { device: 0 };
+    cfg
+}
+
+fn zero_copy_options(env: &TestEnv, name: &str) -> SubscriberOptions {
+    SubscriberOptions {
+        mode: SubscriberMode::ZeroCopy,
+        accept_zero_copy_overwrite: true,
+        cuda_device: 0,
+        ..env.subscriber_options(name)
+    }
+}
+
+/// Device memory in use, device-wide (cuMemGetInfo).
+fn device_memory_used(dev: &CudaDevice) -> usize {
+    let (free, total) = dev.memory_info().unwrap();
+    total - free
+}
+
+/// Defect: `cuframes_frame_release(f, stream)` with GPU work pending, then
+/// `cuframes_subscriber_destroy`: the host function held the last reference to the ring and
+/// ran cuMemUnmap, cuMemAddressFree, cuMemRelease and cuDevicePrimaryCtxRelease inside the
+/// callback, where the driver refuses them (CUDA_ERROR_NOT_PERMITTED on the H200), leaking
+/// the mappings and a context reference each time. Now the callback only ACKs and our release
+/// thread tears the ring down.
+#[test]
+fn release_then_destroy_cycles_tear_down_on_our_thread() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let cycles: usize = std::env::var("CUFRAMES_RELEASE_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    // Held for the whole test: the primary context stays alive between cycles.
+    let dev = CudaDevice::open(0).unwrap();
+    let stream = Stream::new(&dev).unwrap();
+    let pending_mark = Event::new(&dev).unwrap();
+    let load = busy_iterations_for(&stream, Duration::from_millis(5));
+    let env = TestEnv::new("relcycle");
+    let failures_before = cuda::release_failures();
+    let mut baseline: Option<(usize, u64)> = None;
+    let mut late_callbacks = 0usize;
+    let t = Instant::now();
+    for cycle in 0..cycles {
+        let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+        p.enable_frames(cuda_ring(2, Policy::DropOldest)).unwrap();
+        let mut s = Subscriber::connect(&env.key, &zero_copy_options(&env, "relcycle")).unwrap();
+        assert!(s.is_zero_copy());
+        let slot = p.acquire().unwrap();
+        p.publish_after_stream(slot, std::ptr::null_mut(), None)
+            .unwrap();
+        let f = s.next_frame(Some(Duration::from_secs(10))).unwrap();
+        // GPU work still reads the frame when it is released and the subscriber destroyed.
+        cuda::busy(&stream, load).unwrap();
+        pending_mark.record(&stream).unwrap();
+        // SAFETY: `stream` is our own live stream, of the frame's device.
+        unsafe { f.release_after_stream(stream.raw()) };
+        drop(s); // cuframes_subscriber_destroy
+        if !pending_mark.query().unwrap() {
+            late_callbacks += 1; // the host function runs after the destroy
+        }
+        drop(p);
+        if cycle == 0 {
+            stream.synchronize().unwrap();
+            deferred::flush();
+            baseline = Some((device_memory_used(&dev), cuda::live_mappings()));
+        }
+    }
+    stream.synchronize().unwrap(); // every host function has run
+    deferred::flush(); // and every ring it handed over is torn down
+    let (mem0, maps0) = baseline.unwrap();
+    let (mem1, maps1) = (device_memory_used(&dev), cuda::live_mappings());
+    let failures = cuda::release_failures() - failures_before;
+    eprintln!(
+        "{cycles} release-then-destroy cycles in {:?}: host function ran after the destroy in \
+         {late_callbacks}; device memory used {} -> {} MiB; live VMM mappings {maps0} -> \
+         {maps1}; failed driver releases {failures}",
+        t.elapsed(),
+        mem0 >> 20,
+        mem1 >> 20
+    );
+    assert!(
+        late_callbacks * 2 >= cycles,
+        "the scenario was not exercised: the stream finished before the destroy in most \
+         cycles ({late_callbacks} of {cycles} late)"
+    );
+    assert_eq!(failures, 0, "driver teardown calls failed (see stderr)");
+    assert_eq!(maps1, maps0, "VMM mappings leaked");
+    assert_eq!(maps1, 0, "no mapping outlives its ring");
+    // Each leaked cycle would keep 2 slots of >= 2 MiB; allow for the driver's own noise.
+    assert!(
+        mem1 <= mem0 + (64 << 20),
+        "device memory grew by {} MiB over {cycles} cycles",
+        (mem1 - mem0) >> 20
+    );
+}
+
+/// Defect: dropping a CUDA zero-copy frame ACKed at once, while GPU work queued before the
+/// drop could still read it (R12). Now the drop synchronises the device's primary context
+/// first: the ACK (seen by a STRICT_WAIT publisher blocked on it) follows the kernel's end.
+#[test]
+fn dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let env = TestEnv::new("dropwait");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    // One slot: the next acquire rewrites frame 1's slot, so it waits for frame 1's ACK.
+    p.enable_frames(cuda_ring(1, Policy::StrictWait)).unwrap();
+    let mut s = Subscriber::connect(&env.key, &zero_copy_options(&env, "dropwait")).unwrap();
+    assert!(s.is_zero_copy());
+    let dev = CudaDevice::open(0).unwrap();
+    let stream = Stream::new(&dev).unwrap();
+    let other = Stream::new(&dev).unwrap();
+    let load = busy_iterations_for(&stream, Duration::from_millis(300));
+    let marker = DeviceBuffer::new(&dev, 4).unwrap();
+    // SAFETY: `marker` is our own 4-byte device buffer, on our own stream.
+    unsafe { cuda::memset_d8_async(marker.device_ptr(), 0, 4, &stream) }.unwrap();
+    stream.synchronize().unwrap();
+
+    let slot = p.acquire().unwrap();
+    p.publish_after_stream(slot, std::ptr::null_mut(), None)
+        .unwrap();
+    let f = s.next_frame(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(f.seq, 1);
+    let done = Event::new(&dev).unwrap();
+    // The "reader": a long kernel, then a marker written when it ends.
+    cuda::busy(&stream, load).unwrap();
+    // SAFETY: as above.
+    unsafe { cuda::memset_d8_async(marker.device_ptr(), 0x5A, 4, &stream) }.unwrap();
+    done.record(&stream).unwrap();
+
+    let (waited, kernel_done_at_ack, marker_after_drop) = std::thread::scope(|scope| {
+        let publisher = scope.spawn(|| {
+            let slot = p.acquire().unwrap(); // returns once frame 1 is ACKed
+            let complete = done.query().unwrap();
+            p.abandon(slot);
+            complete
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !done.query().unwrap(),
+            "the kernel must still run when the frame is dropped (load too short)"
+        );
+        let t = Instant::now();
+        drop(f);
+        let waited = t.elapsed();
+        // Read the marker on another stream, which does not wait for `stream`.
+        let mut m = [0u8; 4];
+        // SAFETY: `marker` is our own 4-byte device buffer; `m` holds the 4 bytes.
+        unsafe { cuda::copy_dtoh_2d(&mut m, 4, marker.device_ptr(), 4, 4, 1, &other) }.unwrap();
+        (waited, publisher.join().unwrap(), m)
+    });
+    eprintln!(
+        "drop of a zero-copy frame with a ~300 ms kernel queued waited {waited:?}; kernel \
+         complete when the publisher saw the ACK: {kernel_done_at_ack}; marker {marker_after_drop:?}"
+    );
+    assert_eq!(
+        marker_after_drop, [0x5A; 4],
+        "the drop returned before the kernel ended"
+    );
+    assert!(
+        kernel_done_at_ack,
+        "the ACK reached the publisher while the kernel still ran"
+    );
+}
+
+/// A context the test creates itself (cuCtxCreate), destroyed on drop: stands for a caller's
+/// own context (FFmpeg without the primary-context flag).
+struct CallerContext(cudarc::driver::sys::CUcontext);
+
+impl CallerContext {
+    /// Creates a context on device 0; cuCtxCreate makes it current on this thread.
+    fn create() -> CallerContext {
+        use cudarc::driver::sys;
+        let mut dev: sys::CUdevice = 0;
+        // SAFETY: valid out-pointer; the driver is loaded (no_gpu() checked it).
+        let r = unsafe { sys::cuDeviceGet(&mut dev, 0) };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // cuCtxCreate_v4 (CUDA >= 12.5 drivers, the only variant in CUDA 13's header) with no
+        // parameters; cuCtxCreate_v2 where the driver lacks it (cudarc panics on a missing
+        // symbol).
+        let v4 = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: valid out-pointer; null parameters are allowed.
+            unsafe { sys::cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), 0, dev) }
+        }));
+        let r = match v4 {
+            Ok(r) => r,
+            // SAFETY: valid out-pointer.
+            Err(_) => unsafe { sys::cuCtxCreate_v2(&mut ctx, 0, dev) },
+        };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuCtxCreate");
+        CallerContext(ctx)
+    }
+}
+
+impl Drop for CallerContext {
+    fn drop(&mut self) {
+        // SAFETY: created by `create`, destroyed once.
+        let r = unsafe { cudarc::driver::sys::cuCtxDestroy_v2(self.0) };
+        if !std::thread::panicking() {
+            assert_eq!(
+                r,
+                cudarc::driver::sys::CUresult::CUDA_SUCCESS,
+                "cuCtxDestroy"
+            );
+        }
+    }
+}
+
+/// Defect: copies and null-stream publish paths called cuCtxSetCurrent and left the caller's
+/// context replaced. Every call now pushes the ring's context and pops it again.
+#[test]
+fn no_call_replaces_the_callers_current_context() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let caller = CallerContext::create();
+    let check = |what: &str| {
+        let current = cuda::current_context().unwrap();
+        assert_eq!(
+            current, caller.0 as *mut c_void,
+            "{what} replaced the caller's current context"
+        );
+    };
+    check("cuCtxCreate");
+    let env = TestEnv::new("ctx");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(cuda_ring(4, Policy::StrictWait)).unwrap();
+    check("enable_frames (CUDA ring)");
+    let mut zc = Subscriber::connect(&env.key, &zero_copy_options(&env, "ctx-zc")).unwrap();
+    check("connect (ZERO_COPY)");
+    let copy_opts = SubscriberOptions {
+        mode: SubscriberMode::Copy,
+        cuda_device: 0,
+        ..env.subscriber_options("ctx-copy")
+    };
+    let mut cp = Subscriber::connect(&env.key, &copy_opts).unwrap();
+    check("connect (COPY)");
+    assert!(zc.is_zero_copy() && !cp.is_zero_copy());
+    let layout = p.frame_layout().unwrap().clone();
+    let wait = Some(Duration::from_secs(10));
+
+    // HtoD copies (the library's stream).
+    let dense: Vec<Vec<u8>> = layout
+        .planes()
+        .iter()
+        .map(|pl| vec![0x33; pl.row_bytes * pl.rows])
+        .collect();
+    let planes: Vec<&[u8]> = dense.iter().map(Vec::as_slice).collect();
+    let strides: Vec<usize> = layout.planes().iter().map(|pl| pl.row_bytes).collect();
+    p.publish_host_planes(&planes, &strides, None).unwrap();
+    check("publish_host_planes (HtoD copies)");
+    let f = cp.next_frame(wait).unwrap();
+    check("COPY read (DtoD copy)");
+    // SAFETY: CU_STREAM_LEGACY with the caller's context (of device 0) current.
+    unsafe { f.release_after_stream(CU_STREAM_LEGACY) };
+    check("release_after_stream(CU_STREAM_LEGACY) of a COPY frame");
+    let z = zc.next_frame(wait).unwrap();
+    check("zero-copy read");
+    drop(z);
+    check("zero-copy drop (synchronises the ring's context)");
+
+    // DtoD copies on the library's stream, from device memory of the ring's device.
+    let dev = CudaDevice::open(0).unwrap();
+    check("CudaDevice::open");
+    let src = DeviceBuffer::new(&dev, layout.frame_size).unwrap();
+    let own = Stream::new(&dev).unwrap();
+    let ev = Event::new(&dev).unwrap();
+    check("DeviceBuffer/Stream/Event::new");
+    cuda::fill_pattern(src.device_ptr(), 256, 256, 8, 1, 0, &own).unwrap();
+    ev.record(&own).unwrap();
+    own.synchronize().unwrap();
+    check("fill_pattern, Event::record, Stream::synchronize");
+    let ptrs: Vec<u64> = layout
+        .planes()
+        .iter()
+        .map(|pl| src.device_ptr() + pl.offset as u64)
+        .collect();
+    let pitches: Vec<usize> = layout.planes().iter().map(|pl| pl.pitch).collect();
+    p.publish_device_planes(&ptrs, &pitches, std::ptr::null_mut(), None)
+        .unwrap();
+    check("publish_device_planes (DtoD, the library's stream)");
+    drop(cp.next_frame(wait).unwrap());
+    check("COPY read and drop");
+    let z = zc.next_frame(wait).unwrap();
+    // SAFETY: CU_STREAM_LEGACY with the caller's context (of device 0) current.
+    unsafe { z.release_after_stream(CU_STREAM_LEGACY) };
+    check("release_after_stream(CU_STREAM_LEGACY) of a zero-copy frame");
+
+    // Null-stream publish (synchronises the ring's legacy stream).
+    let slot = p.acquire().unwrap();
+    check("acquire");
+    p.publish_after_stream(slot, std::ptr::null_mut(), None)
+        .unwrap();
+    check("publish_after_stream(NULL)");
+    drop(cp.next_frame(wait).unwrap());
+    let z = zc.next_frame(wait).unwrap();
+    // SAFETY: `own` is a live stream of the frame's device.
+    unsafe { z.release_after_stream(own.raw()) };
+    check("release_after_stream(library-made stream)");
+
+    // Teardown: subscribers, publisher, the release thread's work, our own objects.
+    drop(zc);
+    drop(cp);
+    check("subscriber teardown");
+    drop(p);
+    check("publisher teardown");
+    own.synchronize().unwrap();
+    // SAFETY: CU_STREAM_LEGACY with the caller's context current: its legacy stream, where
+    // two host functions were enqueued.
+    unsafe { Stream::from_raw(CU_STREAM_LEGACY) }
+        .synchronize()
+        .unwrap();
+    check("Stream::from_raw(CU_STREAM_LEGACY).synchronize");
+    deferred::flush();
+    drop((ev, own, src));
+    drop(dev);
+    check("teardown of streams, events, buffers and the device");
+    drop(caller);
 }

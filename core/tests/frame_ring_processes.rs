@@ -390,6 +390,7 @@ fn hostile_peers_get_errors_and_others_are_served() {
     let env = TestEnv::new("bad");
     let mut opts = env.publisher_options();
     opts.handshake_timeout = Duration::from_millis(300);
+    opts.allow_legacy_subscribers = true; // the raw clients below are plain v4 peers
     let p = Publisher::create(&env.key, opts).unwrap();
     p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
         .unwrap();
@@ -446,10 +447,55 @@ fn hostile_peers_get_errors_and_others_are_served() {
     );
 }
 
+/// Trust boundary: a plain v4 frame subscriber ACKs in the shared header, which only an
+/// allow_legacy_subscribers publisher keeps writable; by default it is refused with PERMISSION
+/// and the frame SHM is not writable by the group.
+#[test]
+fn plain_v4_frame_subscribers_are_refused_unless_allowed() {
+    use std::os::unix::fs::PermissionsExt;
+    for allow in [false, true] {
+        let env = TestEnv::new("legacy");
+        let opts = cuframes_core::publisher::PublisherOptions {
+            allow_legacy_subscribers: allow,
+            ..env.publisher_options()
+        };
+        let p = Publisher::create(&env.key, opts).unwrap();
+        p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
+            .unwrap();
+        let mode = std::fs::metadata(format!("/dev/shm/cuframes-{}", env.key))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, if allow { 0o660 } else { 0o640 });
+        let mut c = raw_client(&env);
+        c.write_all(&hello(PROTOCOL_VERSION)).unwrap();
+        match raw_recv(&mut c) {
+            Some(Message::HelloResp(r)) if !allow => {
+                assert_eq!(r.result, ErrorCode::Permission as i32)
+            }
+            Some(Message::HelloResp(r)) => {
+                assert_eq!(r.result, 0);
+                assert_ne!(
+                    r.publisher_flags & cuframes_core::wire::PUBLISHER_ACK_PAGES,
+                    0
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Our own subscribers use ACK pages and are served either way.
+        assert_still_serving(&env, &p);
+    }
+}
+
 #[test]
 fn a_subscriber_that_never_acks_is_declared_dead() {
     let env = TestEnv::new("noack");
-    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    let opts = cuframes_core::publisher::PublisherOptions {
+        allow_legacy_subscribers: true, // the raw client below is a plain v4 peer
+        ..env.publisher_options()
+    };
+    let p = Publisher::create(&env.key, opts).unwrap();
     let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 32);
     cfg.policy = Policy::StrictWait;
     cfg.ring_size = 2;
@@ -662,6 +708,7 @@ fn ping_is_answered_in_every_phase_and_keeps_the_subscription() {
     let env = TestEnv::new("ping");
     let mut opts = env.publisher_options();
     opts.handshake_timeout = Duration::from_millis(150);
+    opts.allow_legacy_subscribers = true; // the raw client below is a plain v4 peer
     let p = Publisher::create(&env.key, opts).unwrap();
     p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
         .unwrap();

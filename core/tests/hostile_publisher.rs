@@ -65,6 +65,8 @@ fn good_hello(key: &str) -> HelloResp {
         ownership_mode: 0,
         meta: FrameLayout::new(Format::Nv12, 64, 32).unwrap().to_meta(),
         shm_path: format!("cuframes-{key}"),
+        // A plain v4 publisher: no ACK pages, our subscriber ACKs in the header.
+        publisher_flags: 0,
         packets: None,
     }
 }

@@ -140,7 +140,20 @@ fn live_publisher_with_subscribers() {
         beta.next_frame(Some(Duration::from_secs(5))).unwrap();
     }
 
-    let info = inspect::inspect(&env.dir, &key(&env)).unwrap();
+    // Subscribers with ACK pages report to the publisher, which copies their counters into
+    // the header for operators every 250 ms: wait for this round of reads to show.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let info = loop {
+        let info = inspect::inspect(&env.dir, &key(&env)).unwrap();
+        let shown = info.frame_snapshot().is_some_and(|f| {
+            let delivered: u64 = f.subscribers.iter().map(|s| s.delivered).sum();
+            delivered == 8 && f.subscribers.iter().all(|s| s.ack_age.is_some())
+        });
+        if shown || std::time::Instant::now() > deadline {
+            break info;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert!(info.liveness.is_alive(), "{:?}", info.liveness);
     assert_eq!(info.socket_path, p.socket_path());
     match info.socket {

@@ -9,7 +9,7 @@ use common::TestEnv;
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
-use cuframes_core::wire::{Format, CODEC_ID_HEVC, PACKET_FLAG_KEY};
+use cuframes_core::wire::{Format, Policy, SubscriberMode, CODEC_ID_HEVC, PACKET_FLAG_KEY};
 use cuframes_core::ErrorCode;
 
 fn packets_only(env: &TestEnv, name: &str) -> SubscriberOptions {
@@ -117,6 +117,65 @@ fn a_subscriber_before_any_keyframe_waits_for_the_first() {
             .seq,
         5
     );
+}
+
+/// Who may lend a frame's bytes as a slice (the soundness of `Frame::bytes`): a COPY frame
+/// lends its own buffer; a zero-copy host frame's bytes are the publisher's slot, so the safe
+/// accessors lend nothing and copy out instead, and a slice comes only from the unsafe
+/// accessors under their contract.
+#[test]
+fn frame_bytes_are_lent_only_when_the_subscriber_owns_them() {
+    let env = TestEnv::new("fbytes");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 32);
+    cfg.policy = Policy::StrictWait;
+    cfg.ack_timeout = Duration::from_secs(30);
+    p.enable_frames(cfg).unwrap();
+    let mut zo = env.subscriber_options("zc");
+    zo.mode = SubscriberMode::ZeroCopy;
+    let mut zc = Subscriber::connect(&env.key, &zo).unwrap();
+    let mut cp = Subscriber::connect(&env.key, &env.subscriber_options("copy")).unwrap();
+    let (_, planes) = common::publish_pattern(&p, 1, None).unwrap();
+    let layout = p.frame_layout().unwrap().clone();
+
+    let c = cp.next_frame(Some(Duration::from_secs(2))).unwrap();
+    assert!(!c.is_zero_copy());
+    assert!(common::verify_frame(&c, &planes));
+    let owned = c.bytes().expect("a COPY host frame lends its own bytes");
+    assert_eq!(owned.len(), layout.frame_size);
+    let (y, pitch) = c.plane(0).unwrap();
+    assert_eq!(
+        (pitch, &y[..64]),
+        (layout.planes()[0].pitch, &planes[0][..64])
+    );
+
+    let z = zc.next_frame(Some(Duration::from_secs(2))).unwrap();
+    assert!(z.is_zero_copy());
+    assert!(z.bytes().is_none() && z.plane(0).is_none());
+    let mut whole = vec![0u8; layout.frame_size];
+    z.copy_to(&mut whole).unwrap();
+    assert_eq!(whole, owned);
+    assert!(common::verify_frame(&z, &planes));
+    assert_eq!(
+        z.copy_to(&mut whole[1..]).err().unwrap().code(),
+        ErrorCode::InvalidArg
+    );
+    let mut short = vec![0u8; planes[1].len() - 1];
+    assert_eq!(
+        z.copy_plane_to(1, &mut short).err().unwrap().code(),
+        ErrorCode::InvalidArg
+    );
+    assert!(z.copy_plane_to(7, &mut short).is_err());
+    // SAFETY: nobody writes the slot while these slices live: the ring is STRICT_WAIT, `z`
+    // is held until after their last use, the 30 s ACK timeout cannot expire first (so the
+    // publisher does not give up on the subscriber), and this test publishes nothing more
+    // until `z` is released.
+    let (slot, slot_plane) =
+        unsafe { (z.bytes_unchecked().unwrap(), z.plane_unchecked(0).unwrap()) };
+    assert_eq!(slot, owned);
+    assert_eq!(slot_plane, c.plane(0).unwrap());
+    z.release();
+    drop(c);
 }
 
 #[test]

@@ -69,6 +69,7 @@ typedef struct CuframesUploadContext {
     int memory;
     int device;
     int wait_subscribers;
+    int allow_legacy;
     int wait_timeout_ms;
 
     /* state */
@@ -206,6 +207,7 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
     char where[64];
 
     cuframes_publisher_options_default(&po);
+    po.allow_legacy_subscribers = s->allow_legacy;
     po.runtime_dir = s->runtime_dir;
     ret = cuframes_publisher_open_shared(s->key, &po, &s->pub);
     if (ret != CUFRAMES_OK)
@@ -423,6 +425,8 @@ static const AVOption cuframes_upload_options[] = {
           0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_MEMORY_HOST_MEMFD }, 0, 0, FLAGS, .unit = "memory" },
     { "device", "CUDA device ordinal of the ring (-1: the input frames' device, else 0)",
       OFFSET(device), AV_OPT_TYPE_INT, { .i64 = -1 }, -1, INT_MAX, FLAGS },
+    { "allow_legacy", "admit plain protocol v4 subscribers without ACK pages (makes the frame ring writable by the group: see docs/protocol.md, trust model)",
+      OFFSET(allow_legacy), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, FLAGS },
     { "wait_subscribers", "before publishing the first frame, wait until this many subscribers are connected",
       OFFSET(wait_subscribers), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, CUFRAMES_MAX_SUBSCRIBERS, FLAGS },
     { "wait_timeout", "milliseconds to wait for wait_subscribers before publishing anyway",

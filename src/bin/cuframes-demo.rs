@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use cuframes_core::format::FrameLayout;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
-use cuframes_core::wire::{Format, Policy, SubscriberMode};
+use cuframes_core::wire::{Format, MemoryKind, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
 
 fn pattern(layout: &FrameLayout, seq: u64) -> Vec<Vec<u8>> {
@@ -47,18 +47,15 @@ fn subscriber(key: &str, zero_copy: bool) -> Result<()> {
         match s.next_frame(Some(Duration::from_secs(10))) {
             Ok(f) => {
                 let expect = pattern(&layout, f.seq);
-                let good = match f.plane(0) {
-                    // Host memory: compare in place.
-                    Some(_) => expect.iter().enumerate().all(|(i, plane)| {
-                        let (bytes, pitch) = f.plane(i).unwrap();
-                        let p = layout.planes()[i];
-                        (0..p.rows).all(|r| {
-                            bytes[r * pitch..r * pitch + p.row_bytes]
-                                == plane[r * p.row_bytes..(r + 1) * p.row_bytes]
-                        })
+                let good = match f.memory_kind() {
+                    // Host memory: copy each plane out (a zero-copy slot is the publisher's
+                    // memory: no slice of it is formed) and compare.
+                    MemoryKind::HostMemfd => expect.iter().enumerate().all(|(i, plane)| {
+                        let mut host = vec![0u8; plane.len()];
+                        f.copy_plane_to(i, &mut host).is_ok() && host == *plane
                     }),
                     // GPU memory: download each plane (the demo's check, not the data path).
-                    None => {
+                    MemoryKind::CudaVmm => {
                         let stream = cuda_stream.get_or_insert_with(|| {
                             let dev =
                                 cuframes_core::cuda::CudaDevice::open(0).expect("CUDA device");
@@ -67,15 +64,20 @@ fn subscriber(key: &str, zero_copy: bool) -> Result<()> {
                         expect.iter().enumerate().all(|(i, plane)| {
                             let p = layout.planes()[i];
                             let mut host = vec![0u8; p.row_bytes * p.rows];
-                            cuframes_core::cuda::copy_dtoh_2d(
-                                &mut host,
-                                p.row_bytes,
-                                f.address() + p.offset as u64,
-                                p.pitch,
-                                p.row_bytes,
-                                p.rows,
-                                stream,
-                            )
+                            // SAFETY: plane `p` of the frame `f` holds (its device memory lives
+                            // while `f` does, and the copy completes before this returns), on
+                            // our own stream.
+                            unsafe {
+                                cuframes_core::cuda::copy_dtoh_2d(
+                                    &mut host,
+                                    p.row_bytes,
+                                    f.address() + p.offset as u64,
+                                    p.pitch,
+                                    p.row_bytes,
+                                    p.rows,
+                                    stream,
+                                )
+                            }
                             .is_ok()
                                 && host == *plane
                         })

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::device::CudaDevice;
-use super::driver::{call, release};
+use super::driver::{call, release, release_failed};
 use crate::error::{Error, Result};
 
 pub struct DeviceBuffer {
@@ -21,6 +21,7 @@ pub struct DeviceBuffer {
 
 // SAFETY: a device address and the device it lives on, usable from any thread.
 unsafe impl Send for DeviceBuffer {}
+// SAFETY: no interior mutability: `&DeviceBuffer` only reads the address and size.
 unsafe impl Sync for DeviceBuffer {}
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -38,8 +39,9 @@ impl DeviceBuffer {
         if size == 0 {
             return Err(Error::invalid("device buffer of 0 bytes"));
         }
-        dev.make_current()?;
+        let _current = dev.push_current()?;
         let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: `ptr` is a valid out-pointer; the device's context is current.
         call("cuMemAlloc", || unsafe {
             sys::cuMemAlloc_v2(&mut ptr, size)
         })?;
@@ -65,11 +67,14 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        if let Err(e) = self.dev.make_current() {
-            eprintln!("cuframes: freeing a device buffer: {e}");
+        let current = self.dev.push_current();
+        if let Err(e) = &current {
+            release_failed(e);
         }
         let ptr = self.ptr;
+        // SAFETY: `ptr` came from cuMemAlloc in `new` and is freed once, here.
         release("cuMemFree", || unsafe { sys::cuMemFree_v2(ptr) });
+        drop(current);
     }
 }
 

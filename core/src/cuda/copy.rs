@@ -75,17 +75,29 @@ fn memcpy2d(row_bytes: usize, rows: usize) -> sys::CUDA_MEMCPY2D {
     }
 }
 
-fn launch_copy(p: &sys::CUDA_MEMCPY2D, stream: &Stream) -> Result<()> {
-    stream.bind()?;
+/// # Safety
+/// `p` describes regions valid for the copy (see the public functions' contracts) and
+/// `stream` is live.
+unsafe fn launch_copy(p: &sys::CUDA_MEMCPY2D, stream: &Stream) -> Result<()> {
+    let _current = stream.bind()?;
     let raw = stream.cu();
+    // SAFETY: the caller's contract: the regions `p` names are valid for the copy, and the
+    // stream is live; `p` itself outlives the call (the driver reads it before returning).
     call("cuMemcpy2DAsync", || unsafe {
         sys::cuMemcpy2DAsync_v2(p, raw)
     })
 }
 
 /// Device-to-device copy of `rows` rows of `row_bytes` bytes, queued on `stream`.
+///
+/// # Safety
+/// `dst` and `src` must be device addresses, addressable from the stream's context, of
+/// regions of at least `(rows - 1) * pitch + row_bytes` bytes (with their own pitches) that
+/// stay allocated until the copy has completed on `stream`. `dst` must not be host memory
+/// that Rust code may access meanwhile (memory registered or mapped for the device is
+/// addressable as device memory under unified addressing). `stream` must be live.
 #[allow(clippy::too_many_arguments)]
-pub fn copy_2d_async(
+pub unsafe fn copy_2d_async(
     dst: u64,
     dst_pitch: usize,
     src: u64,
@@ -110,12 +122,16 @@ pub fn copy_2d_async(
     p.srcPitch = src_pitch;
     p.dstDevice = dst;
     p.dstPitch = dst_pitch;
-    launch_copy(&p, stream)
+    // SAFETY: this function's contract, and the regions were bounds-checked against the
+    // pitches above.
+    unsafe { launch_copy(&p, stream) }
 }
 
 /// Is `ptr` page-locked host memory the driver knows (cuMemHostAlloc / cuMemHostRegister)?
 fn is_page_locked(ptr: *const u8) -> bool {
     let mut memtype: u32 = 0;
+    // SAFETY: MEMORY_TYPE is written as a 32-bit value into `memtype`; the driver only looks
+    // the address up, it does not access the memory.
     call("cuPointerGetAttribute", || unsafe {
         sys::cuPointerGetAttribute(
             &mut memtype as *mut u32 as *mut c_void,
@@ -130,8 +146,14 @@ fn is_page_locked(ptr: *const u8) -> bool {
 /// pageable memory the driver has staged it by then; page-locked memory (which the driver
 /// would read later, after the borrow ended) is waited for with a stream synchronize.
 /// Counts one host copy.
+///
+/// # Safety
+/// As for [`copy_2d_async`]'s `dst`: a device address, addressable from the stream's
+/// context, of at least `(rows - 1) * dst_pitch + row_bytes` bytes that stay allocated until
+/// the copy has completed, and not host memory Rust code may access meanwhile. `stream` must
+/// be live.
 #[allow(clippy::too_many_arguments)]
-pub fn copy_htod_2d_async(
+pub unsafe fn copy_htod_2d_async(
     dst: u64,
     dst_pitch: usize,
     src: &[u8],
@@ -163,7 +185,10 @@ pub fn copy_htod_2d_async(
     p.srcPitch = src_pitch;
     p.dstDevice = dst;
     p.dstPitch = dst_pitch;
-    launch_copy(&p, stream)?;
+    let _current = stream.bind()?;
+    // SAFETY: this function's contract for `dst`; `src` was bounds-checked above and is
+    // read before this returns (staged, or waited for below).
+    unsafe { launch_copy(&p, stream) }?;
     HOST_COPIES.fetch_add(1, Ordering::Relaxed);
     if is_page_locked(src.as_ptr()) {
         stream.synchronize()?;
@@ -173,8 +198,13 @@ pub fn copy_htod_2d_async(
 
 /// Device-to-host copy on `stream`; returns when the bytes are in `dst` (the stream is
 /// synchronised). Counts one host copy.
+///
+/// # Safety
+/// `src` must be a device address, addressable from the stream's context, of at least
+/// `(rows - 1) * src_pitch + row_bytes` bytes that stay allocated until this returns.
+/// `stream` must be live.
 #[allow(clippy::too_many_arguments)]
-pub fn copy_dtoh_2d(
+pub unsafe fn copy_dtoh_2d(
     dst: &mut [u8],
     dst_pitch: usize,
     src: u64,
@@ -200,18 +230,26 @@ pub fn copy_dtoh_2d(
     p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
     p.dstHost = dst.as_mut_ptr() as *mut c_void;
     p.dstPitch = dst_pitch;
-    launch_copy(&p, stream)?;
+    // SAFETY: this function's contract for `src`; `dst` was bounds-checked above and stays
+    // borrowed until the synchronize below has waited for the copy.
+    unsafe { launch_copy(&p, stream) }?;
     HOST_COPIES.fetch_add(1, Ordering::Relaxed);
     stream.synchronize()
 }
 
 /// Sets `bytes` bytes at `dst` to `value`, queued on `stream`.
-pub fn memset_d8_async(dst: u64, value: u8, bytes: usize, stream: &Stream) -> Result<()> {
+///
+/// # Safety
+/// `dst` must be a device address, addressable from the stream's context, of at least
+/// `bytes` bytes that stay allocated until the memset has completed, and not host memory Rust
+/// code may access meanwhile. `stream` must be live.
+pub unsafe fn memset_d8_async(dst: u64, value: u8, bytes: usize, stream: &Stream) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }
-    stream.bind()?;
+    let _current = stream.bind()?;
     let raw = stream.cu();
+    // SAFETY: this function's contract for `dst` and `stream`.
     call("cuMemsetD8Async", || unsafe {
         sys::cuMemsetD8Async(dst, value, bytes, raw)
     })
@@ -245,17 +283,21 @@ mod tests {
 
     #[test]
     fn host_slices_are_checked_before_the_driver_is_touched() {
-        let s = Stream::from_raw(std::ptr::null_mut());
-        let src = vec![0u8; 1000];
-        let before = host_copy_count();
-        let e = copy_htod_2d_async(0x1000, 256, &src, 256, 256, 4, &s).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::InvalidArg, "{e}");
-        let mut dst = vec![0u8; 100];
-        let e = copy_dtoh_2d(&mut dst, 64, 0x1000, 64, 64, 2, &s).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::InvalidArg, "{e}");
-        let e = copy_2d_async(0x1000, 16, 0x2000, 64, 32, 2, &s).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::InvalidArg, "{e}");
-        assert_eq!(host_copy_count(), before, "refused copies are not counted");
+        // SAFETY: null is the legacy default stream, and every copy below is refused before
+        // the driver sees the made-up addresses.
+        unsafe {
+            let s = Stream::from_raw(std::ptr::null_mut());
+            let src = vec![0u8; 1000];
+            let before = host_copy_count();
+            let e = copy_htod_2d_async(0x1000, 256, &src, 256, 256, 4, &s).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::InvalidArg, "{e}");
+            let mut dst = vec![0u8; 100];
+            let e = copy_dtoh_2d(&mut dst, 64, 0x1000, 64, 64, 2, &s).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::InvalidArg, "{e}");
+            let e = copy_2d_async(0x1000, 16, 0x2000, 64, 32, 2, &s).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::InvalidArg, "{e}");
+            assert_eq!(host_copy_count(), before, "refused copies are not counted");
+        }
     }
 
     #[test]
@@ -263,28 +305,32 @@ mod tests {
         if driver_available().is_ok() {
             return;
         }
-        let s = Stream::from_raw(std::ptr::null_mut());
-        let src = vec![0u8; 1024];
-        let before = host_copy_count();
-        let e = copy_htod_2d_async(0x1000, 256, &src, 256, 256, 4, &s).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::Cuda);
-        let mut dst = vec![0u8; 1024];
-        assert_eq!(
-            copy_dtoh_2d(&mut dst, 256, 0x1000, 256, 256, 4, &s)
-                .unwrap_err()
-                .code(),
-            ErrorCode::Cuda
-        );
-        assert_eq!(
-            copy_2d_async(0x1000, 256, 0x2000, 256, 256, 4, &s)
-                .unwrap_err()
-                .code(),
-            ErrorCode::Cuda
-        );
-        assert_eq!(
-            memset_d8_async(0x1000, 7, 64, &s).unwrap_err().code(),
-            ErrorCode::Cuda
-        );
-        assert_eq!(host_copy_count(), before, "failed copies are not counted");
+        // SAFETY: without a driver no call reaches it, so the made-up addresses are never
+        // used.
+        unsafe {
+            let s = Stream::from_raw(std::ptr::null_mut());
+            let src = vec![0u8; 1024];
+            let before = host_copy_count();
+            let e = copy_htod_2d_async(0x1000, 256, &src, 256, 256, 4, &s).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::Cuda);
+            let mut dst = vec![0u8; 1024];
+            assert_eq!(
+                copy_dtoh_2d(&mut dst, 256, 0x1000, 256, 256, 4, &s)
+                    .unwrap_err()
+                    .code(),
+                ErrorCode::Cuda
+            );
+            assert_eq!(
+                copy_2d_async(0x1000, 256, 0x2000, 256, 256, 4, &s)
+                    .unwrap_err()
+                    .code(),
+                ErrorCode::Cuda
+            );
+            assert_eq!(
+                memset_d8_async(0x1000, 7, 64, &s).unwrap_err().code(),
+                ErrorCode::Cuda
+            );
+            assert_eq!(host_copy_count(), before, "failed copies are not counted");
+        }
     }
 }

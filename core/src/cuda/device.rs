@@ -5,13 +5,19 @@
 //! context the caller owns (FFmpeg's `AVCUDADeviceContext::cuda_ctx`). Every object of this
 //! module that holds device memory or a stream keeps an `Arc<CudaDevice>`, so the context
 //! outlives them.
+//!
+//! Nothing here changes the calling thread's current context behind the caller's back: work
+//! on a device runs under [`CudaDevice::push_current`] (a [`ContextGuard`]), which restores
+//! the previous current context when it returns. Only [`CudaDevice::make_current`] binds a
+//! context for good, when the caller asks for it.
 
 use std::ffi::{c_void, CStr};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys;
 
-use super::driver::{call, driver_available, release};
+use super::context::ContextGuard;
+use super::driver::{call, driver_available, release, release_failed};
 use super::kernels::Kernels;
 use super::vmm;
 use crate::error::{Error, Result};
@@ -31,6 +37,9 @@ pub struct CudaDevice {
 // SAFETY: a CUcontext is a driver handle usable from any thread (cuCtxSetCurrent binds it per
 // thread); the other fields are plain data or synchronised by OnceLock.
 unsafe impl Send for CudaDevice {}
+// SAFETY: `&CudaDevice` reads plain data and the context handle (every driver call through it
+// pushes the context on the calling thread's own stack); the lazily computed fields are
+// OnceLocks.
 unsafe impl Sync for CudaDevice {}
 
 impl std::fmt::Debug for CudaDevice {
@@ -52,6 +61,7 @@ fn device_handle(ordinal: i32) -> Result<sys::CUdevice> {
     }
     driver_available()?;
     let mut dev: sys::CUdevice = 0;
+    // SAFETY: `dev` is a valid out-pointer.
     call("cuDeviceGet", || unsafe {
         sys::cuDeviceGet(&mut dev, ordinal)
     })?;
@@ -60,27 +70,31 @@ fn device_handle(ordinal: i32) -> Result<sys::CUdevice> {
 
 fn device_name(dev: sys::CUdevice) -> Result<String> {
     let mut buf = [0 as std::ffi::c_char; 256];
+    // SAFETY: the driver writes at most `buf.len()` bytes into `buf`.
     call("cuDeviceGetName", || unsafe {
         sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, dev)
     })?;
     // SAFETY: the driver NUL-terminates within the buffer; the last byte is 0 regardless.
     buf[buf.len() - 1] = 0;
+    // SAFETY: `buf` is NUL-terminated (its last byte was just set to 0) and outlives the CStr.
     Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
         .to_string_lossy()
         .into_owned())
 }
 
 impl CudaDevice {
-    /// Opens device `ordinal`: retains its primary context (`cuDevicePrimaryCtxRetain`) and
-    /// binds it to the calling thread. Other threads call [`CudaDevice::make_current`].
+    /// Opens device `ordinal`: retains its primary context (`cuDevicePrimaryCtxRetain`). The
+    /// calling thread's current context is left as it was; the calls of this crate make the
+    /// device's context current themselves, for their duration ([`CudaDevice::push_current`]).
     pub fn open(ordinal: i32) -> Result<Arc<CudaDevice>> {
         let device = device_handle(ordinal)?;
         let name = device_name(device)?;
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: `ctx` is a valid out-pointer and `device` a handle from cuDeviceGet.
         call("cuDevicePrimaryCtxRetain", || unsafe {
             sys::cuDevicePrimaryCtxRetain(&mut ctx, device)
         })?;
-        let dev = Arc::new(CudaDevice {
+        Ok(Arc::new(CudaDevice {
             ordinal,
             device,
             ctx,
@@ -88,27 +102,35 @@ impl CudaDevice {
             name,
             granularity: OnceLock::new(),
             kernels: OnceLock::new(),
-        });
-        dev.make_current()?;
-        Ok(dev)
+        }))
     }
 
     /// Wraps a context the caller created (a `CUcontext`, e.g. FFmpeg's hwcontext's
-    /// `cuda_ctx`) on device `ordinal`. The context is not retained nor destroyed here: the
-    /// caller keeps it alive for as long as this device and everything made on it live.
-    /// Binds it to the calling thread and checks that it belongs to device `ordinal`.
-    pub fn from_context(ctx: *mut c_void, ordinal: i32) -> Result<Arc<CudaDevice>> {
+    /// `cuda_ctx`) on device `ordinal`, after checking that it belongs to that device. The
+    /// context is not retained nor destroyed here. The calling thread's current context is
+    /// left as it was.
+    ///
+    /// # Safety
+    /// `ctx` must be null (refused) or a live `CUcontext`, and the caller must keep it alive
+    /// (not `cuCtxDestroy` it) for as long as the returned device and everything made on it
+    /// (streams, events, buffers, VMM mappings) live: the driver dereferences it on every
+    /// call.
+    pub unsafe fn from_context(ctx: *mut c_void, ordinal: i32) -> Result<Arc<CudaDevice>> {
         if ctx.is_null() {
             return Err(Error::invalid("CudaDevice::from_context: null CUcontext"));
         }
         let device = device_handle(ordinal)?;
         let name = device_name(device)?;
         let ctx = ctx as sys::CUcontext;
-        call("cuCtxSetCurrent", || unsafe { sys::cuCtxSetCurrent(ctx) })?;
-        let mut ctx_dev: sys::CUdevice = -1;
-        call("cuCtxGetDevice", || unsafe {
-            sys::cuCtxGetDevice(&mut ctx_dev)
-        })?;
+        let ctx_dev = {
+            let _current = ContextGuard::push(ctx)?;
+            let mut ctx_dev: sys::CUdevice = -1;
+            // SAFETY: `ctx_dev` is a valid out-pointer; a context is current (the guard).
+            call("cuCtxGetDevice", || unsafe {
+                sys::cuCtxGetDevice(&mut ctx_dev)
+            })?;
+            ctx_dev
+        };
         if ctx_dev != device {
             return Err(Error::invalid(format!(
                 "CudaDevice::from_context: the context belongs to CUdevice {ctx_dev}, \
@@ -126,13 +148,43 @@ impl CudaDevice {
         }))
     }
 
-    /// Binds this device's context to the calling thread (`cuCtxSetCurrent`). Every call of
-    /// this module that works on the device does this itself; callers need it only for their
-    /// own raw driver calls.
+    /// Binds this device's context to the calling thread for good (`cuCtxSetCurrent`),
+    /// replacing the thread's current context. The calls of this crate never need it (they
+    /// use [`CudaDevice::push_current`]); callers use it for their own raw driver calls.
     pub fn make_current(&self) -> Result<()> {
+        // SAFETY: `self.ctx` is live for the life of `self` (retained, or kept alive by the
+        // caller of `from_context`).
         call("cuCtxSetCurrent", || unsafe {
             sys::cuCtxSetCurrent(self.ctx)
         })
+    }
+
+    /// Makes this device's context current on the calling thread until the guard is dropped,
+    /// then restores the thread's previous current context (`cuCtxPushCurrent` /
+    /// `cuCtxPopCurrent`; nothing at all when the context is current already).
+    pub fn push_current(&self) -> Result<ContextGuard> {
+        ContextGuard::push(self.ctx)
+    }
+
+    /// Blocks until all work in this device's context has finished (`cuCtxSynchronize`, under
+    /// [`CudaDevice::push_current`]): every stream of the context, including the legacy
+    /// default stream, but no other context's work.
+    pub fn synchronize(&self) -> Result<()> {
+        let _current = self.push_current()?;
+        // SAFETY: no arguments; the device's context is current (the guard).
+        call("cuCtxSynchronize", || unsafe { sys::cuCtxSynchronize() })
+    }
+
+    /// Free and total memory of the device in bytes (`cuMemGetInfo`), as the driver counts
+    /// it: device-wide, all processes included.
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        let _current = self.push_current()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers; the device's context is current (the guard).
+        call("cuMemGetInfo", || unsafe {
+            sys::cuMemGetInfo_v2(&mut free, &mut total)
+        })?;
+        Ok((free, total))
     }
 
     pub fn ordinal(&self) -> i32 {
@@ -165,12 +217,16 @@ impl CudaDevice {
 impl Drop for CudaDevice {
     fn drop(&mut self) {
         if let Some(Ok(kernels)) = self.kernels.take() {
-            if self.make_current().is_ok() {
-                kernels.unload();
+            match self.push_current() {
+                Ok(_current) => kernels.unload(),
+                Err(e) => release_failed(&e),
             }
         }
         if self.owns_primary {
             let device = self.device;
+            // SAFETY: `open` retained the primary context of `device` once; this is the
+            // matching release, after everything made on the device was dropped (they hold
+            // an Arc of it).
             release("cuDevicePrimaryCtxRelease", || unsafe {
                 sys::cuDevicePrimaryCtxRelease_v2(device)
             });
@@ -191,7 +247,9 @@ mod tests {
         let e = CudaDevice::open(0).unwrap_err();
         assert_eq!(e.code(), ErrorCode::Cuda);
         let mut fake = 1u8;
-        let e = CudaDevice::from_context(&mut fake as *mut u8 as *mut c_void, 0).unwrap_err();
+        // SAFETY: without a driver the context is never handed to it (refused before).
+        let e = unsafe { CudaDevice::from_context(&mut fake as *mut u8 as *mut c_void, 0) }
+            .unwrap_err();
         assert_eq!(e.code(), ErrorCode::Cuda);
     }
 
@@ -202,7 +260,8 @@ mod tests {
             ErrorCode::InvalidArg
         );
         assert_eq!(
-            CudaDevice::from_context(std::ptr::null_mut(), 0)
+            // SAFETY: null is refused before the driver is called.
+            unsafe { CudaDevice::from_context(std::ptr::null_mut(), 0) }
                 .unwrap_err()
                 .code(),
             ErrorCode::InvalidArg

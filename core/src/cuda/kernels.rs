@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
+use super::context::ContextGuard;
 use super::copy::{check_region, memset_d8_async};
 use super::device::CudaDevice;
 use super::driver::{call, release};
@@ -36,12 +37,15 @@ impl Kernels {
     /// Loads the module into the current context (the caller made it current).
     fn load() -> Result<Kernels> {
         let mut module: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: `PTX` is NUL-terminated static text; `module` a valid out-pointer; the
+        // caller made the context current.
         call("cuModuleLoadData", || unsafe {
             sys::cuModuleLoadData(&mut module, PTX.as_ptr() as *const c_void)
         })?;
         let get = |name: &'static str| -> Result<sys::CUfunction> {
             let mut f: sys::CUfunction = std::ptr::null_mut();
             let cname = std::ffi::CString::new(name).expect("no NUL in kernel names");
+            // SAFETY: `module` was just loaded; `cname` is NUL-terminated and outlives the call.
             call("cuModuleGetFunction", || unsafe {
                 sys::cuModuleGetFunction(&mut f, module, cname.as_ptr())
             })
@@ -64,6 +68,7 @@ impl Kernels {
                 counters: Mutex::new(Vec::new()),
             }),
             Err(e) => {
+                // SAFETY: the module loaded above, unloaded once (no Kernels owns it).
                 release("cuModuleUnload", || unsafe { sys::cuModuleUnload(module) });
                 Err(e)
             }
@@ -78,9 +83,11 @@ impl Kernels {
             .into_inner()
             .unwrap_or_else(|e| e.into_inner());
         for ptr in counters {
+            // SAFETY: a counter from cuMemAlloc, owned by the pool and freed once, here.
             release("cuMemFree", || unsafe { sys::cuMemFree_v2(ptr) });
         }
         let module = self.module;
+        // SAFETY: the module `load` loaded, unloaded once (`self` is consumed).
         release("cuModuleUnload", || unsafe { sys::cuModuleUnload(module) });
     }
 
@@ -95,6 +102,7 @@ impl Kernels {
             return Ok(ptr);
         }
         let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: `ptr` is a valid out-pointer; the caller made the context current.
         call("cuMemAlloc", || unsafe { sys::cuMemAlloc_v2(&mut ptr, 4) })?;
         Ok(ptr)
     }
@@ -107,17 +115,19 @@ impl Kernels {
     }
 }
 
-fn kernels_for(stream: &Stream) -> Result<(&Arc<CudaDevice>, &Kernels)> {
-    let dev = stream.device().ok_or_else(|| {
+/// The stream's device's kernels (loaded on first use), with the device's context current
+/// until the guard drops.
+fn kernels_for(stream: &Stream) -> Result<(ContextGuard, &Kernels)> {
+    let dev: &Arc<CudaDevice> = stream.device().ok_or_else(|| {
         Error::invalid(
             "test kernels need a stream that knows its device (Stream::new or \
              Stream::from_raw_with_device)",
         )
     })?;
-    dev.make_current()?;
+    let current = dev.push_current()?;
     let kernels = dev.kernels.get_or_init(Kernels::load);
     match kernels {
-        Ok(k) => Ok((dev, k)),
+        Ok(k) => Ok((current, k)),
         Err(e) => Err(e.clone()),
     }
 }
@@ -130,6 +140,9 @@ fn launch(
     stream: &Stream,
 ) -> Result<()> {
     let raw = stream.cu();
+    // SAFETY: `func` is a kernel of the loaded module whose parameters `params` points to (one
+    // pointer per parameter, in order, alive across the call: the driver copies them before
+    // returning); the stream is live and its device's context current.
     call("cuLaunchKernel", || unsafe {
         sys::cuLaunchKernel(
             func,
@@ -170,7 +183,7 @@ pub fn fill_pattern(
     if rows == 0 || row_bytes == 0 {
         return Ok(());
     }
-    let (_, k) = kernels_for(stream)?;
+    let (_current, k) = kernels_for(stream)?;
     let (mut base, mut pitch, mut row_bytes_u, mut rows_u, mut seq, mut plane) = (
         dev_ptr,
         pitch as u64,
@@ -212,7 +225,7 @@ pub fn verify_pattern(
     if rows == 0 || row_bytes == 0 {
         return Ok(0);
     }
-    let (_, k) = kernels_for(stream)?;
+    let (_current, k) = kernels_for(stream)?;
     let counter = k.take_counter()?;
     // On error the counter is not returned to the pool (the kernel may still be using it):
     // 4 bytes leak, in a context that is most likely unusable anyway.
@@ -235,7 +248,9 @@ fn count_mismatches(
     plane: u32,
     stream: &Stream,
 ) -> Result<u64> {
-    memset_d8_async(counter, 0, 4, stream)?;
+    // SAFETY: `counter` is a 4-byte cuMemAlloc buffer of the kernels' own, freed only at
+    // unload; the stream is live (borrowed from the caller).
+    unsafe { memset_d8_async(counter, 0, 4, stream) }?;
     let (mut base, mut pitch, mut row_bytes_u, mut rows_u, mut seq, mut plane, mut out) = (
         dev_ptr,
         pitch as u64,
@@ -264,6 +279,8 @@ fn count_mismatches(
     // Read the count back (not frame data: not counted as a host copy).
     let mut mismatches: u32 = 0;
     let raw = stream.cu();
+    // SAFETY: `counter` is a 4-byte device buffer; `mismatches` is 4 bytes on this stack frame
+    // and stays alive until the synchronize below has waited for the copy.
     call("cuMemcpyDtoHAsync", || unsafe {
         sys::cuMemcpyDtoHAsync_v2(&mut mismatches as *mut u32 as *mut c_void, counter, 4, raw)
     })?;
@@ -276,7 +293,7 @@ fn count_mismatches(
 /// steps into one multiply-add, so an iteration costs well under a nanosecond; callers that
 /// need a duration calibrate it by timing a run (the GPU tests do).
 pub fn busy(stream: &Stream, iterations: u64) -> Result<()> {
-    let (_, k) = kernels_for(stream)?;
+    let (_current, k) = kernels_for(stream)?;
     let mut iterations = iterations;
     let mut params = [&mut iterations as *mut u64 as *mut c_void];
     launch(k.busy, (1, 1), 32, &mut params, stream)
@@ -377,7 +394,9 @@ mod tests {
 
     #[test]
     fn kernels_need_a_device_stream() {
-        let s = Stream::from_raw(std::ptr::null_mut());
+        // SAFETY: null is the legacy default stream; every call below is refused before the
+        // driver is called.
+        let s = unsafe { Stream::from_raw(std::ptr::null_mut()) };
         let e = fill_pattern(0x1000, 256, 256, 4, 1, 0, &s).unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArg);
         assert_eq!(busy(&s, 10).unwrap_err().code(), ErrorCode::InvalidArg);

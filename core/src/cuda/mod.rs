@@ -7,8 +7,11 @@
 //! ([`driver_available`] tells up front).
 //!
 //! One file per job:
-//! - [`driver`]: loading and checking the driver, error mapping.
+//! - [`driver`]: loading and checking the driver, error mapping, the count of failed
+//!   teardown calls ([`release_failures`]).
 //! - [`device`]: [`CudaDevice`] (primary or caller-owned context).
+//! - [`context`]: [`ContextGuard`]: every call that needs a context pushes it and pops it
+//!   again, so the caller's current context is never replaced.
 //! - [`vmm`]: [`VmmAllocation`] (create + export fd) and [`VmmImport`] (import fd + map).
 //! - [`stream`]: [`Stream`] and [`Event`].
 //! - [`copy`]: 2D copies, memset, and the host-copy counter.
@@ -16,6 +19,7 @@
 //! - [`kernels`]: fill / verify / busy test kernels (kernels.cu, embedded as PTX).
 
 pub mod buffer;
+pub mod context;
 pub mod copy;
 pub mod device;
 pub mod driver;
@@ -24,9 +28,10 @@ pub mod stream;
 pub mod vmm;
 
 pub use buffer::DeviceBuffer;
+pub use context::{current_context, ContextGuard};
 pub use copy::{copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count, memset_d8_async};
 pub use device::CudaDevice;
-pub use driver::{device_count, driver_available, driver_version};
+pub use driver::{device_count, driver_available, driver_version, release_failures};
 pub use kernels::{busy, fill_pattern, pattern_byte, pattern_host, verify_pattern};
 pub use stream::{launch_host_func, Event, Stream};
-pub use vmm::{VmmAllocation, VmmImport};
+pub use vmm::{live_mappings, VmmAllocation, VmmImport};

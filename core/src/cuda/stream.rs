@@ -7,12 +7,17 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
+use super::context::ContextGuard;
 use super::device::CudaDevice;
-use super::driver::{call, call_raw, cuda_error, release};
+use super::driver::{call, call_raw, cuda_error, release, release_failed};
 use crate::error::Result;
 
 /// A CUDA stream: created here ([`Stream::new`], destroyed on drop) or borrowed from the
 /// caller ([`Stream::from_raw`], never destroyed here).
+///
+/// Calls on a stream that knows its device run under that device's [`ContextGuard`]; calls on
+/// a borrowed stream without a device run in the caller's current context and change nothing
+/// (`CU_STREAM_LEGACY` and null then name the legacy default stream of that context).
 pub struct Stream {
     raw: sys::CUstream,
     dev: Option<Arc<CudaDevice>>,
@@ -21,6 +26,7 @@ pub struct Stream {
 
 // SAFETY: CUDA streams are driver handles usable from any thread.
 unsafe impl Send for Stream {}
+// SAFETY: no interior mutability; the driver synchronises concurrent calls on one stream.
 unsafe impl Sync for Stream {}
 
 impl std::fmt::Debug for Stream {
@@ -37,8 +43,9 @@ impl Stream {
     /// A new non-blocking stream (`CU_STREAM_NON_BLOCKING`: no implicit ordering with the
     /// legacy default stream) in `dev`'s context.
     pub fn new(dev: &Arc<CudaDevice>) -> Result<Stream> {
-        dev.make_current()?;
+        let _current = dev.push_current()?;
         let mut raw: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the device's context is current.
         call("cuStreamCreate", || unsafe {
             sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
         })?;
@@ -49,11 +56,17 @@ impl Stream {
         })
     }
 
-    /// Borrows a caller's `CUstream` (null is the legacy default stream). It is never
-    /// destroyed here; the caller keeps it alive and makes its context current on the threads
-    /// that use it. The test kernels need a stream that knows its device
-    /// ([`Stream::from_raw_with_device`]).
-    pub fn from_raw(ptr: *mut c_void) -> Stream {
+    /// Borrows a caller's `CUstream` (null and `CU_STREAM_LEGACY` are the legacy default
+    /// stream of the current context). It is never destroyed here. Calls on it bind no
+    /// context: they run in the caller's current context. The test kernels need a stream that
+    /// knows its device ([`Stream::from_raw_with_device`]).
+    ///
+    /// # Safety
+    /// `ptr` must be null, one of the driver's special stream handles (`CU_STREAM_LEGACY`,
+    /// `CU_STREAM_PER_THREAD`), or a live `CUstream` that outlives the returned `Stream`; the
+    /// driver dereferences it on every call. Its context must be current on the threads that
+    /// call methods of the returned stream.
+    pub unsafe fn from_raw(ptr: *mut c_void) -> Stream {
         Stream {
             raw: ptr as sys::CUstream,
             dev: None,
@@ -61,9 +74,12 @@ impl Stream {
         }
     }
 
-    /// Borrows a caller's `CUstream` that lives in `dev`'s context; calls on it bind that
-    /// context first.
-    pub fn from_raw_with_device(dev: &Arc<CudaDevice>, ptr: *mut c_void) -> Stream {
+    /// Borrows a caller's `CUstream` that lives in `dev`'s context; calls on it make that
+    /// context current for their duration ([`CudaDevice::push_current`]).
+    ///
+    /// # Safety
+    /// As for [`Stream::from_raw`], and the stream belongs to `dev`'s context.
+    pub unsafe fn from_raw_with_device(dev: &Arc<CudaDevice>, ptr: *mut c_void) -> Stream {
         Stream {
             raw: ptr as sys::CUstream,
             dev: Some(Arc::clone(dev)),
@@ -85,18 +101,20 @@ impl Stream {
         self.dev.as_ref()
     }
 
-    /// Makes the stream's context current when the stream knows its device.
-    pub(crate) fn bind(&self) -> Result<()> {
+    /// Makes the stream's context current until the guard drops, when the stream knows its
+    /// device; otherwise binds nothing (the caller's context is current).
+    pub(crate) fn bind(&self) -> Result<ContextGuard> {
         match &self.dev {
-            Some(dev) => dev.make_current(),
-            None => Ok(()),
+            Some(dev) => dev.push_current(),
+            None => Ok(ContextGuard::none()),
         }
     }
 
     /// Blocks until all work queued on the stream has finished (`cuStreamSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
-        self.bind()?;
+        let _current = self.bind()?;
         let raw = self.raw;
+        // SAFETY: `raw` is live (owned, or the borrower's promise in `from_raw`).
         call("cuStreamSynchronize", || unsafe {
             sys::cuStreamSynchronize(raw)
         })
@@ -105,8 +123,9 @@ impl Stream {
     /// Work queued on this stream after this call waits until `event` has completed
     /// (`cuStreamWaitEvent`): the acquire side of a fence. The host does not wait.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.bind()?;
+        let _current = self.bind()?;
         let (raw, ev) = (self.raw, event.raw);
+        // SAFETY: the stream is live (as in `synchronize`) and the event is owned by `event`.
         call("cuStreamWaitEvent", || unsafe {
             sys::cuStreamWaitEvent(raw, ev, 0)
         })
@@ -118,15 +137,16 @@ impl Drop for Stream {
         if !self.owned {
             return;
         }
-        if let Some(dev) = &self.dev {
-            if let Err(e) = dev.make_current() {
-                eprintln!("cuframes: destroying a stream: {e}");
-            }
+        let current = self.bind();
+        if let Err(e) = &current {
+            release_failed(e);
         }
         let raw = self.raw;
+        // SAFETY: an owned stream, created by `new` and destroyed once, here.
         release("cuStreamDestroy", || unsafe {
             sys::cuStreamDestroy_v2(raw)
         });
+        drop(current);
     }
 }
 
@@ -138,6 +158,7 @@ pub struct Event {
 
 // SAFETY: CUDA events are driver handles usable from any thread.
 unsafe impl Send for Event {}
+// SAFETY: no interior mutability; the driver synchronises concurrent calls on one event.
 unsafe impl Sync for Event {}
 
 impl std::fmt::Debug for Event {
@@ -148,8 +169,9 @@ impl std::fmt::Debug for Event {
 
 impl Event {
     pub fn new(dev: &Arc<CudaDevice>) -> Result<Event> {
-        dev.make_current()?;
+        let _current = dev.push_current()?;
         let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the device's context is current.
         call("cuEventCreate", || unsafe {
             sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
         })?;
@@ -161,16 +183,18 @@ impl Event {
 
     /// Records the event behind the work queued so far on `stream` (`cuEventRecord`).
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        self.dev.make_current()?;
+        let _current = self.dev.push_current()?;
         let (ev, raw) = (self.raw, stream.cu());
+        // SAFETY: an owned event and a live stream (see `Stream::synchronize`).
         call("cuEventRecord", || unsafe { sys::cuEventRecord(ev, raw) })
     }
 
     /// True when the work the event was recorded behind has completed (or the event was never
     /// recorded), false while it is pending (`cuEventQuery`). Never blocks.
     pub fn query(&self) -> Result<bool> {
-        self.dev.make_current()?;
+        let _current = self.dev.push_current()?;
         let ev = self.raw;
+        // SAFETY: an owned event.
         let res = call_raw("cuEventQuery", || unsafe { sys::cuEventQuery(ev) })?;
         match res {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
@@ -181,8 +205,9 @@ impl Event {
 
     /// Blocks until the event has completed (`cuEventSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
-        self.dev.make_current()?;
+        let _current = self.dev.push_current()?;
         let ev = self.raw;
+        // SAFETY: an owned event.
         call("cuEventSynchronize", || unsafe {
             sys::cuEventSynchronize(ev)
         })
@@ -196,20 +221,26 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        if let Err(e) = self.dev.make_current() {
-            eprintln!("cuframes: destroying an event: {e}");
+        let current = self.dev.push_current();
+        if let Err(e) = &current {
+            release_failed(e);
         }
         let ev = self.raw;
+        // SAFETY: an owned event, created by `new` and destroyed once, here.
         release("cuEventDestroy", || unsafe { sys::cuEventDestroy_v2(ev) });
+        drop(current);
     }
 }
 
-/// Enqueue `f(data)` on `stream` (a raw `CUstream`): the driver runs it on one of its threads
-/// once all earlier work on the stream has completed. `f` must not call CUDA. On error `f` is
-/// never called and `data` stays the caller's.
+/// Enqueue `f(data)` on `stream` (a raw `CUstream`; null and `CU_STREAM_LEGACY` are the
+/// legacy default stream of the current context): the driver runs it on one of its threads
+/// once all earlier work on the stream has completed. `f` must not call CUDA, nor drop
+/// anything whose `Drop` does (hand such values to a thread of yours). On error `f` is never
+/// called and `data` stays the caller's.
 ///
 /// # Safety
-/// `stream` must be a live CUstream (or null) and `data` what `f` expects, passed once.
+/// `stream` must be a live CUstream (or null / a special handle, with a context current) and
+/// `data` what `f` expects, passed once.
 pub unsafe fn launch_host_func(
     stream: *mut c_void,
     f: extern "C" fn(*mut c_void),
@@ -219,6 +250,7 @@ pub unsafe fn launch_host_func(
     let hostfn: sys::CUhostFn = Some(unsafe {
         std::mem::transmute::<extern "C" fn(*mut c_void), unsafe extern "C" fn(*mut c_void)>(f)
     });
+    // SAFETY: the caller guarantees a live stream and that `data` is what `f` expects.
     call("cuLaunchHostFunc", || unsafe {
         sys::cuLaunchHostFunc(stream as sys::CUstream, hostfn, data)
     })
@@ -235,7 +267,8 @@ mod tests {
         if driver_available().is_ok() {
             return;
         }
-        let s = Stream::from_raw(std::ptr::null_mut());
+        // SAFETY: null is the legacy default stream; without a driver no call reaches it.
+        let s = unsafe { Stream::from_raw(std::ptr::null_mut()) };
         assert!(s.raw().is_null());
         assert_eq!(s.synchronize().unwrap_err().code(), ErrorCode::Cuda);
         drop(s); // borrowed: no driver call on drop

@@ -8,13 +8,23 @@
 
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::sys;
 
 use super::device::CudaDevice;
-use super::driver::{call, release};
+use super::driver::{call, release, release_failed};
 use crate::error::{Error, Result};
+
+static LIVE_MAPPINGS: AtomicU64 = AtomicU64::new(0);
+
+/// VMM address ranges ([`VmmAllocation`]s and [`VmmImport`]s, mapped or being set up) that
+/// this process reserved and has not freed yet. A range whose teardown failed stays counted:
+/// a leak shows here (and in [`release_failures`](super::release_failures)).
+pub fn live_mappings() -> u64 {
+    LIVE_MAPPINGS.load(Ordering::Relaxed)
+}
 
 const POSIX_FD: sys::CUmemAllocationHandleType =
     sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
@@ -45,9 +55,10 @@ fn allocation_prop(dev: &CudaDevice) -> sys::CUmemAllocationProp {
 /// `cuMemGetAllocationGranularity(MINIMUM)` for [`allocation_prop`] (use
 /// [`CudaDevice::vmm_granularity`], which caches it).
 pub(crate) fn query_granularity(dev: &CudaDevice) -> Result<usize> {
-    dev.make_current()?;
+    let _current = dev.push_current()?;
     let prop = allocation_prop(dev);
     let mut granularity = 0usize;
+    // SAFETY: valid out-pointer and property struct; the device's context is current.
     call("cuMemGetAllocationGranularity", || unsafe {
         sys::cuMemGetAllocationGranularity(
             &mut granularity,
@@ -123,11 +134,15 @@ impl Mapping {
         let handle = self.handle.expect("a handle before mapping");
         let size = self.size;
         let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: `ptr` is a valid out-pointer; the caller made the device's context current.
         call("cuMemAddressReserve", || unsafe {
             sys::cuMemAddressReserve(&mut ptr, size, alignment, 0, 0)
         })?;
         self.ptr = ptr;
         self.reserved = true;
+        LIVE_MAPPINGS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the range was just reserved with `size` bytes and `handle` is a live
+        // allocation of at least `size` bytes (created or imported with that size).
         call("cuMemMap", || unsafe {
             sys::cuMemMap(ptr, size, 0, handle, 0)
         })?;
@@ -136,6 +151,7 @@ impl Mapping {
             location: device_location(&self.dev),
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
+        // SAFETY: the range is mapped (above); `desc` lives across the call.
         call("cuMemSetAccess", || unsafe {
             sys::cuMemSetAccess(ptr, size, &desc, 1)
         })
@@ -143,22 +159,37 @@ impl Mapping {
 }
 
 impl Drop for Mapping {
+    /// Runs on a thread of ours, never inside a CUDA host function (the driver refuses these
+    /// calls there with CUDA_ERROR_NOT_PERMITTED): a ring released on a stream is dropped
+    /// by the subscriber's release thread (`subscriber::deferred`).
     fn drop(&mut self) {
-        if let Err(e) = self.dev.make_current() {
-            eprintln!("cuframes: releasing VMM memory: {e}");
+        let current = self.dev.push_current();
+        if let Err(e) = &current {
+            release_failed(e);
         }
         let (ptr, size) = (self.ptr, self.size);
         if self.mapped {
+            // SAFETY: `ptr..ptr + size` was mapped by `map` and nothing of ours uses it any
+            // more (the frames that borrow it hold the owner of this mapping).
             release("cuMemUnmap", || unsafe { sys::cuMemUnmap(ptr, size) });
         }
         if self.reserved {
-            release("cuMemAddressFree", || unsafe {
+            // SAFETY: the range was reserved by `map` with this size, and is unmapped now.
+            match call("cuMemAddressFree", || unsafe {
                 sys::cuMemAddressFree(ptr, size)
-            });
+            }) {
+                Ok(()) => {
+                    LIVE_MAPPINGS.fetch_sub(1, Ordering::Relaxed);
+                }
+                Err(e) => release_failed(&e),
+            }
         }
         if let Some(handle) = self.handle.take() {
+            // SAFETY: the handle came from cuMemCreate / cuMemImportFromShareableHandle and is
+            // released once (taken out of the Option).
             release("cuMemRelease", || unsafe { sys::cuMemRelease(handle) });
         }
+        drop(current);
     }
 }
 
@@ -170,6 +201,8 @@ pub struct VmmAllocation {
 
 // SAFETY: the fields are driver handles and addresses, usable from any thread.
 unsafe impl Send for VmmAllocation {}
+// SAFETY: `&VmmAllocation` only reads the handle and addresses (export_fd makes a new fd per
+// call; the driver synchronises it).
 unsafe impl Sync for VmmAllocation {}
 
 impl std::fmt::Debug for VmmAllocation {
@@ -191,10 +224,11 @@ impl VmmAllocation {
         }
         let granularity = dev.vmm_granularity()?;
         let size = round_up_to_granularity(min_size, granularity)?;
-        dev.make_current()?;
+        let _current = dev.push_current()?;
         let prop = allocation_prop(dev);
         let mut mapping = Mapping::new(dev, size);
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: valid out-pointer and property struct; the device's context is current.
         call("cuMemCreate", || unsafe {
             sys::cuMemCreate(&mut handle, size, &prop, 0)
         })?;
@@ -209,9 +243,11 @@ impl VmmAllocation {
     /// A new file descriptor for the allocation (`cuMemExportToShareableHandle`), one per
     /// call: send it with SCM_RIGHTS and close it.
     pub fn export_fd(&self) -> Result<OwnedFd> {
-        self.mapping.dev.make_current()?;
+        let _current = self.mapping.dev.push_current()?;
         let handle = self.mapping.handle.expect("a live allocation has a handle");
         let mut fd: std::ffi::c_int = -1;
+        // SAFETY: for a POSIX fd handle the driver writes an int through the out-pointer;
+        // `handle` is live (owned by this allocation).
         call("cuMemExportToShareableHandle", || unsafe {
             sys::cuMemExportToShareableHandle(
                 &mut fd as *mut std::ffi::c_int as *mut c_void,
@@ -256,6 +292,7 @@ pub struct VmmImport {
 
 // SAFETY: as for VmmAllocation.
 unsafe impl Send for VmmImport {}
+// SAFETY: as for VmmAllocation: `&VmmImport` only reads addresses.
 unsafe impl Sync for VmmImport {}
 
 impl std::fmt::Debug for VmmImport {
@@ -276,11 +313,13 @@ impl VmmImport {
     pub fn import(dev: &Arc<CudaDevice>, fd: OwnedFd, size: usize) -> Result<VmmImport> {
         let granularity = dev.vmm_granularity()?;
         check_import_size(size, granularity)?;
-        dev.make_current()?;
+        let _current = dev.push_current()?;
         let mut mapping = Mapping::new(dev, size);
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         // The driver takes the fd itself, cast to a pointer-sized value.
         let os_handle = fd.as_raw_fd() as isize as *mut c_void;
+        // SAFETY: `fd` is an open descriptor we own (closed after the call); `handle` is a
+        // valid out-pointer; the device's context is current.
         call("cuMemImportFromShareableHandle", || unsafe {
             sys::cuMemImportFromShareableHandle(&mut handle, os_handle, POSIX_FD)
         })?;

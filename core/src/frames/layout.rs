@@ -2,10 +2,10 @@
 //! subscriber-slot field at offsets from [`crate::wire::frame`], and the checks a subscriber
 //! makes of what it mapped.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::shm::Mapping;
+use crate::shm::{Mapping, Shared32, Shared64};
 use crate::util::{fill_cstr, read_cstr};
 use crate::wire::frame::{
     slot_offset, subscriber_offset, FrameMeta, SharedHeader, FRAME_SHM_SIZE, FRAME_WAITERS_OFFSET,
@@ -21,6 +21,10 @@ use zerocopy::{FromBytes, FromZeros};
 use crate::wire::frame::{SlotDescriptor as Slot, SubscriberSlot as Sub};
 
 /// The frame SHM object of one publisher.
+///
+/// The publisher and subscribers map it read-write, `inspect` read-only. Every getter works on
+/// both: the field handles ([`Shared64`], [`Shared32`]) load validly from a read-only mapping
+/// and panic on a write through one (the setters are for the publisher and subscribers).
 pub struct FrameShm {
     map: Mapping,
 }
@@ -121,11 +125,11 @@ impl FrameShm {
     }
 
     fn u32_at(&self, offset: usize) -> u32 {
-        self.map.atomic_u32(offset).load(Ordering::Acquire)
+        self.map.load_u32(offset, Ordering::Acquire)
     }
 
     fn u64_at(&self, offset: usize) -> u64 {
-        self.map.atomic_u64(offset).load(Ordering::Acquire)
+        self.map.load_u64(offset, Ordering::Acquire)
     }
 
     pub fn producer_pid(&self) -> u64 {
@@ -142,75 +146,75 @@ impl FrameShm {
         v.checked_sub(1).and_then(MemoryKind::from_u32)
     }
 
-    pub fn global_seq(&self) -> &AtomicU64 {
+    pub fn global_seq(&self) -> Shared64<'_> {
         self.map.atomic_u64(offset_of!(SharedHeader, global_seq))
     }
 
     /// The R13 futex word: the low 32 bits of `global_seq` (little-endian).
-    pub fn global_seq_word(&self) -> &AtomicU32 {
+    pub fn global_seq_word(&self) -> Shared32<'_> {
         self.map.atomic_u32(offset_of!(SharedHeader, global_seq))
     }
 
     /// R28 waiter count.
-    pub fn waiters(&self) -> &AtomicU32 {
+    pub fn waiters(&self) -> Shared32<'_> {
         self.map.atomic_u32(FRAME_WAITERS_OFFSET)
     }
 
-    pub fn subscriber_bitmap(&self) -> &AtomicU64 {
+    pub fn subscriber_bitmap(&self) -> Shared64<'_> {
         self.map
             .atomic_u64(offset_of!(SharedHeader, subscriber_bitmap))
     }
 
-    pub fn shutdown_flag(&self) -> &AtomicU64 {
+    pub fn shutdown_flag(&self) -> Shared64<'_> {
         self.map.atomic_u64(offset_of!(SharedHeader, shutdown_flag))
     }
 
-    pub fn slot_seq(&self, k: usize) -> &AtomicU64 {
+    pub fn slot_seq(&self, k: usize) -> Shared64<'_> {
         self.map.atomic_u64(slot_offset(k) + offset_of!(Slot, seq))
     }
 
-    pub fn slot_pts(&self, k: usize) -> &AtomicU64 {
+    pub fn slot_pts(&self, k: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(slot_offset(k) + offset_of!(Slot, pts_ns))
     }
 
-    pub fn slot_ack(&self, k: usize) -> &AtomicU64 {
+    pub fn slot_ack(&self, k: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(slot_offset(k) + offset_of!(Slot, ack_bitmap))
     }
 
     /// Futex word for ACK waits: the low 32 bits of `ack_bitmap` hold every usable bit (1..31).
-    pub fn slot_ack_word(&self, k: usize) -> &AtomicU32 {
+    pub fn slot_ack_word(&self, k: usize) -> Shared32<'_> {
         self.map
             .atomic_u32(slot_offset(k) + offset_of!(Slot, ack_bitmap))
     }
 
-    pub fn slot_written(&self, k: usize) -> &AtomicU64 {
+    pub fn slot_written(&self, k: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(slot_offset(k) + offset_of!(Slot, written_bytes))
     }
 
-    pub fn sub_state(&self, i: usize) -> &AtomicU64 {
+    pub fn sub_state(&self, i: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(subscriber_offset(i) + offset_of!(Sub, state))
     }
 
-    pub fn sub_pid(&self, i: usize) -> &AtomicU64 {
+    pub fn sub_pid(&self, i: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(subscriber_offset(i) + offset_of!(Sub, consumer_pid))
     }
 
-    pub fn sub_last_seen(&self, i: usize) -> &AtomicU64 {
+    pub fn sub_last_seen(&self, i: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(subscriber_offset(i) + offset_of!(Sub, last_seen_seq))
     }
 
-    pub fn sub_last_ack_ns(&self, i: usize) -> &AtomicU64 {
+    pub fn sub_last_ack_ns(&self, i: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(subscriber_offset(i) + offset_of!(Sub, last_ack_ns))
     }
 
-    pub fn sub_counter(&self, i: usize, which: usize) -> &AtomicU64 {
+    pub fn sub_counter(&self, i: usize, which: usize) -> Shared64<'_> {
         self.map.atomic_u64(subscriber_offset(i) + which)
     }
 

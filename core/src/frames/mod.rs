@@ -6,10 +6,13 @@
 //!   and STRICT_WAIT (R11, R27).
 //! - [`reader`]: the R10 seqlock read, lapping, and the ACK gate (R12, R23) that keeps a
 //!   subscriber from ACKing once it has been given up on or is closing.
+//! - [`ack_page`]: a subscriber's own page for its ACKs and counters (our extension), which
+//!   lets the frame SHM be read-only for subscribers.
 //!
 //! The socket handshake and the table of subscribers are not here: `publisher/` and
 //! `subscriber/` orchestrate them and call into this module.
 
+pub mod ack_page;
 pub mod layout;
 pub mod reader;
 pub mod writer;

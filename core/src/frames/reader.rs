@@ -14,6 +14,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
+use crate::frames::ack_page::{AckPage, Counter};
 use crate::frames::layout::{
     FrameShm, SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
 };
@@ -30,6 +31,9 @@ pub(crate) struct RingView {
     pub bit: usize,
     pub policy: Policy,
     pub ring_size: usize,
+    /// Our ACK page (extension): ACKs and counters go there, and the header is read-only to
+    /// us. None against a plain v4 publisher: then we ACK in the header as v4 says.
+    pub page: Option<AckPage>,
     /// True once ACKs are revoked (see the module documentation).
     revoked: Mutex<bool>,
 }
@@ -42,6 +46,7 @@ impl RingView {
         bit: usize,
         policy: Policy,
         ring_size: usize,
+        page: Option<AckPage>,
     ) -> RingView {
         RingView {
             shm,
@@ -50,6 +55,7 @@ impl RingView {
             bit,
             policy,
             ring_size,
+            page,
             revoked: Mutex::new(false),
         }
     }
@@ -60,6 +66,10 @@ impl RingView {
         let revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
         if *revoked || self.shm.slot_seq(k).load(Ordering::Acquire) != seq {
             return false;
+        }
+        if let Some(page) = &self.page {
+            page.record_ack(k, seq, self.policy == Policy::StrictWait);
+            return true;
         }
         self.shm
             .slot_ack(k)
@@ -84,9 +94,24 @@ impl RingView {
     }
 
     fn count(&self, which: usize, n: u64) {
+        if let Some(page) = &self.page {
+            let counter = match which {
+                SUB_DELIVERED_OFFSET => Counter::Delivered,
+                SUB_DROPPED_OVERRUN_OFFSET => Counter::DroppedOverrun,
+                _ => Counter::DroppedTorn,
+            };
+            page.count(counter, n);
+            return;
+        }
         self.shm
             .sub_counter(self.bit, which)
             .fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// May this subscriber count itself in the header's R28 waiter count? Not with an ACK
+    /// page (the header is read-only to it; the publisher then always wakes).
+    pub fn counts_waiters(&self) -> bool {
+        self.page.is_none()
     }
 }
 

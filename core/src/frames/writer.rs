@@ -7,11 +7,13 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
+use crate::frames::ack_page::AckPage;
 use crate::frames::layout::FrameShm;
 use crate::futex;
 use crate::memory::host::HostSlots;
@@ -85,6 +87,9 @@ pub struct AcquiredSlot {
 pub(crate) struct WriterState {
     last_seq: u64,
     acquired: Option<u64>,
+    /// The writer's own record of the frame in each slot (0 = none): what STRICT_WAIT waits
+    /// on is decided from this, never from the SHM, which others may be able to write.
+    slot_seq: [u64; MAX_RING_SIZE],
 }
 
 /// The publisher's frame ring: the SHM, the slots and the writer state.
@@ -98,23 +103,34 @@ pub struct FrameWriter {
     _shm_fd: OwnedFd,
     pub slots: Box<dyn SlotStore>,
     writer: Mutex<WriterState>,
+    /// The last published seq, for readers of the writer's state that must not wait for the
+    /// writer's lock (the server thread: a STRICT_WAIT acquire holds it for up to ack_timeout).
+    published: AtomicU64,
+    /// Subscribers with an ACK page: they cannot count themselves in the header's R28 waiter
+    /// count (it is read-only to them), so while there are any, every publish wakes.
+    pub(crate) page_readers: AtomicUsize,
     /// CUDA rings: the stream the convenience copies run on.
     copy_stream: Option<crate::cuda::Stream>,
 }
 
 /// The subscribers whose ACK of one frame a STRICT_WAIT publish waits for: a mask of bits
-/// and, for each bit, the connection that owned it when the set was computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// and, for each bit, the connection that owned it when the set was computed and where its
+/// ACK is found (its ACK page, or the header's bitmap for a plain v4 subscriber).
+#[derive(Clone)]
 pub struct RequiredAcks {
     pub mask: u64,
     pub owners: [u64; MAX_SUBSCRIBER_SLOTS],
+    pub pages: [Option<Arc<AckPage>>; MAX_SUBSCRIBER_SLOTS],
 }
 
-impl RequiredAcks {
-    pub const NONE: RequiredAcks = RequiredAcks {
-        mask: 0,
-        owners: [0; MAX_SUBSCRIBER_SLOTS],
-    };
+impl Default for RequiredAcks {
+    fn default() -> Self {
+        RequiredAcks {
+            mask: 0,
+            owners: [0; MAX_SUBSCRIBER_SLOTS],
+            pages: std::array::from_fn(|_| None),
+        }
+    }
 }
 
 /// Who to ask about subscribers during a STRICT_WAIT wait.
@@ -169,7 +185,10 @@ impl FrameWriter {
             writer: Mutex::new(WriterState {
                 last_seq: 0,
                 acquired: None,
+                slot_seq: [0; MAX_RING_SIZE],
             }),
+            published: AtomicU64::new(0),
+            page_readers: AtomicUsize::new(0),
         })
     }
 
@@ -195,6 +214,11 @@ impl FrameWriter {
         self.lock().last_seq
     }
 
+    /// The last published seq, without taking the writer's lock.
+    pub fn published_seq(&self) -> u64 {
+        self.published.load(Ordering::SeqCst)
+    }
+
     /// Take the next slot for writing. Under STRICT_WAIT this waits until every subscriber
     /// that must see the frame in that slot has ACKed it, or declares the late ones dead.
     pub(crate) fn acquire(&self, acks: &dyn AckAuthority) -> Result<AcquiredSlot> {
@@ -206,9 +230,10 @@ impl FrameWriter {
         }
         let seq = st.last_seq + 1;
         let index = self.slot_of(seq);
-        if self.policy == Policy::StrictWait {
-            self.wait_for_acks(index, acks);
+        if self.policy == Policy::StrictWait && st.slot_seq[index] != 0 {
+            self.wait_for_acks(index, st.slot_seq[index], acks);
         }
+        st.slot_seq[index] = 0;
         // R24/R10: invalidate the slot and clear its ACKs before a single byte is written.
         self.shm
             .slot_seq(index)
@@ -224,17 +249,35 @@ impl FrameWriter {
         })
     }
 
-    fn wait_for_acks(&self, index: usize, acks: &dyn AckAuthority) {
-        let old_seq = self.shm.slot_seq(index).load(Ordering::Acquire);
-        if old_seq == INVALID_SEQ || old_seq == 0 {
-            return;
-        }
+    fn wait_for_acks(&self, index: usize, old_seq: u64, acks: &dyn AckAuthority) {
         let start = Instant::now();
         loop {
             let required = acks.required_acks(old_seq);
             let word = self.shm.slot_ack_word(index);
             let seen = word.load(Ordering::Acquire);
-            let missing = required.mask & !(seen as u64);
+            let mut missing = 0u64;
+            // The first page subscriber still missing, with its ACK counter read before its
+            // ACK was looked at: sleeping on that value cannot miss its ACK.
+            let mut wait_on: Option<(&AckPage, u32)> = None;
+            for bit in 1..MAX_SUBSCRIBER_SLOTS {
+                if required.mask & (1u64 << bit) == 0 {
+                    continue;
+                }
+                let acked = match &required.pages[bit] {
+                    Some(page) => {
+                        let count = page.ack_count();
+                        let acked = page.has_acked(index, old_seq);
+                        if !acked && wait_on.is_none() {
+                            wait_on = Some((page, count));
+                        }
+                        acked
+                    }
+                    None => seen as u64 & (1u64 << bit) != 0,
+                };
+                if !acked {
+                    missing |= 1u64 << bit;
+                }
+            }
             if missing == 0 {
                 return;
             }
@@ -243,10 +286,14 @@ impl FrameWriter {
                 acks.declare_dead(&required, missing);
                 return;
             }
-            // Subscribers wake this word after each ACK under STRICT_WAIT; the slice bounds
-            // the wait for peers that only poll, and lets removals be noticed.
+            // Subscribers wake their page's counter (or, plain v4 peers, the bitmap word)
+            // after each ACK under STRICT_WAIT; the slice bounds the wait for peers that only
+            // poll, and lets removals be noticed.
             let slice = (self.ack_timeout - elapsed).min(Duration::from_millis(5));
-            futex::wait(word, seen, Some(slice));
+            match wait_on {
+                Some((page, count)) => page.wait_for_ack(count, slice),
+                None => futex::wait(word, seen, Some(slice)),
+            }
         }
     }
 
@@ -269,11 +316,15 @@ impl FrameWriter {
         // R24: seq (release), then global_seq (release).
         self.shm.slot_seq(k).store(slot.seq, Ordering::Release);
         self.shm.global_seq().store(slot.seq, Ordering::SeqCst);
+        self.published.store(slot.seq, Ordering::SeqCst);
+        st.slot_seq[k] = slot.seq;
         st.last_seq = slot.seq;
         st.acquired = None;
         drop(st);
-        // R13/R28: a system call only when someone sleeps.
-        if self.shm.waiters().load(Ordering::SeqCst) > 0 {
+        // R13/R28: a system call only when someone sleeps (or may sleep uncounted).
+        if self.page_readers.load(Ordering::SeqCst) > 0
+            || self.shm.waiters().load(Ordering::SeqCst) > 0
+        {
             futex::wake_all(self.shm.global_seq_word());
         }
         Ok(slot.seq)
@@ -297,18 +348,27 @@ impl FrameWriter {
         let layout = &self.layout;
         check_plane_count(layout, planes.len(), strides.len())?;
         if slot.memory_kind == MemoryKind::CudaVmm {
+            // Our own stream, in the ring's context: pushed for the copies, popped after (the
+            // caller's current context is current again when this returns).
             let (dev, stream) = self.cuda()?;
-            dev.make_current()?;
+            let _current = dev.push_current()?;
+            let base = self.slots.slot_address(self.slot_of(slot.seq));
             for (p, (src, stride)) in layout.planes().iter().zip(planes.iter().zip(strides)) {
-                crate::cuda::copy_htod_2d_async(
-                    self.slots.slot_address(self.slot_of(slot.seq)) + p.offset as u64,
-                    p.pitch,
-                    src,
-                    *stride,
-                    p.row_bytes,
-                    p.rows,
-                    stream,
-                )?;
+                // SAFETY: the destination is plane `p` of the acquired slot, a VMM mapping of
+                // ours of at least frame_size bytes (the layout keeps the plane inside it)
+                // that lives as long as `self`; the copy completes before this returns (the
+                // synchronize below); `stream` is our own.
+                unsafe {
+                    crate::cuda::copy_htod_2d_async(
+                        base + p.offset as u64,
+                        p.pitch,
+                        src,
+                        *stride,
+                        p.row_bytes,
+                        p.rows,
+                        stream,
+                    )
+                }?;
             }
             return stream.synchronize();
         }
@@ -359,13 +419,21 @@ impl FrameWriter {
     /// default stream of the ring's device) has finished, so that the frame is complete before
     /// it is published. A caller's stream belongs to the caller's context, which must be
     /// current on this thread (FFmpeg: `cuCtxPushCurrent(hwctx->cuda_ctx)`); only for a null
-    /// stream is the ring's own context made current.
+    /// stream is the ring's own context pushed, for the synchronize, and popped again.
     pub(crate) fn sync_stream(&self, stream: *mut std::ffi::c_void) -> Result<()> {
         let (dev, _) = self.cuda()?;
-        if stream.is_null() {
-            dev.make_current()?;
-        }
-        crate::cuda::Stream::from_raw(stream).synchronize()
+        let _current = if stream.is_null() {
+            dev.push_current()?
+        } else {
+            crate::cuda::ContextGuard::none()
+        };
+        // SAFETY: null is the legacy default stream (of the ring's context, pushed above);
+        // otherwise a live CUstream of the current context, as the C entry point
+        // (`cuframes_publisher_publish_after_stream`) requires of its caller. Caveat:
+        // `Publisher::publish_after_stream` is still a safe fn passing a raw stream through; it
+        // should become `unsafe fn` with this requirement as its contract.
+        let stream = unsafe { crate::cuda::Stream::from_raw(stream) };
+        stream.synchronize()
     }
 
     /// Copy a frame from device memory (plane pointers and pitches) into a CUDA slot on
@@ -379,18 +447,22 @@ impl FrameWriter {
         pitches: &[usize],
         stream: *mut std::ffi::c_void,
     ) -> Result<()> {
-        let (dev, own) = self.cuda()?;
+        let (_, own) = self.cuda()?;
         let layout = &self.layout;
         check_plane_count(layout, planes.len(), pitches.len())?;
-        // The caller's stream runs in the caller's (current) context; our own stream in ours.
+        // The caller's stream runs in the caller's (current) context; our own stream pushes
+        // ours for each call and pops it again.
         let borrowed;
         let stream = if stream.is_null() {
-            dev.make_current()?;
             own
         } else {
-            borrowed = crate::cuda::Stream::from_raw(stream);
+            // SAFETY: a live CUstream of the current context, as the C entry point requires of
+            // its caller (same caveat as in `sync_stream`: `Publisher::publish_device_planes`
+            // is still a safe fn passing it through).
+            borrowed = unsafe { crate::cuda::Stream::from_raw(stream) };
             &borrowed
         };
+        let base = self.slots.slot_address(self.slot_of(slot.seq));
         for (i, (p, (src, pitch))) in layout
             .planes()
             .iter()
@@ -403,15 +475,23 @@ impl FrameWriter {
                     p.row_bytes
                 )));
             }
-            crate::cuda::copy_2d_async(
-                self.slots.slot_address(self.slot_of(slot.seq)) + p.offset as u64,
-                p.pitch,
-                *src,
-                *pitch,
-                p.row_bytes,
-                p.rows,
-                stream,
-            )?;
+            // SAFETY: the destination is plane `p` of the acquired slot (a VMM mapping of ours
+            // that outlives the copy, which completes before this returns: synchronize
+            // below). The source planes are the caller's device memory, valid for their rows
+            // at `pitch` until the copy completes: what the C entry point
+            // (`cuframes_publisher_publish_device_planes`) requires; `Publisher::
+            // publish_device_planes` is still a safe fn taking raw pointers (see `sync_stream`).
+            unsafe {
+                crate::cuda::copy_2d_async(
+                    base + p.offset as u64,
+                    p.pitch,
+                    *src,
+                    *pitch,
+                    p.row_bytes,
+                    p.rows,
+                    stream,
+                )
+            }?;
         }
         stream.synchronize()
     }

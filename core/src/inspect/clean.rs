@@ -178,18 +178,12 @@ fn live_owner(name: &str) -> Option<u64> {
     if obj.map.len() < 0x20 {
         return None;
     }
-    let magic = obj
-        .map
-        .atomic_u32(0)
-        .load(std::sync::atomic::Ordering::Acquire);
+    let magic = obj.map.load_u32(0, std::sync::atomic::Ordering::Acquire);
     if ![FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC].contains(&magic) {
         return None;
     }
     // producer_pid is at 0x18 in both headers (§2.0, §10.2).
-    let pid = obj
-        .map
-        .atomic_u64(0x18)
-        .load(std::sync::atomic::Ordering::Acquire);
+    let pid = obj.map.load_u64(0x18, std::sync::atomic::Ordering::Acquire);
     objects::pid_alive(pid).then_some(pid)
 }
 
@@ -201,7 +195,7 @@ fn unlink_shm(name: &str) -> Result<bool> {
         Ok(()) => Ok(true),
         Err(Errno::ENOENT) => Ok(false),
         Err(Errno::EACCES | Errno::EPERM) => {
-            // SAFETY: getuid cannot fail.
+            // SAFETY: getuid takes no arguments, touches no memory of ours and cannot fail.
             let uid = unsafe { libc::getuid() };
             let owner = ObjectMeta::of(&path).map_or(String::from("its owner"), |m| {
                 format!("its owner (uid {})", m.uid)

@@ -101,7 +101,7 @@ pub fn read_frame_shm(name: &str) -> Result<FrameSnapshot> {
     if obj.size < FRAME_SHM_SIZE {
         // Read what we can to say something more useful than "too small".
         if obj.map.len() >= 4 {
-            let magic = obj.map.atomic_u32(0).load(Ordering::Acquire);
+            let magic = obj.map.load_u32(0, Ordering::Acquire);
             if magic == crate::wire::PACKET_MAGIC {
                 return Err(corrupt(
                     name,
@@ -122,8 +122,8 @@ pub fn read_frame_shm(name: &str) -> Result<FrameSnapshot> {
     let size = obj.size;
     let shm = FrameShm::new(obj.map)?;
     let m = shm.mapping();
-    let u32_at = |off: usize| m.atomic_u32(off).load(Ordering::Acquire);
-    let u64_at = |off: usize| m.atomic_u64(off).load(Ordering::Acquire);
+    let u32_at = |off: usize| m.load_u32(off, Ordering::Acquire);
+    let u64_at = |off: usize| m.load_u64(off, Ordering::Acquire);
     let mut warnings = Vec::new();
 
     let magic = u32_at(offset_of!(SharedHeader, magic));

@@ -61,7 +61,7 @@ pub fn shm_path(name: &str) -> std::path::PathBuf {
 /// A permission error for `path` that says who owns it, its mode, who we are and which
 /// access (`needed`, e.g. "read (r)") is missing.
 pub fn permission_error(path: &Path, needed: &str, doing: &str) -> Error {
-    // SAFETY: getuid/getgid cannot fail.
+    // SAFETY: getuid/getgid take no arguments, touch no memory of ours and cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let owner = match ObjectMeta::of(path) {
         Some(m) => format!(

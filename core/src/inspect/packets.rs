@@ -93,9 +93,7 @@ fn slot_pts(map: &Mapping, ring_slots: u32, seq: u64) -> Option<i64> {
     if seq_at.load(Ordering::Acquire) != seq {
         return None;
     }
-    let pts = map
-        .atomic_u64(off + offset_of!(PacketSlotEntry, pts_ns))
-        .load(Ordering::Relaxed) as i64;
+    let pts = map.load_u64(off + offset_of!(PacketSlotEntry, pts_ns), Ordering::Relaxed) as i64;
     std::sync::atomic::fence(Ordering::Acquire);
     if seq_at.load(Ordering::Relaxed) != seq || pts == NO_PTS {
         return None;
@@ -112,7 +110,7 @@ pub fn read_packet_shm(name: &str) -> Result<PacketSnapshot> {
     if obj.size < 4 {
         return Err(corrupt(name, format!("it is only {} bytes", obj.size)));
     }
-    let magic = map.atomic_u32(0).load(Ordering::Acquire);
+    let magic = map.load_u32(0, Ordering::Acquire);
     match magic {
         PACKET_MAGIC => {}
         FRAME_MAGIC | LEGACY_FRAME_MAGIC => {
@@ -138,8 +136,8 @@ pub fn read_packet_shm(name: &str) -> Result<PacketSnapshot> {
         ));
     }
     let taken = Instant::now();
-    let u32_at = |off: usize| map.atomic_u32(off).load(Ordering::Acquire);
-    let u64_at = |off: usize| map.atomic_u64(off).load(Ordering::Acquire);
+    let u32_at = |off: usize| map.load_u32(off, Ordering::Acquire);
+    let u64_at = |off: usize| map.load_u64(off, Ordering::Acquire);
     let mut warnings = Vec::new();
     let version = u32_at(offset_of!(PacketRingHeader, proto_version));
     if version != PROTOCOL_VERSION {
@@ -211,13 +209,11 @@ pub fn read_packet_shm(name: &str) -> Result<PacketSnapshot> {
     let newest_pts_ns = slot_pts(map, ring_slots, global_seq);
     let keyframe_pts_ns = slot_pts(map, ring_slots, last_keyframe_seq);
     let keyframe_in_ring = last_keyframe_seq > 0
-        && map
-            .atomic_u64(
-                packet_slot_offset((last_keyframe_seq % ring_slots as u64) as usize)
-                    + offset_of!(PacketSlotEntry, seq),
-            )
-            .load(Ordering::Acquire)
-            == last_keyframe_seq;
+        && map.load_u64(
+            packet_slot_offset((last_keyframe_seq % ring_slots as u64) as usize)
+                + offset_of!(PacketSlotEntry, seq),
+            Ordering::Acquire,
+        ) == last_keyframe_seq;
     Ok(PacketSnapshot {
         shm_name: name.to_owned(),
         size: obj.size,

@@ -1,5 +1,11 @@
 //! CUDA VMM slots: one `cuMemCreate` allocation per slot, exported as a POSIX fd (§3.7) and
 //! imported once by each subscriber.
+//!
+//! Both live in the device's primary context ([`CudaDevice::open`]) and leave the calling
+//! thread's current context as it was (every driver call pushes and pops the device's
+//! context). Dropping them unmaps and releases the memory, which must happen on a thread of
+//! the library's or the caller's, never inside a CUDA host function (see
+//! `subscriber::deferred`).
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -19,7 +25,6 @@ impl CudaSlots {
     pub fn create(device: i32, count: usize, frame_size: usize) -> Result<CudaSlots> {
         crate::cuda::driver_available()?;
         let dev = CudaDevice::open(device)?;
-        dev.make_current()?;
         let allocs = (0..count)
             .map(|_| VmmAllocation::create(&dev, frame_size))
             .collect::<Result<Vec<_>>>()?;
@@ -63,7 +68,6 @@ impl CudaImport {
     pub fn import(device: i32, fds: Vec<OwnedFd>, size: usize) -> Result<CudaImport> {
         crate::cuda::driver_available()?;
         let dev = CudaDevice::open(device)?;
-        dev.make_current()?;
         let imports = fds
             .into_iter()
             .map(|fd| VmmImport::import(&dev, fd, size))

@@ -2,7 +2,9 @@
 //!
 //! The publisher seals each memfd against shrinking before it shares it, and the subscriber
 //! refuses descriptors without that seal: a peer that could shrink the file could make our
-//! reads fault (SIGBUS) — with the seal it cannot.
+//! reads fault (SIGBUS) — with the seal it cannot. Once the publisher has mapped a slot for
+//! writing it also adds `F_SEAL_FUTURE_WRITE`: nobody else can map it writable or `write` it,
+//! so a subscriber cannot change frames the others read.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
@@ -28,6 +30,12 @@ impl HostSlots {
         for i in 0..count {
             let fd = sealed_memfd(&format!("cuframes-slot-{i}"), size)?;
             maps.push(Mapping::map(fd.as_fd(), size, true, "frame slot memfd")?);
+            // Our writable mapping stays valid; every later one (a subscriber's) is read-only.
+            fcntl(
+                fd.as_fd(),
+                FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_FUTURE_WRITE | SealFlag::F_SEAL_SEAL),
+            )
+            .map_err(|e| Error::os("seal memfd against writers", e))?;
             fds.push(fd);
         }
         Ok(HostSlots { fds, maps, size })
@@ -44,9 +52,7 @@ fn sealed_memfd(name: &str, size: usize) -> Result<OwnedFd> {
     nix::unistd::ftruncate(fd.as_fd(), size as i64).map_err(|e| Error::os("ftruncate memfd", e))?;
     fcntl(
         fd.as_fd(),
-        FcntlArg::F_ADD_SEALS(
-            SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
-        ),
+        FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW),
     )
     .map_err(|e| Error::os("seal memfd", e))?;
     Ok(fd)
@@ -132,5 +138,29 @@ impl SlotImport for HostImport {
     }
     fn slot_address(&self, index: usize) -> u64 {
         self.maps[index].as_ptr() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Trust boundary: a subscriber got the slot memfds and could map them writable, changing
+    /// the frames every other subscriber reads.
+    #[test]
+    fn subscribers_cannot_map_host_slots_writable() {
+        let slots = HostSlots::create(2, 10_000).unwrap();
+        for fd in slots.export_fds().unwrap() {
+            let e = Mapping::map(fd.as_fd(), slots.mapped_size(), true, "slot")
+                .err()
+                .expect("a subscriber mapped a slot writable");
+            assert!(e.message().contains("mmap"), "{}", e.message());
+            assert!(nix::unistd::ftruncate(fd.as_fd(), 0).is_err());
+            // Read-only mappings (what subscribers use) still work.
+            Mapping::map(fd.as_fd(), slots.mapped_size(), false, "slot").unwrap();
+        }
+        // The publisher's own mapping is still writable.
+        // SAFETY: slot 0's mapping is writable and at least one byte long.
+        unsafe { (slots.slot_address(0) as *mut u8).write(7) };
     }
 }

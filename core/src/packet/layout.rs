@@ -115,7 +115,7 @@ pub fn validate_header(map: &Mapping) -> Result<(Geometry, u32)> {
             map.len()
         )));
     }
-    let magic = map.atomic_u32(HDR_MAGIC).load(Ordering::Acquire);
+    let magic = map.load_u32(HDR_MAGIC, Ordering::Acquire);
     match magic {
         PACKET_MAGIC => {}
         FRAME_MAGIC => {
@@ -136,19 +136,19 @@ pub fn validate_header(map: &Mapping) -> Result<(Geometry, u32)> {
             )))
         }
     }
-    let version = map.atomic_u32(HDR_PROTO_VERSION).load(Ordering::Relaxed);
+    let version = map.load_u32(HDR_PROTO_VERSION, Ordering::Relaxed);
     if version != PROTOCOL_VERSION {
         return Err(Error::protocol(format!(
             "packet ring has proto_version {version}; this library speaks {PROTOCOL_VERSION}"
         )));
     }
-    let ring_slots = map.atomic_u32(HDR_RING_SLOTS).load(Ordering::Relaxed);
+    let ring_slots = map.load_u32(HDR_RING_SLOTS, Ordering::Relaxed);
     if ring_slots == 0 || ring_slots > MAX_PACKET_RING_SLOTS {
         return Err(Error::protocol(format!(
             "packet ring_slots {ring_slots} is out of range 1..={MAX_PACKET_RING_SLOTS}"
         )));
     }
-    let data_size = map.atomic_u32(HDR_DATA_SIZE).load(Ordering::Relaxed);
+    let data_size = map.load_u32(HDR_DATA_SIZE, Ordering::Relaxed);
     if data_size == 0 {
         return Err(Error::protocol("packet ring data_size is 0"));
     }
@@ -164,19 +164,19 @@ pub fn validate_header(map: &Mapping) -> Result<(Geometry, u32)> {
             geo.shm_size()
         )));
     }
-    let extradata_size = map.atomic_u32(HDR_EXTRADATA_SIZE).load(Ordering::Acquire);
+    let extradata_size = map.load_u32(HDR_EXTRADATA_SIZE, Ordering::Acquire);
     if extradata_size as usize > MAX_EXTRADATA_SIZE {
         return Err(Error::protocol(format!(
             "codec_extradata_size {extradata_size} exceeds {MAX_EXTRADATA_SIZE}"
         )));
     }
-    let codec_id = map.atomic_u32(HDR_CODEC_ID).load(Ordering::Relaxed);
+    let codec_id = map.load_u32(HDR_CODEC_ID, Ordering::Relaxed);
     Ok((geo, codec_id))
 }
 
 /// Read the extradata (size field acquired, then the bytes), validating the size.
 pub fn read_extradata(map: &Mapping) -> Result<Vec<u8>> {
-    let size = map.atomic_u32(HDR_EXTRADATA_SIZE).load(Ordering::Acquire) as usize;
+    let size = map.load_u32(HDR_EXTRADATA_SIZE, Ordering::Acquire) as usize;
     if size > MAX_EXTRADATA_SIZE {
         return Err(Error::protocol(format!(
             "codec_extradata_size {size} exceeds {MAX_EXTRADATA_SIZE}"

@@ -10,6 +10,9 @@
 //! produces an error (`Protocol`), an overrun, or a timeout — never a panic, an out-of-bounds
 //! read or a packet larger than `data_size`. (One thing a read-only mapping cannot prevent: a
 //! peer that *truncates* the file makes accesses beyond the new end raise SIGBUS.)
+//! Header and slot fields are loaded with [`Mapping::load_u64`]/[`Mapping::load_u32`] (a
+//! Relaxed load plus fences, the only atomic access Rust allows on read-only memory), and
+//! the futex sleep only hands the kernel the address of `global_seq`.
 //!
 //! # Read, step by step, and why
 //!
@@ -206,7 +209,7 @@ impl PacketRingReader {
     }
 
     fn load(&self, offset: usize, order: Ordering) -> u64 {
-        self.map.atomic_u64(offset).load(order)
+        self.map.load_u64(offset, order)
     }
 
     /// The next packet into `out` (resized to the payload; its capacity is reused), waiting at
@@ -363,10 +366,7 @@ impl PacketRingReader {
             if seq_atomic.load(Ordering::Acquire) != seq {
                 continue;
             }
-            let flags = self
-                .map
-                .atomic_u32(slot + SLOT_FLAGS)
-                .load(Ordering::Relaxed);
+            let flags = self.map.load_u32(slot + SLOT_FLAGS, Ordering::Relaxed);
             fence(Ordering::Acquire);
             if seq_atomic.load(Ordering::Acquire) == seq && flags & PACKET_FLAG_KEY != 0 {
                 return seq;
@@ -403,14 +403,12 @@ impl PacketRingReader {
             return Ok(Attempt::Overrun);
         }
         // 3. Fields, validated.
-        let pts_ns = m.atomic_u64(slot + SLOT_PTS).load(Ordering::Relaxed) as i64;
-        let dts_ns = m.atomic_u64(slot + SLOT_DTS).load(Ordering::Relaxed) as i64;
-        let data_offset = m
-            .atomic_u64(slot + SLOT_DATA_OFFSET)
-            .load(Ordering::Relaxed);
-        let size = m.atomic_u32(slot + SLOT_DATA_SIZE).load(Ordering::Relaxed);
-        let flags = m.atomic_u32(slot + SLOT_FLAGS).load(Ordering::Relaxed);
-        let write_offset = m.atomic_u64(HDR_WRITE_OFFSET).load(Ordering::Acquire);
+        let pts_ns = m.load_u64(slot + SLOT_PTS, Ordering::Relaxed) as i64;
+        let dts_ns = m.load_u64(slot + SLOT_DTS, Ordering::Relaxed) as i64;
+        let data_offset = m.load_u64(slot + SLOT_DATA_OFFSET, Ordering::Relaxed);
+        let size = m.load_u32(slot + SLOT_DATA_SIZE, Ordering::Relaxed);
+        let flags = m.load_u32(slot + SLOT_FLAGS, Ordering::Relaxed);
+        let write_offset = m.load_u64(HDR_WRITE_OFFSET, Ordering::Acquire);
         let data_size = u64::from(self.geo.data_size);
 
         let problem = if size == 0 {
@@ -465,7 +463,7 @@ impl PacketRingReader {
         if seq_atomic.load(Ordering::Relaxed) != want {
             return Ok(Attempt::Overrun);
         }
-        let write_offset2 = m.atomic_u64(HDR_WRITE_OFFSET).load(Ordering::Relaxed);
+        let write_offset2 = m.load_u64(HDR_WRITE_OFFSET, Ordering::Relaxed);
         if write_offset2.wrapping_sub(data_offset) > data_size {
             return Ok(Attempt::Overrun);
         }

@@ -1,6 +1,8 @@
 //! The publisher: owns a key's socket and rings, admits subscribers on a background thread,
 //! and publishes frames (and, with `enable_packets`, packets).
 
+#[cfg(test)]
+mod ack_model;
 mod server;
 mod stale;
 pub mod subscribers;
@@ -17,6 +19,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::frames::ack_page::Counter;
 use crate::frames::layout::{
     SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
 };
@@ -39,6 +42,11 @@ pub struct PublisherOptions {
     pub allowed_gid: Option<u32>,
     /// A peer that has not finished its handshake by then is dropped.
     pub handshake_timeout: Duration,
+    /// Admit frame subscribers that do not know ACK pages (plain protocol v4 peers). They
+    /// ACK in the shared header, so the frame SHM must then be writable by the group: any
+    /// subscriber can forge ACKs, truncate the object and so hurt every other subscriber and
+    /// the publisher (`docs/protocol.md`, trust model). Off by default.
+    pub allow_legacy_subscribers: bool,
 }
 
 impl Default for PublisherOptions {
@@ -49,6 +57,7 @@ impl Default for PublisherOptions {
             allowed_uid: None,
             allowed_gid: None,
             handshake_timeout: Duration::from_secs(5),
+            allow_legacy_subscribers: false,
         }
     }
 }
@@ -158,7 +167,7 @@ impl Publisher {
         ensure_runtime_dir(&dir)?;
         let socket_path = paths::socket_path(&dir, &key)?;
         stale::recover(&key, &socket_path)?;
-        let listener = bind_socket(&dir, &socket_path, options.file_mode)?;
+        let listener = bind_socket(&socket_path, options.file_mode)?;
         let cleanup_socket = |e: Error| {
             let _ = std::fs::remove_file(&socket_path);
             e
@@ -206,7 +215,14 @@ impl Publisher {
                 "this publisher already has a frame ring",
             ));
         }
-        let ring = FrameWriter::create(&self.inner.key, &config, self.inner.options.file_mode)?;
+        let options = &self.inner.options;
+        // Subscribers with ACK pages only read the frame SHM; only plain v4 peers write it.
+        let mode = if options.allow_legacy_subscribers {
+            options.file_mode
+        } else {
+            crate::packet::writer::readers_read_only(options.file_mode)
+        };
+        let ring = FrameWriter::create(&self.inner.key, &config, mode)?;
         let shm_name = ring.shm_name.clone();
         if self.inner.frames.set(ring).is_err() {
             let _ = shm::unlink(&shm_name);
@@ -356,8 +372,17 @@ impl Publisher {
         table
             .iter()
             .map(|(bit, e)| {
-                let (last_seen, last_ack, delivered, overrun, torn, seq) = match ring {
-                    Some(r) => (
+                let (last_seen, last_ack, delivered, overrun, torn, seq) = match (ring, &e.ack_page)
+                {
+                    (Some(r), Some(page)) => (
+                        page.last_seen_seq(),
+                        page.last_ack_ns(),
+                        page.counter(Counter::Delivered),
+                        page.counter(Counter::DroppedOverrun),
+                        page.counter(Counter::DroppedTorn),
+                        r.published_seq(),
+                    ),
+                    (Some(r), None) => (
                         r.shm.sub_last_seen(bit).load(Ordering::Acquire),
                         r.shm.sub_last_ack_ns(bit).load(Ordering::Acquire) as i64,
                         r.shm
@@ -369,9 +394,9 @@ impl Publisher {
                         r.shm
                             .sub_counter(bit, SUB_DROPPED_TORN_OFFSET)
                             .load(Ordering::Relaxed),
-                        r.shm.global_seq().load(Ordering::Acquire),
+                        r.published_seq(),
                     ),
-                    None => (0, 0, 0, 0, 0, 0),
+                    (None, _) => (0, 0, 0, 0, 0, 0),
                 };
                 SubscriberInfo {
                     bit,
@@ -467,40 +492,82 @@ fn ensure_runtime_dir(dir: &std::path::Path) -> Result<()> {
 /// Bind the listening socket at `path` with `mode`, never changing a mode through a path that
 /// someone else could have redirected. The runtime directory is writable by the group, so a
 /// member could replace the socket by a symlink between `bind` and a `chmod` by path, and a
-/// root publisher would then chmod the symlink's target. Instead the socket is bound in a
-/// private directory of ours (0700: nobody else can enter it), given its mode there, and then
-/// linked into place; `link` never follows or replaces what is at the destination (a socket
-/// of a live publisher, or anything planted) and fails with ALREADY_EXISTS instead.
-fn bind_socket(dir: &std::path::Path, path: &std::path::Path, mode: u32) -> Result<UnixListener> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    let private = dir.join(format!(
-        ".cf{:x}{:x}",
-        std::process::id(),
-        crate::util::unique_suffix() & 0xFFFF_FFFF
-    ));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&private)
-        .map_err(|e| Error::new(ErrorCode::Io, format!("mkdir {}: {e}", private.display())))?;
-    let staged = private.join("s");
-    let bound = (|| {
-        let listener = UnixListener::bind(&staged)
-            .map_err(|e| Error::new(ErrorCode::Io, format!("bind {}: {e}", path.display())))?;
-        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| Error::new(ErrorCode::Io, format!("chmod {}: {e}", staged.display())))?;
-        std::fs::hard_link(&staged, path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                Error::new(
-                    ErrorCode::AlreadyExists,
-                    format!("{} is taken by another publisher", path.display()),
-                )
+/// root publisher would then chmod the symlink's target. Instead the socket gets its mode
+/// from `bind` itself: Linux creates the socket file with the socket's own inode mode (set
+/// with `fchmod` before `bind`) masked by the umask. The umask belongs to the whole process,
+/// and other threads (an application's) may be creating files, so the `bind` with umask 0
+/// runs in a forked child that only calls `umask`, `bind` and `_exit` (all async-signal-safe)
+/// on the same socket. The path is bound directly, so `/proc/net/unix` names it.
+fn bind_socket(path: &std::path::Path, mode: u32) -> Result<UnixListener> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, SockaddrLike, UnixAddr};
+    use std::os::fd::AsRawFd;
+    let io = |what: &str, e: nix::errno::Errno| {
+        Error::new(ErrorCode::Io, format!("{what} {}: {e}", path.display()))
+    };
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| io("socket for", e))?;
+    nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(mode & 0o777))
+        .map_err(|e| io("fchmod the socket for", e))?;
+    let addr = UnixAddr::new(path).map_err(|e| io("address", e))?;
+    // SAFETY: the child only calls async-signal-safe functions (umask, bind, _exit) on memory
+    // that was set up before the fork (`addr`) and exits without returning into Rust code, as
+    // required after fork in a multithreaded process.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: in the child; see above.
+        unsafe {
+            libc::umask(0);
+            let rc = libc::bind(fd.as_raw_fd(), addr.as_ptr().cast(), addr.len());
+            libc::_exit(if rc == 0 {
+                0
             } else {
-                Error::new(ErrorCode::Io, format!("link {}: {e}", path.display()))
-            }
-        })?;
-        Ok(listener)
-    })();
-    let _ = std::fs::remove_file(&staged);
-    let _ = std::fs::remove_dir(&private);
-    bound
+                *libc::__errno_location() & 0xFF
+            });
+        }
+    }
+    if child < 0 {
+        return Err(io("fork to bind", nix::errno::Errno::last()));
+    }
+    let status = loop {
+        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other.map_err(|e| io("wait for the bind of", e))?,
+        }
+    };
+    match status {
+        nix::sys::wait::WaitStatus::Exited(_, 0) => {}
+        nix::sys::wait::WaitStatus::Exited(_, code) if code == libc::EADDRINUSE => {
+            return Err(Error::new(
+                ErrorCode::AlreadyExists,
+                format!("{} is taken by another publisher", path.display()),
+            ))
+        }
+        nix::sys::wait::WaitStatus::Exited(_, code) => {
+            return Err(io("bind", nix::errno::Errno::from_raw(code)))
+        }
+        other => {
+            return Err(Error::new(
+                ErrorCode::Io,
+                format!(
+                    "bind {}: the binding child ended with {other:?}",
+                    path.display()
+                ),
+            ))
+        }
+    }
+    let cleanup = |e: Error| {
+        let _ = std::fs::remove_file(path);
+        e
+    };
+    nix::sys::socket::listen(
+        &fd,
+        nix::sys::socket::Backlog::new(128).unwrap_or(nix::sys::socket::Backlog::MAXCONN),
+    )
+    .map_err(|e| cleanup(io("listen on", e)))?;
+    Ok(UnixListener::from(fd))
 }

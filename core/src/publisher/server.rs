@@ -14,8 +14,15 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use super::subscribers::Entry;
 use super::Inner;
 use crate::error::{Error, ErrorCode, Result};
+use crate::frames::ack_page::{AckPage, Counter};
+use crate::frames::layout::{
+    SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
+};
 use crate::sock::{self, Inbox, Outbox, Pumped};
-use crate::tlv::{HelloReq, HelloResp, HelloRespPackets, Message, SubscribeResp, VmmFds};
+use crate::tlv::{
+    AckPageMsg, HelloReq, HelloResp, HelloRespPackets, Message, SubscribeResp, VmmFds,
+};
+use crate::wire::ack_page::ACK_PAGE_SIZE;
 use crate::wire::*;
 
 /// Connections that have not finished their handshake, at most (protects the fd table
@@ -71,8 +78,8 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
             .filter(|c| !c.phase.admitted())
             .map(|c| c.deadline.saturating_duration_since(Instant::now()))
             .min()
-            .unwrap_or(Duration::from_secs(1))
-            .min(Duration::from_secs(1));
+            .unwrap_or(STATS_MIRROR_PERIOD)
+            .min(STATS_MIRROR_PERIOD);
         let ready: Vec<bool> = {
             let mut fds = Vec::with_capacity(conns.len() + 2);
             fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
@@ -136,6 +143,7 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
             }
         }
         conns = keep;
+        mirror_page_stats(&inner);
         if ready[0] {
             accept_all(&inner, &listener, &mut conns, &mut next_id);
         }
@@ -306,6 +314,11 @@ fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> HelloResp {
     if want_frames && ring.is_none() {
         return refuse(ErrorCode::NotFound);
     }
+    if want_frames && !wants_ack_page(h) && !inner.options.allow_legacy_subscribers {
+        // A plain v4 frame subscriber ACKs in the shared header, which is read-only to
+        // subscribers unless the publisher allows legacy peers (docs/protocol.md, trust model).
+        return refuse(ErrorCode::Permission);
+    }
     let packets = inner.packets().as_ref().map(|w| HelloRespPackets {
         packet_shm_path: w.shm_name().to_owned(),
         codec_id: w.codec_id(),
@@ -326,8 +339,13 @@ fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> HelloResp {
         ownership_mode: OWNERSHIP_LIBRARY as u32,
         meta,
         shm_path,
+        publisher_flags: PUBLISHER_ACK_PAGES,
         packets,
     }
+}
+
+fn wants_ack_page(h: &HelloReq) -> bool {
+    h.subscribe_flags & SUBSCRIBE_ACK_PAGE != 0
 }
 
 /// Admit the subscriber: a bit, its SHM slot, SUBSCRIBE_RESP and VMM_FDS.
@@ -345,7 +363,18 @@ fn subscribe(inner: &Inner, c: &mut Conn, h: &HelloReq) -> Result<Option<usize>>
         c.outbox.push(&Message::SubscribeResp(resp), Vec::new())?;
         return Ok(None);
     };
-    let initial_seq = ring.map_or(0, |r| r.shm.global_seq().load(Ordering::SeqCst));
+    // From the writer's own record, not from the SHM (which a legacy peer could write).
+    let initial_seq = ring.map_or(0, |r| r.published_seq());
+    let ack_page = match ring {
+        Some(_) if want_frames && wants_ack_page(h) => match AckPage::create() {
+            Ok((page, fd)) => Some((Arc::new(page), fd)),
+            Err(e) => {
+                drop(table);
+                return Err(e);
+            }
+        },
+        _ => None,
+    };
     table.insert(
         bit,
         Entry {
@@ -356,8 +385,12 @@ fn subscribe(inner: &Inner, c: &mut Conn, h: &HelloReq) -> Result<Option<usize>>
             wants_frames: want_frames,
             wants_packets: want_packets,
             kicked: false,
+            ack_page: ack_page.as_ref().map(|(page, _)| page.clone()),
         },
     );
+    if let (Some(r), Some(_)) = (ring, &ack_page) {
+        r.page_readers.fetch_add(1, Ordering::SeqCst);
+    }
     if let Some(r) = ring {
         // The bit's previous owner has closed its socket, so no ACK of its is in flight any
         // more; one that landed in a later frame's bitmap must not count for the new owner.
@@ -388,7 +421,17 @@ fn subscribe(inner: &Inner, c: &mut Conn, h: &HelloReq) -> Result<Option<usize>>
                     vmm_granularity: r.slots.granularity(),
                     memory_kind: r.slots.kind() as u32,
                 });
-                outbox.push(&msg, fds)
+                outbox.push(&msg, fds)?;
+                match ack_page {
+                    Some((_, fd)) => outbox.push(
+                        &Message::AckPage(AckPageMsg {
+                            fd_count: 1,
+                            page_size: ACK_PAGE_SIZE as u32,
+                        }),
+                        vec![fd],
+                    ),
+                    None => Ok(()),
+                }
             }
             _ => Ok(()),
         });
@@ -412,12 +455,47 @@ fn release(inner: &Inner, c: &Conn) {
     }
 }
 
+/// How often ACK-page subscribers' counters are copied into the header for operators.
+const STATS_MIRROR_PERIOD: Duration = Duration::from_millis(250);
+
+/// Copy what ACK-page subscribers report about themselves (R23's last_seen_seq and
+/// last_ack_ns, the counters) into their subscriber slots of the header, where `cuframes stat`
+/// and other v4 tools read them. The publisher is the only writer of the header; a subscriber
+/// can only misreport itself.
+fn mirror_page_stats(inner: &Inner) {
+    let Some(ring) = inner.frames.get() else {
+        return;
+    };
+    let table = inner.table();
+    for (bit, e) in table.iter() {
+        let Some(page) = &e.ack_page else {
+            continue;
+        };
+        let shm = &ring.shm;
+        shm.sub_last_seen(bit)
+            .store(page.last_seen_seq(), Ordering::Release);
+        shm.sub_last_ack_ns(bit)
+            .store(page.last_ack_ns() as u64, Ordering::Release);
+        for (offset, counter) in [
+            (SUB_DELIVERED_OFFSET, Counter::Delivered),
+            (SUB_DROPPED_OVERRUN_OFFSET, Counter::DroppedOverrun),
+            (SUB_DROPPED_TORN_OFFSET, Counter::DroppedTorn),
+        ] {
+            shm.sub_counter(bit, offset)
+                .store(page.counter(counter), Ordering::Relaxed);
+        }
+    }
+}
+
 fn free_bit(inner: &Inner, bit: usize, conn_id: u64) {
     let mut table = inner.table();
     if table.get(bit).is_some_and(|e| e.conn_id == conn_id) {
-        table.remove(bit);
+        let entry = table.remove(bit);
         if let Some(r) = inner.frames.get() {
             r.shm.clear_subscriber(bit);
+            if entry.is_some_and(|e| e.ack_page.is_some()) {
+                r.page_readers.fetch_sub(1, Ordering::SeqCst);
+            }
         }
     }
 }

@@ -59,11 +59,11 @@ pub fn owner_pid(name: &str, magics: &[u32], pid_offset: usize) -> Result<Option
     if map.len() < pid_offset + 8 {
         return Ok(Some(0));
     }
-    let magic = map.atomic_u32(0).load(Ordering::Acquire);
+    let magic = map.load_u32(0, Ordering::Acquire);
     if !magics.contains(&magic) {
         return Ok(Some(0));
     }
-    Ok(Some(map.atomic_u64(pid_offset).load(Ordering::Acquire)))
+    Ok(Some(map.load_u64(pid_offset, Ordering::Acquire)))
 }
 
 fn recover_shm(name: &str, magics: &[u32], pid_offset: usize) -> Result<()> {

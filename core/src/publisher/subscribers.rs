@@ -10,6 +10,9 @@
 //!   its socket is closed (it revokes its ACKs before closing, or it is dead) can the bit go to
 //!   somebody else.
 
+use std::sync::Arc;
+
+use crate::frames::ack_page::AckPage;
 use crate::frames::RequiredAcks;
 use crate::wire::MAX_SUBSCRIBERS;
 
@@ -33,6 +36,9 @@ pub struct Entry {
     /// the server thread then sends ERROR(TIMEOUT); the bit stays quarantined (owed nothing,
     /// not free) until the connection closes.
     pub kicked: bool,
+    /// Where this subscriber ACKs: its own page (our extension), or, for a plain v4 peer
+    /// that the publisher admits, the header's bitmaps.
+    pub ack_page: Option<Arc<AckPage>>,
 }
 
 /// Bits 1..=31; index 0 is never used.
@@ -82,11 +88,12 @@ impl Table {
     /// subscribers that joined before it and were not already declared dead, with the
     /// connection that owns each bit now.
     pub fn required_acks(&self, seq: u64) -> RequiredAcks {
-        let mut required = RequiredAcks::NONE;
+        let mut required = RequiredAcks::default();
         for (b, e) in self.iter() {
             if e.wants_frames && !e.kicked && e.initial_seq < seq {
                 required.mask |= 1u64 << b;
                 required.owners[b] = e.conn_id;
+                required.pages[b] = e.ack_page.clone();
             }
         }
         required
@@ -121,6 +128,7 @@ mod tests {
             wants_frames: true,
             wants_packets: false,
             kicked: false,
+            ack_page: None,
         }
     }
 

@@ -70,34 +70,140 @@ impl Frame {
         }
     }
 
-    /// The whole frame as host bytes (host memory only).
+    /// The whole frame as bytes, for frames whose bytes the subscriber owns: COPY-mode host
+    /// frames. `None` for zero-copy frames (their bytes are the publisher's slot, which
+    /// another process may rewrite while a `&[u8]` over it would live; use [`Self::copy_to`],
+    /// [`Self::copy_plane_to`] or, under its contract, [`Self::bytes_unchecked`]) and for
+    /// device memory.
     pub fn bytes(&self) -> Option<&[u8]> {
         match &self.data {
             FrameData::Owned(v) => Some(v),
+            FrameData::Borrowed { .. } | FrameData::Device { .. } => None,
+        }
+    }
+
+    /// Plane `i` as bytes (from the plane's start to the end of its last row) and its pitch:
+    /// COPY-mode host frames only, as [`Self::bytes`].
+    pub fn plane(&self, i: usize) -> Option<(&[u8], usize)> {
+        self.plane_of(i, self.bytes()?)
+    }
+
+    fn plane_of<'a>(&self, i: usize, bytes: &'a [u8]) -> Option<(&'a [u8], usize)> {
+        let p = *self.layout.planes().get(i)?;
+        Some((bytes.get(p.offset..plane_end(&p)?)?, p.pitch))
+    }
+
+    /// The host address of the frame's first byte (its own buffer, or a zero-copy slot) and
+    /// how many bytes from there are mapped; `None` for device memory. (`layout` is a public
+    /// field a caller may replace: the copies bound themselves by this length, not by it.)
+    fn host_source(&self) -> Option<(*const u8, usize)> {
+        match &self.data {
+            FrameData::Owned(v) => Some((v.as_ptr(), v.len())),
             FrameData::Borrowed { ring, index, .. }
                 if ring.slots.kind() == MemoryKind::HostMemfd =>
             {
-                // SAFETY: the import maps at least frame_size bytes read-only for as long as
-                // `ring` lives, and this frame holds it.
-                Some(unsafe {
-                    std::slice::from_raw_parts(
-                        ring.slots.slot_address(*index) as *const u8,
-                        self.layout.frame_size,
-                    )
-                })
+                Some((
+                    ring.slots.slot_address(*index) as *const u8,
+                    ring.slots.mapped_size(),
+                ))
             }
             FrameData::Borrowed { .. } | FrameData::Device { .. } => None,
         }
     }
 
-    /// Plane `i` as host bytes: (bytes from the plane's start, pitch).
-    pub fn plane(&self, i: usize) -> Option<(&[u8], usize)> {
-        let p = *self.layout.planes().get(i)?;
-        let bytes = self.bytes()?;
-        Some((
-            &bytes[p.offset..p.offset + p.pitch * (p.rows - 1) + p.row_bytes],
-            p.pitch,
-        ))
+    fn not_host(&self) -> crate::Error {
+        crate::Error::invalid("the frame is in device memory: copy it with CUDA (address())")
+    }
+
+    /// Copy the whole frame (`layout.frame_size` bytes, planes at their offsets and pitches)
+    /// into `out`, which must be exactly that long. Host frames only (COPY or zero-copy);
+    /// `InvalidArg` for device memory or a wrong length.
+    ///
+    /// For a zero-copy frame the copy goes through raw pointers, no reference into the shared
+    /// slot is formed. It is a stable snapshot when nobody rewrites the slot meanwhile
+    /// (STRICT_WAIT, the frame held, this subscriber not given up on); under DROP_OLDEST with
+    /// `accept_zero_copy_overwrite` the publisher may be rewriting it and the copy may mix two
+    /// frames.
+    pub fn copy_to(&self, out: &mut [u8]) -> crate::Result<()> {
+        let (src, avail) = self.host_source().ok_or_else(|| self.not_host())?;
+        let size = self.layout.frame_size;
+        if out.len() != size {
+            return Err(crate::Error::invalid(format!(
+                "copy_to: the frame is {size} bytes, the buffer {}",
+                out.len()
+            )));
+        }
+        if size > avail {
+            return Err(crate::Error::invalid(format!(
+                "copy_to: layout.frame_size {size} exceeds the frame's {avail} bytes"
+            )));
+        }
+        // SAFETY: `src` is valid for reads of `avail` >= size bytes while this frame lives:
+        // its own Vec, or the slot of a host ring, which the import maps read-only
+        // (mapped_size bytes) for as long as `ring` lives, and this frame holds `ring`. `out`
+        // is a unique borrow of other memory, so the ranges do not overlap. Raw-pointer copy: a
+        // concurrent write by the publisher can tear the bytes copied, never invalidate a
+        // reference.
+        unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), size) };
+        Ok(())
+    }
+
+    /// Copy plane `i` into `out` densely: row `r` (its `row_bytes`, without the pitch padding)
+    /// goes to `out[r * row_bytes..]`; `out` must be exactly `row_bytes * rows` long. Host
+    /// frames only; the same caveat about rewrites as [`Self::copy_to`].
+    pub fn copy_plane_to(&self, i: usize, out: &mut [u8]) -> crate::Result<()> {
+        let p = *self
+            .layout
+            .planes()
+            .get(i)
+            .ok_or_else(|| crate::Error::invalid(format!("the frame has no plane {i}")))?;
+        let (src, avail) = self.host_source().ok_or_else(|| self.not_host())?;
+        if out.len() != p.row_bytes * p.rows || !plane_end(&p).is_some_and(|end| end <= avail) {
+            return Err(crate::Error::invalid(format!(
+                "copy_plane_to: plane {i} is {} rows of {} bytes, the buffer {} bytes",
+                p.rows,
+                p.row_bytes,
+                out.len()
+            )));
+        }
+        for (r, row) in out.chunks_exact_mut(p.row_bytes.max(1)).enumerate() {
+            let from = p.offset + r * p.pitch;
+            // SAFETY: r < rows, so from + row_bytes <= plane_end <= avail (checked above), and `src` is valid for reads of `avail` bytes as in
+            // `copy_to`; `row` is a unique borrow of other memory.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(from), row.as_mut_ptr(), row.len()) };
+        }
+        Ok(())
+    }
+
+    /// The whole frame as bytes, zero-copy host frames included (`None` for device memory).
+    ///
+    /// # Safety
+    /// For a zero-copy frame the slice is the publisher's slot. The caller guarantees that
+    /// nobody writes those bytes while the slice lives: the publisher runs STRICT_WAIT (it
+    /// rewrites a slot only once every subscriber ACKed it), this frame is held (not released
+    /// or dropped) for the whole life of the slice, and the publisher has not given up on this
+    /// subscriber (an ACK timeout or a kick lets it rewrite the slot). Under DROP_OLDEST with
+    /// `accept_zero_copy_overwrite` this cannot be guaranteed: use [`Self::copy_to`]. A COPY
+    /// frame's bytes are its own: for it this is [`Self::bytes`].
+    pub unsafe fn bytes_unchecked(&self) -> Option<&[u8]> {
+        let (src, avail) = self.host_source()?;
+        let size = self.layout.frame_size;
+        if size > avail {
+            return None;
+        }
+        // SAFETY: `src` is valid for reads of `avail` >= size bytes while `self` (holding the
+        // Vec or the ring mapping) lives, as in `copy_to`; the caller guarantees that nothing
+        // writes them while the returned borrow of `self` lives.
+        Some(unsafe { std::slice::from_raw_parts(src, size) })
+    }
+
+    /// Plane `i` as bytes and its pitch, zero-copy host frames included.
+    ///
+    /// # Safety
+    /// As for [`Self::bytes_unchecked`].
+    pub unsafe fn plane_unchecked(&self, i: usize) -> Option<(&[u8], usize)> {
+        // SAFETY: the caller upholds bytes_unchecked's contract, which is this function's.
+        self.plane_of(i, unsafe { self.bytes_unchecked() }?)
     }
 
     /// Release the frame: a zero-copy frame is ACKed now. (Dropping does the same.)
@@ -105,9 +211,22 @@ impl Frame {
         self.ack_now();
     }
 
+    /// ACK a zero-copy frame that is still held. For a CUDA ring the device's primary
+    /// context is synchronised first (`cuCtxSynchronize`, under a `ContextGuard`), so that no
+    /// work queued there still reads the slot when the publisher may rewrite it (R12). That
+    /// is a host wait for *all* work of the context (every stream of this process in it), and
+    /// it does not cover work in other contexts: such readers release with
+    /// [`Frame::release_after_stream`] instead.
     fn ack_now(&mut self) {
         if let FrameData::Borrowed { ring, index, acked } = &mut self.data {
             if !*acked {
+                if let Some(dev) = ring.slots.cuda_device() {
+                    if let Err(e) = dev.synchronize() {
+                        // A context in error runs no more work; ACK regardless, or the
+                        // publisher would wait on this frame forever (STRICT_WAIT).
+                        eprintln!("cuframes: releasing frame {}: {e}", self.seq);
+                    }
+                }
                 ring.ack(*index, self.seq);
                 *acked = true;
             }
@@ -115,6 +234,23 @@ impl Frame {
     }
 }
 
+/// One past the last byte of plane `p`'s last row, from the frame's start (`None` on
+/// overflow); its first row starts at `p.offset`.
+fn plane_end(p: &crate::format::Plane) -> Option<usize> {
+    match p.rows.checked_sub(1) {
+        None => Some(p.offset),
+        Some(last) => p
+            .offset
+            .checked_add(last.checked_mul(p.pitch)?)?
+            .checked_add(p.row_bytes),
+    }
+}
+
+/// Dropping a frame releases it. A zero-copy CUDA frame that was not released with
+/// [`Frame::release_after_stream`] is ACKed only once all work in the device's primary
+/// context has finished (`cuCtxSynchronize`): dropping it costs a host wait as long as the
+/// longest work queued in that context, and GPU work in other contexts is not waited for
+/// (release those frames with `release_after_stream` and the reading stream).
 impl Drop for Frame {
     fn drop(&mut self) {
         self.ack_now();
@@ -165,22 +301,32 @@ fn copy_out(
         }
         Some(c) => {
             let dev = ring.slots.cuda_device().expect("CUDA ring");
-            dev.make_current()?;
+            // The ring's context for the allocation and the copies, popped on return: the
+            // caller's current context is left as it was.
+            let _current = dev.push_current()?;
             let buf = match c.pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
                 Some(b) => b,
                 None => DeviceBuffer::new(dev, layout.frame_size)?,
             };
             for p in layout.planes() {
                 let off = p.offset as u64;
-                crate::cuda::copy_2d_async(
-                    buf.device_ptr() + off,
-                    p.pitch,
-                    src + off,
-                    p.pitch,
-                    p.row_bytes,
-                    p.rows,
-                    &c.stream,
-                )?;
+                // SAFETY: both regions are plane `p` of a frame_size layout: in `buf` (a
+                // device buffer of at least frame_size bytes, ours) and in slot k (a VMM
+                // mapping of at least mapped_size >= frame_size bytes, alive while `ring`
+                // is). The copy completes before either can go (synchronize below); the
+                // stream is our own. The publisher may be rewriting the slot meanwhile: the
+                // R10 re-check in `try_copy` throws such a copy away.
+                unsafe {
+                    crate::cuda::copy_2d_async(
+                        buf.device_ptr() + off,
+                        p.pitch,
+                        src + off,
+                        p.pitch,
+                        p.row_bytes,
+                        p.rows,
+                        &c.stream,
+                    )
+                }?;
             }
             c.stream.synchronize()?;
             Ok(FrameData::Device {
@@ -237,45 +383,78 @@ impl FrameSource {
 }
 
 impl Frame {
-    /// Release after the CUDA work queued on `stream` (a `CUstream`) has finished (R12): a
-    /// host function enqueued on the stream ACKs behind the last reader. Host frames, copies,
-    /// and a null stream release now.
+    /// Release after the CUDA work queued on `stream` (a `CUstream`) has finished (R12).
+    ///
+    /// - A zero-copy CUDA frame: a host function enqueued on `stream` ACKs it behind the last
+    ///   reader, and only ACKs: its reference to the ring goes to the subscriber's release
+    ///   thread ([`super::deferred`]), so that a ring whose subscriber was destroyed meanwhile
+    ///   is unmapped there, not inside the host function, where CUDA forbids driver calls.
+    ///   When the host function cannot be enqueued, the stream is synchronised here, in the
+    ///   caller's current context, then the frame is ACKed.
+    /// - A COPY CUDA frame: `stream` is synchronised before the buffer goes back to the pool
+    ///   (the next copy rewrites it).
+    /// - Null: the caller's reads have finished; the frame is released now, without a wait.
+    /// - Host frames are released now.
+    ///
+    /// `stream` is used in the calling thread's current context, which stays current (no
+    /// context is pushed nor set here); `CU_STREAM_LEGACY` is that context's legacy default
+    /// stream (what FFmpeg passes after `cuCtxPushCurrent(hwctx->cuda_ctx)`).
     ///
     /// # Safety
-    /// `stream` must be null or a live CUstream of the frame's device.
+    /// `stream` must be null, `CU_STREAM_LEGACY` / `CU_STREAM_PER_THREAD` with a context of the
+    /// frame's device current, or a live `CUstream` of a context of the frame's device. With
+    /// null, no GPU work may still read the frame.
     pub unsafe fn release_after_stream(mut self, stream: *mut std::ffi::c_void) {
-        if let FrameData::Borrowed { ring, index, acked } = &mut self.data {
-            if !*acked && !stream.is_null() && ring.slots.kind() == MemoryKind::CudaVmm {
-                let pending = Box::new(PendingAck {
+        let seq = self.seq;
+        match &mut self.data {
+            FrameData::Borrowed { ring, index, acked }
+                if !*acked && ring.slots.kind() == MemoryKind::CudaVmm =>
+            {
+                if stream.is_null() {
+                    // The caller's promise: nothing reads the frame any more.
+                    ring.ack(*index, seq);
+                    *acked = true;
+                    return;
+                }
+                let pending = PendingAck {
                     ring: ring.clone(),
                     index: *index,
-                    seq: self.seq,
-                });
-                let raw = Box::into_raw(pending);
-                // SAFETY: the caller hands us its live stream; on success the callback takes
-                // the box (once), on failure we take it back.
-                if unsafe { crate::cuda::launch_host_func(stream, ack_from_stream, raw.cast()) }
-                    .is_ok()
-                {
+                    seq,
+                };
+                // SAFETY: this function's contract: a live stream of the frame's device; `self`
+                // holds another reference to the ring.
+                if unsafe { pending.enqueue(stream) } {
                     *acked = true;
-                } else if let Some(dev) = {
-                    // SAFETY: not enqueued, so still ours.
-                    drop(unsafe { Box::from_raw(raw) });
-                    ring.slots.cuda_device()
-                } {
-                    // Could not enqueue: wait for the stream here, then ACK below.
-                    let _ = dev.make_current();
-                    let _ = crate::cuda::Stream::from_raw(stream).synchronize();
+                    return;
+                }
+                // Could not enqueue: wait here for the caller's stream, in the caller's context
+                // (not the ring's: CU_STREAM_LEGACY is the *current* context's legacy stream),
+                // then ACK.
+                // SAFETY: this function's contract: a live stream of the current context.
+                let caller = unsafe { crate::cuda::Stream::from_raw(stream) };
+                match caller.synchronize() {
+                    Ok(()) => {
+                        ring.ack(*index, seq);
+                        *acked = true;
+                    }
+                    // Still not ACKed: the drop below waits for the ring's context.
+                    Err(e) => eprintln!("cuframes: releasing frame {seq} after a stream: {e}"),
                 }
             }
-        }
-        if let FrameData::Device { .. } = &self.data {
-            // A COPY frame's buffer goes back to the pool (and is rewritten by the next copy)
-            // when dropped: the reads queued on the caller's stream must have finished first.
-            // The caller's context is current (as for any call with its stream).
-            if !stream.is_null() {
-                let _ = crate::cuda::Stream::from_raw(stream).synchronize();
+            FrameData::Device { buf, .. } if !stream.is_null() => {
+                // A COPY frame's buffer goes back to the pool (and is rewritten by the next
+                // copy) when dropped: the reads queued on the caller's stream must have
+                // finished first. The caller's context is current (as for any call with its
+                // stream); nothing is pushed.
+                // SAFETY: this function's contract: a live stream of the current context.
+                let caller = unsafe { crate::cuda::Stream::from_raw(stream) };
+                if let Err(e) = caller.synchronize() {
+                    // Not pooled: freeing the buffer (cuMemFree) waits for the device instead.
+                    eprintln!("cuframes: releasing frame {seq} after a stream: {e}");
+                    drop(buf.take());
+                }
             }
+            _ => {}
         }
         drop(self);
     }
@@ -288,12 +467,40 @@ struct PendingAck {
     seq: u64,
 }
 
-/// Runs on a driver thread once the stream's earlier work is complete: only atomics and a
-/// futex wake here, no CUDA calls (the driver forbids them in host functions).
+impl PendingAck {
+    /// Enqueues [`ack_from_stream`] with `self` on `stream`; false (and `self` dropped here,
+    /// on the caller's thread) when that fails or the release thread cannot be started.
+    ///
+    /// # Safety
+    /// `stream` is a live `CUstream` (or a special handle with a context current), and the
+    /// caller holds another reference to the ring (so that dropping `self` here on failure is
+    /// never the last).
+    unsafe fn enqueue(self, stream: *mut std::ffi::c_void) -> bool {
+        // The release thread must run before the callback can hand the ring to it.
+        if super::deferred::start().is_err() {
+            return false;
+        }
+        let raw = Box::into_raw(Box::new(self));
+        // SAFETY: a live stream (the contract); on success the callback takes the box, once.
+        match unsafe { crate::cuda::launch_host_func(stream, ack_from_stream, raw.cast()) } {
+            Ok(()) => true,
+            Err(_) => {
+                // SAFETY: never enqueued, so still ours, and taken back once.
+                drop(unsafe { Box::from_raw(raw) });
+                false
+            }
+        }
+    }
+}
+
+/// Runs on a driver thread once the stream's earlier work is complete. No CUDA call may run
+/// here, directly or through a `Drop` (the driver refuses them in host functions): it ACKs
+/// (atomics and a futex wake) and hands its reference to the ring to the release thread,
+/// which may hold the last one (the subscriber destroyed meanwhile) and then unmaps the ring
+/// there.
 extern "C" fn ack_from_stream(data: *mut std::ffi::c_void) {
     // SAFETY: `data` is the Box<PendingAck> leaked by release_after_stream, passed once.
-    let pending = unsafe { Box::from_raw(data.cast::<PendingAck>()) };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        pending.ring.ack(pending.index, pending.seq)
-    }));
+    let PendingAck { ring, index, seq } = *unsafe { Box::from_raw(data.cast::<PendingAck>()) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ring.ack(index, seq)));
+    super::deferred::drop_later(ring);
 }

@@ -19,6 +19,8 @@ pub struct Established {
     pub subscribed: SubscribeResp,
     /// Present when frames were asked for: the layout, the VMM_FDS message and its fds.
     pub frames: Option<(FrameLayout, VmmFds, Vec<OwnedFd>)>,
+    /// Our ACK page, when we asked for one and the publisher offers them.
+    pub ack_page: Option<OwnedFd>,
 }
 
 /// Connect to `socket_path` and run the handshake before `deadline`.
@@ -133,11 +135,29 @@ pub fn run(
             Some((layout, v, fds))
         }
     };
+    let ack_page = if frames.is_some()
+        && hello.subscribe_flags & SUBSCRIBE_ACK_PAGE != 0
+        && resp.publisher_flags & PUBLISHER_ACK_PAGES != 0
+    {
+        match expect(fd, deadline, "ACK_PAGE")? {
+            (Message::AckPage(_), mut fds) if fds.len() == 1 => fds.pop(),
+            (Message::AckPage(_), fds) => {
+                return Err(Error::protocol(format!(
+                    "ACK_PAGE carries {} descriptors, not 1",
+                    fds.len()
+                )))
+            }
+            (other, _) => return Err(unexpected(&other, "ACK_PAGE")),
+        }
+    } else {
+        None
+    };
     Ok(Established {
         stream,
         hello: resp,
         subscribed,
         frames,
+        ack_page,
     })
 }
 
@@ -184,7 +204,10 @@ fn refused(result: i32, step: &str) -> Error {
     let detail = match code {
         ErrorCode::NotFound => "the publisher has no ring of the kind requested",
         ErrorCode::TooMany => "the publisher already serves 31 subscribers",
-        ErrorCode::Permission => "the publisher does not accept this user or group",
+        ErrorCode::Permission => {
+            "the publisher does not accept this user or group (or, for frames, a subscriber \
+             without ACK pages: see allow_legacy_subscribers)"
+        }
         ErrorCode::Protocol => "protocol version mismatch",
         _ => code.description(),
     };

@@ -1,6 +1,7 @@
 //! The subscriber: connects to a publisher, imports its slots once, and reads frames (and,
 //! with packets enabled, packets) without copies where the mode allows.
 
+pub mod deferred;
 mod frames;
 mod handshake;
 
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
+use crate::frames::ack_page::AckPage;
 use crate::frames::layout::FrameShm;
 use crate::frames::reader::{FrameReader, RingView};
 use crate::memory::host::HostImport;
@@ -87,7 +89,8 @@ impl Subscriber {
         let socket_path = paths::socket_path(&dir, &key)?;
         let mut flags = 0;
         if options.want_frames {
-            flags |= SUBSCRIBE_WANTS_FRAMES;
+            // ACK pages (extension): our ACKs never touch the shared header.
+            flags |= SUBSCRIBE_WANTS_FRAMES | SUBSCRIBE_ACK_PAGE;
         }
         if options.want_packets {
             flags |= SUBSCRIBE_WANTS_PACKETS;
@@ -107,7 +110,11 @@ impl Subscriber {
             Some((layout, vmm, fds)) => {
                 // Map and check the SHM first: it is cheap, and once mapped it stays valid even
                 // if the publisher goes away while the (slow) device imports run.
-                let (shm_fd, map) = crate::shm::open(&key.frame_shm_name(), FRAME_SHM_SIZE, true)?;
+                let page = est.ack_page.map(AckPage::import).transpose()?;
+                // With an ACK page the header is only read; a plain v4 publisher needs our
+                // ACKs in it.
+                let (shm_fd, map) =
+                    crate::shm::open(&key.frame_shm_name(), FRAME_SHM_SIZE, page.is_none())?;
                 let shm = FrameShm::new(map)?;
                 shm.validate(est.hello.ring_size as usize, &est.hello.meta)?;
                 let slots: Box<dyn SlotImport> = match MemoryKind::from_u32(vmm.memory_kind) {
@@ -141,6 +148,7 @@ impl Subscriber {
                     bit,
                     policy,
                     est.hello.ring_size as usize,
+                    page,
                 ));
                 let cuda = match ring.slots.cuda_device() {
                     Some(dev) if !zero_copy => Some(frames::CudaReader {
@@ -289,14 +297,18 @@ impl Subscriber {
                 }
                 None => WAIT_SLICE,
             };
-            let shm = &source.ring.shm;
-            let word = shm.global_seq_word();
-            shm.waiters().fetch_add(1, Ordering::SeqCst);
+            let ring = &source.ring;
+            let word = ring.shm.global_seq_word();
+            if ring.counts_waiters() {
+                ring.shm.waiters().fetch_add(1, Ordering::SeqCst);
+            }
             let seen = word.load(Ordering::SeqCst);
             if seen as u64 == source.reader.last_seq & 0xFFFF_FFFF {
                 crate::futex::wait(word, seen, Some(left.min(WAIT_SLICE)));
             }
-            shm.waiters().fetch_sub(1, Ordering::SeqCst);
+            if ring.counts_waiters() {
+                ring.shm.waiters().fetch_sub(1, Ordering::SeqCst);
+            }
         }
     }
 

@@ -88,6 +88,7 @@ fn hello_resp(shm_path: &str, packets: Option<HelloRespPackets>) -> HelloResp {
         ownership_mode: 0,
         meta: sample_meta(),
         shm_path: shm_path.to_owned(),
+        publisher_flags: 0,
         packets,
     }
 }
@@ -209,10 +210,20 @@ fn hello_resp_ok() -> impl Strategy<Value = HelloResp> {
         any::<u32>(),
         frame_meta(),
         shm_path(),
+        any::<u32>(),
         prop::option::of(packets_tail()),
     )
         .prop_map(
-            |(result, proto_version, ring_size, ownership_mode, meta, shm_path, packets)| {
+            |(
+                result,
+                proto_version,
+                ring_size,
+                ownership_mode,
+                meta,
+                shm_path,
+                publisher_flags,
+                packets,
+            )| {
                 HelloResp {
                     result,
                     proto_version,
@@ -220,6 +231,7 @@ fn hello_resp_ok() -> impl Strategy<Value = HelloResp> {
                     ownership_mode,
                     meta,
                     shm_path,
+                    publisher_flags,
                     packets,
                 }
             },
@@ -268,6 +280,10 @@ fn message() -> impl Strategy<Value = Message> {
         (i32::MIN..0).prop_map(|r| Message::HelloResp(HelloResp::failure(r))),
         any::<u32>().prop_map(|proto_version| Message::SubscribeReq { proto_version }),
         subscribe_resp().prop_map(Message::SubscribeResp),
+        Just(Message::AckPage(AckPageMsg {
+            fd_count: 1,
+            page_size: crate::wire::ack_page::ACK_PAGE_SIZE as u32,
+        })),
         (1..=MAX_FDS as u32, 1..=u64::MAX, any::<u64>(), any::<u32>()).prop_map(
             |(fd_count, frame_size_bytes, vmm_granularity, memory_kind)| {
                 Message::VmmFds(VmmFds {
@@ -332,6 +348,7 @@ fn any_message() -> impl Strategy<Value = Message> {
                     ownership_mode: 0,
                     meta,
                     shm_path,
+                    publisher_flags: 0,
                     packets: p.map(|(path, codec_id, seq)| HelloRespPackets {
                         packet_shm_path: path,
                         codec_id,
@@ -570,12 +587,14 @@ proptest! {
             }
             Message::HelloResp(r) if r.result < 0 => (h + 4..h + 16).collect(),
             Message::HelloResp(r) => {
-                let at = h + 16 + 64 + 4 + r.shm_path.len();
-                (at..at + 12).collect()
+                // The first 4 of the 12 reserved bytes carry publisher_flags (extension).
+                let at = h + 16 + 64 + 4 + r.shm_path.len() + 4;
+                (at..at + 8).collect()
             }
             Message::SubscribeReq { .. } => (h + 4..h + 16).collect(),
             Message::SubscribeResp(_) => (h + 16..h + 28).collect(),
             Message::VmmFds(_) => (h + 24..h + 32).collect(),
+            Message::AckPage(_) => (h + 8..h + 16).collect(),
             Message::Shutdown { .. } => (h + 4..h + 16).collect(),
             Message::Error { message, .. } => {
                 let at = h + 8 + message.len();

@@ -7,6 +7,7 @@
 //! alignment 1. The protocol is little-endian only (§0), so big-endian targets are refused
 //! at compile time instead.
 
+pub mod ack_page;
 pub mod frame;
 pub mod packet;
 
@@ -189,6 +190,13 @@ pub const OWNERSHIP_LIBRARY: u64 = 0;
 /// HELLO_REQ subscribe flags (§10.9, R3).
 pub const SUBSCRIBE_WANTS_FRAMES: u32 = 1 << 0;
 pub const SUBSCRIBE_WANTS_PACKETS: u32 = 1 << 1;
+/// Extension (negotiated, `docs/protocol.md` "ACK pages"): this subscriber ACKs through a page
+/// of its own and maps the frame SHM read-only.
+pub const SUBSCRIBE_ACK_PAGE: u32 = 1 << 2;
+
+/// HELLO_RESP `publisher_flags` (extension, the first 4 of the 12 reserved bytes after
+/// `shm_path`): the publisher hands each frame subscriber that asks an ACK page.
+pub const PUBLISHER_ACK_PAGES: u32 = 1 << 0;
 
 /// Packet flags (§10.5).
 pub const PACKET_FLAG_KEY: u32 = 1 << 0;

@@ -58,17 +58,16 @@ pub fn fill_pattern(seq: u64, buf: &mut [u8]) {
 }
 
 /// Check that every byte of every plane's rows matches the pattern of `seq` (the pattern
-/// is laid out over the dense planes the publisher was given).
+/// is laid out over the dense planes the publisher was given). Host frames, COPY or
+/// zero-copy: each plane is copied out (a zero-copy slot may be rewritten under DROP_OLDEST,
+/// so no slice of it is formed).
 pub fn verify_frame(frame: &cuframes_core::subscriber::Frame, dense: &[Vec<u8>]) -> bool {
+    let mut rows = Vec::new();
     for (i, plane) in dense.iter().enumerate() {
-        let (bytes, pitch) = frame.plane(i).unwrap();
-        let p = frame.layout.planes()[i];
-        for row in 0..p.rows {
-            if bytes[row * pitch..row * pitch + p.row_bytes]
-                != plane[row * p.row_bytes..(row + 1) * p.row_bytes]
-            {
-                return false;
-            }
+        rows.resize(plane.len(), 0);
+        frame.copy_plane_to(i, &mut rows).unwrap();
+        if rows != *plane {
+            return false;
         }
     }
     true

@@ -407,6 +407,23 @@ static void constants(struct ctx *c)
     /* §10.9 / R3 */
     CHECK_U(CUFRAMES_SUBSCRIBE_WANTS_FRAMES, 1u << 0);
     CHECK_U(CUFRAMES_SUBSCRIBE_WANTS_PACKETS, 1u << 1);
+    CHECK_U(CUFRAMES_SUBSCRIBE_ACK_PAGE, 1u << 2);
+    CHECK_U(CUFRAMES_PUBLISHER_ACK_PAGES, 1u << 0);
+    CHECK_U(CUFRAMES_MSG_ACK_PAGE, 0x06);
+    /* ACK page (extension, docs/protocol.md "ACK pages"). */
+    CHECK_U(sizeof(cuframes_ack_page_t), CUFRAMES_ACK_PAGE_SIZE);
+    CHECK_U(CUFRAMES_ACK_PAGE_SIZE, 4096);
+    CHECK_U(CUFRAMES_ACK_PAGE_MAGIC, 0xCC7C1DACu);
+    CHECK_U(offsetof(cuframes_ack_page_t, magic), 0x00);
+    CHECK_U(offsetof(cuframes_ack_page_t, version), 0x04);
+    CHECK_U(offsetof(cuframes_ack_page_t, ack_count), 0x08);
+    CHECK_U(offsetof(cuframes_ack_page_t, acked_seq), 0x10);
+    CHECK_U(offsetof(cuframes_ack_page_t, last_seen_seq), 0x90);
+    CHECK_U(offsetof(cuframes_ack_page_t, last_ack_ns), 0x98);
+    CHECK_U(offsetof(cuframes_ack_page_t, delivered), 0xA0);
+    CHECK_U(offsetof(cuframes_ack_page_t, dropped_overrun), 0xA8);
+    CHECK_U(offsetof(cuframes_ack_page_t, dropped_torn), 0xB0);
+    CHECK_U(offsetof(cuframes_ack_page_t, reserved_b), 0xB8);
 
     /* §10.5 */
     CHECK_U(CUFRAMES_PACKET_FLAG_KEY, 1u << 0);

@@ -45,7 +45,8 @@ fn publisher_structs() {
             file_mode,
             allowed_uid,
             allowed_gid,
-            handshake_timeout_ms
+            handshake_timeout_ms,
+            allow_legacy_subscribers
         }
     );
     same_layout!(

@@ -7,6 +7,7 @@ use std::mem::{align_of, offset_of, size_of};
 
 use cuframes_conformance::c;
 use cuframes_core::tlv::msg_type;
+use cuframes_core::wire::ack_page::AckPage;
 use cuframes_core::wire::frame::{self, FrameMeta, SharedHeader, SlotDescriptor, SubscriberSlot};
 use cuframes_core::wire::packet::{self, PacketRingHeader, PacketSlotEntry};
 use cuframes_core::wire::{
@@ -152,6 +153,22 @@ fn structs_match_field_by_field() {
             last_ack_ns,
             consumer_name,
             reserved,
+        }
+    ));
+    errors.extend(compare_struct!(
+        c::cuframes_ack_page_t,
+        AckPage {
+            magic,
+            version,
+            ack_count,
+            reserved_a,
+            acked_seq,
+            last_seen_seq,
+            last_ack_ns,
+            delivered,
+            dropped_overrun,
+            dropped_torn,
+            reserved_b,
         }
     ));
     errors.extend(compare_struct!(
@@ -427,6 +444,12 @@ fn constants_match() {
         CUFRAMES_OWNERSHIP_LIBRARY => wire::OWNERSHIP_LIBRARY,
         CUFRAMES_SUBSCRIBE_WANTS_FRAMES => wire::SUBSCRIBE_WANTS_FRAMES,
         CUFRAMES_SUBSCRIBE_WANTS_PACKETS => wire::SUBSCRIBE_WANTS_PACKETS,
+        CUFRAMES_SUBSCRIBE_ACK_PAGE => wire::SUBSCRIBE_ACK_PAGE,
+        CUFRAMES_PUBLISHER_ACK_PAGES => wire::PUBLISHER_ACK_PAGES,
+        CUFRAMES_ACK_PAGE_MAGIC => wire::ack_page::ACK_PAGE_MAGIC,
+        CUFRAMES_ACK_PAGE_VERSION => wire::ack_page::ACK_PAGE_VERSION,
+        CUFRAMES_ACK_PAGE_SIZE => wire::ack_page::ACK_PAGE_SIZE,
+        CUFRAMES_MSG_ACK_PAGE => cuframes_core::tlv::msg_type::ACK_PAGE,
         CUFRAMES_PACKET_FLAG_KEY => wire::PACKET_FLAG_KEY,
         CUFRAMES_PACKET_FLAG_CORRUPT => wire::PACKET_FLAG_CORRUPT,
         CUFRAMES_PACKET_FLAG_DISCONTINUITY => wire::PACKET_FLAG_DISCONTINUITY,
