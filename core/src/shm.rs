@@ -371,7 +371,11 @@ pub fn open(name: &str, min_len: usize, writable: bool) -> Result<(OwnedFd, Mapp
         OFlag::O_RDWR
     } else {
         OFlag::O_RDONLY
-    } | OFlag::O_CLOEXEC;
+    } | OFlag::O_CLOEXEC
+        // Whoever can create files in /dev/shm can put a FIFO (an open that never returns)
+        // or a symlink at our names: never wait in open, never follow a link.
+        | OFlag::O_NONBLOCK
+        | OFlag::O_NOFOLLOW;
     let fd = shm_open(path.as_c_str(), flags, Mode::empty()).map_err(|e| {
         if e == Errno::EACCES {
             Error::new(
@@ -386,6 +390,12 @@ pub fn open(name: &str, min_len: usize, writable: bool) -> Result<(OwnedFd, Mapp
         }
     })?;
     let st = fstat(fd.as_fd()).map_err(|e| Error::os(format!("fstat /dev/shm/{name}"), e))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(Error::protocol(format!(
+            "/dev/shm/{name} is not a regular file (mode 0{:o}): not a cuframes object",
+            st.st_mode
+        )));
+    }
     let len = usize::try_from(st.st_size).unwrap_or(0);
     if len < min_len {
         return Err(Error::protocol(format!(
@@ -430,6 +440,34 @@ pub fn page_size() -> usize {
         v as usize
     } else {
         4096
+    }
+}
+
+#[cfg(test)]
+mod open_tests {
+    use super::*;
+
+    /// Finding (trust boundary): a FIFO at /dev/shm/cuframes-K hung every open of it forever
+    /// (the publisher of K, immune to SIGTERM, and the operator tool).
+    #[test]
+    fn a_fifo_or_symlink_at_our_name_is_refused_without_waiting() {
+        let name = format!("cuframes-fifo-test-{}", std::process::id());
+        let path = format!("/dev/shm/{name}");
+        nix::unistd::mkfifo(path.as_str(), Mode::from_bits_truncate(0o600)).unwrap();
+        let t = std::time::Instant::now();
+        let e = open(&name, 0, false).err().expect("a FIFO was opened");
+        let _ = std::fs::remove_file(&path);
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        assert!(
+            e.message().contains("not a regular file"),
+            "{}",
+            e.message()
+        );
+
+        std::os::unix::fs::symlink("/etc/hostname", &path).unwrap();
+        let e = open(&name, 0, false).err().expect("a symlink was followed");
+        let _ = std::fs::remove_file(&path);
+        assert!(e.message().contains(&name), "{}", e.message());
     }
 }
 
