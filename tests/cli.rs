@@ -367,6 +367,9 @@ fn ls_and_stat_show_a_live_publisher() {
         .unwrap();
     }
 
+    // Subscribers report through their ACK pages; the publisher copies the counters into the
+    // header for operators every 250 ms.
+    std::thread::sleep(Duration::from_millis(600));
     // While nothing is published: exact numbers.
     let o = run(&env, &["stat", &env.key, "--interval", "0"]);
     let (out, err) = text(&o);

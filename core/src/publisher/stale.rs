@@ -49,32 +49,161 @@ pub fn recover(key: &Key, socket_path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The producer pid of an SHM object of ours, if it has one of `magics`.
-pub fn owner_pid(name: &str, magics: &[u32], pid_offset: usize) -> Result<Option<u64>> {
-    let (_fd, map) = match shm::open(name, 0, false) {
-        Ok(x) => x,
-        Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+/// What is at a key's SHM name, as far as recovery is concerned.
+#[derive(Debug, PartialEq, Eq)]
+enum Leftover {
+    Nothing,
+    /// Ours (our uid, one of our magics, or truncated below a header by a crash mid-create)
+    /// and its producer is gone: safe to remove.
+    Dead,
+    /// Its producer, a process of the object's owner, is alive.
+    Alive(u64),
+}
+
+/// Judge `/dev/shm/<name>` without trusting anything another user could have put there: a
+/// non-regular file, an object of another uid, or one with a magic that is not ours is left
+/// alone with a clear error (only what is provably ours and dead is ever removed).
+fn judge(name: &str, magics: &[u32], pid_offset: usize) -> Result<Leftover> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let path = format!("/dev/shm/{name}");
+    let meta = match std::fs::symlink_metadata(&path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Leftover::Nothing),
+        Err(e) => return Err(Error::new(ErrorCode::Io, format!("lstat {path}: {e}"))),
     };
-    if map.len() < pid_offset + 8 {
-        return Ok(Some(0));
+    let keep = |why: String| {
+        Err(Error::new(
+            ErrorCode::AlreadyExists,
+            format!("{path} {why}; it was not removed (remove it by hand if it is stale)"),
+        ))
+    };
+    if !meta.file_type().is_file() {
+        let kind = if meta.file_type().is_symlink() {
+            "a symlink"
+        } else if meta.file_type().is_fifo() {
+            "a FIFO"
+        } else {
+            "not a regular file"
+        };
+        return keep(format!("is {kind}"));
     }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return keep(format!(
+            "belongs to uid {}, not to this publisher's uid {me}",
+            meta.uid()
+        ));
+    }
+    if (meta.len() as usize) < pid_offset + 8 {
+        // Ours, but shorter than a header: a predecessor died while creating it.
+        return Ok(Leftover::Dead);
+    }
+    let (_fd, map) = shm::open(name, pid_offset + 8, false)?;
     let magic = map.load_u32(0, Ordering::Acquire);
     if !magics.contains(&magic) {
-        return Ok(Some(0));
+        return keep(format!(
+            "has magic 0x{magic:08X}, which is not a cuframes ring of this kind"
+        ));
     }
-    Ok(Some(map.load_u64(pid_offset, Ordering::Acquire)))
+    let pid = map.load_u64(pid_offset, Ordering::Acquire);
+    // A live pid only counts if it is a process of the object's owner: pids are reused.
+    if pid != 0 && is_alive(pid) && process_uid(pid) == Some(me) {
+        return Ok(Leftover::Alive(pid));
+    }
+    Ok(Leftover::Dead)
+}
+
+/// The real uid of process `pid`, from /proc.
+fn process_uid(pid: u64) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| m.uid())
 }
 
 fn recover_shm(name: &str, magics: &[u32], pid_offset: usize) -> Result<()> {
-    match owner_pid(name, magics, pid_offset) {
-        Ok(None) => Ok(()),
-        Ok(Some(pid)) if pid != 0 && is_alive(pid) => Err(Error::new(
+    match judge(name, magics, pid_offset)? {
+        Leftover::Nothing => Ok(()),
+        Leftover::Alive(pid) => Err(Error::new(
             ErrorCode::AlreadyExists,
             format!("/dev/shm/{name} belongs to live process {pid}"),
         )),
-        Ok(Some(_)) => shm::unlink(name),
-        // Unreadable (a header we cannot parse, or not ours to open): leave it for the operator.
-        Err(e) => Err(e),
+        Leftover::Dead => shm::unlink(name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(tag: &str) -> String {
+        format!("cuframes-stale-{tag}-{}", std::process::id())
+    }
+
+    /// Finding: a truncated leftover made the key impossible to re-create ("cannot map 0
+    /// bytes"); it is ours and dead, so it goes.
+    #[test]
+    fn a_truncated_leftover_of_ours_is_dead() {
+        let n = name("trunc");
+        let (_fd, _map) = shm::create(&n, 4096, 0o600).unwrap();
+        nix::unistd::truncate(format!("/dev/shm/{n}").as_str(), 0).unwrap();
+        assert_eq!(judge(&n, &[FRAME_MAGIC], 0x18).unwrap(), Leftover::Dead);
+        recover_shm(&n, &[FRAME_MAGIC], 0x18).unwrap();
+        assert!(!std::path::Path::new(&format!("/dev/shm/{n}")).exists());
+    }
+
+    /// Finding: recovery unlinked an object whose magic it did not expect (key `K-packets`
+    /// replaced key K's packet ring); an unknown magic is kept now.
+    #[test]
+    fn an_object_with_a_foreign_magic_is_kept() {
+        let n = name("magic");
+        let (_fd, map) = shm::create(&n, 4096, 0o600).unwrap();
+        map.atomic_u32(0).store(0x1234_5678, Ordering::Release);
+        let e = recover_shm(&n, &[FRAME_MAGIC], 0x18).err().unwrap();
+        assert!(std::path::Path::new(&format!("/dev/shm/{n}")).exists());
+        shm::unlink(&n).unwrap();
+        assert!(e.message().contains("magic"), "{}", e.message());
+    }
+
+    /// Finding: a symlink at the name made create fail with ELOOP and was never explained; a
+    /// FIFO hung it. Both are kept with a clear error, at once.
+    #[test]
+    fn links_and_fifos_are_kept_with_a_clear_error() {
+        let n = name("link");
+        let path = format!("/dev/shm/{n}");
+        std::os::unix::fs::symlink("/etc/hostname", &path).unwrap();
+        let e = recover_shm(&n, &[FRAME_MAGIC], 0x18).err().unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(e.message().contains("symlink"), "{}", e.message());
+        nix::unistd::mkfifo(
+            path.as_str(),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let e = recover_shm(&n, &[FRAME_MAGIC], 0x18).err().unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(e.message().contains("FIFO"), "{}", e.message());
+    }
+
+    /// Finding: an object of another uid with the right magic and producer_pid 1 blocked the
+    /// key (ALREADY_EXISTS "live process 1"); it is another user's, so it is kept, and the
+    /// error says whose it is.
+    #[test]
+    fn an_object_of_another_uid_is_never_touched() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED (needs root to create an object owned by another uid)");
+            return;
+        }
+        let n = name("foreign");
+        let (fd, map) = shm::create(&n, 4096, 0o644).unwrap();
+        map.atomic_u32(0).store(FRAME_MAGIC, Ordering::Release);
+        map.atomic_u64(0x18).store(1, Ordering::Release);
+        nix::unistd::fchown(&fd, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let e = recover_shm(&n, &[FRAME_MAGIC], 0x18).err().unwrap();
+        assert!(std::path::Path::new(&format!("/dev/shm/{n}")).exists());
+        shm::unlink(&n).unwrap();
+        assert!(e.message().contains("uid 65534"), "{}", e.message());
     }
 }
