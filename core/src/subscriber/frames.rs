@@ -291,7 +291,16 @@ fn copy_out(
     let src = ring.slots.slot_address(k);
     match cuda {
         None => {
-            let mut buf = vec![0u8; layout.frame_size];
+            // Fallible: the size comes from the publisher (bounded by the layout checks, but
+            // still up to ~1.1 GiB); running out of memory is an error, not an abort.
+            let mut buf = Vec::new();
+            buf.try_reserve_exact(layout.frame_size).map_err(|_| {
+                crate::Error::new(
+                    crate::ErrorCode::NoMemory,
+                    format!("cannot allocate a {}-byte frame copy", layout.frame_size),
+                )
+            })?;
+            buf.resize(layout.frame_size, 0);
             // SAFETY: the import maps at least mapped_size >= frame_size bytes of slot k
             // for as long as `ring` lives. The publisher may be rewriting them: the
             // copy goes through raw pointers (no reference to shared bytes is formed) and
