@@ -488,6 +488,48 @@ fn plain_v4_frame_subscribers_are_refused_unless_allowed() {
     }
 }
 
+/// Found by the model check: an error on an admitted plain v4 subscriber (here a message
+/// out of place) freed its bit at once, while the peer could still ACK with it in the
+/// header; the next subscriber got that bit. Now the bit is given up on like a kick and stays
+/// taken until the peer's socket closes.
+#[test]
+fn an_erring_legacy_subscriber_keeps_its_bit_until_it_closes() {
+    let env = TestEnv::new("errq");
+    let opts = cuframes_core::publisher::PublisherOptions {
+        allow_legacy_subscribers: true, // the raw client below is a plain v4 peer
+        ..env.publisher_options()
+    };
+    let p = Publisher::create(&env.key, opts).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
+        .unwrap();
+    let mut c = raw_client(&env);
+    c.write_all(&hello(PROTOCOL_VERSION)).unwrap();
+    assert!(matches!(raw_recv(&mut c), Some(Message::HelloResp(r)) if r.result == 0));
+    c.write_all(&tlv::encode(&Message::SubscribeReq { proto_version: 4 }).unwrap())
+        .unwrap();
+    let bit = match raw_recv(&mut c) {
+        Some(Message::SubscribeResp(r)) if r.result == 0 => r.assigned_bit as usize,
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(raw_recv(&mut c), Some(Message::VmmFds(_))));
+    // A second HELLO after SUBSCRIBE is a protocol error.
+    c.write_all(&hello(PROTOCOL_VERSION)).unwrap();
+    assert!(matches!(raw_recv(&mut c), Some(Message::Error { .. })));
+    let s = Subscriber::connect(&env.key, &env.subscriber_options("next")).unwrap();
+    assert_ne!(
+        s.bit(),
+        bit,
+        "the erring peer's bit was handed on while its socket is open"
+    );
+    assert_eq!(p.subscriber_count(), 2);
+    drop(c);
+    wait_until(
+        "the erring peer's bit to be freed",
+        Duration::from_secs(2),
+        || p.subscriber_count() == 1,
+    );
+}
+
 #[test]
 fn a_subscriber_that_never_acks_is_declared_dead() {
     let env = TestEnv::new("noack");

@@ -138,7 +138,11 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
                         Vec::new(),
                     );
                     let _ = c.outbox.flush(c.stream.as_fd());
-                    release(&inner, &c);
+                    if give_up_on(&inner, &mut c) {
+                        keep.push(c);
+                    } else {
+                        release(&inner, &c);
+                    }
                 }
             }
         }
@@ -453,6 +457,33 @@ fn release(inner: &Inner, c: &Conn) {
     for bit in bits {
         free_bit(inner, bit, c.id);
     }
+}
+
+/// After an error on an admitted subscriber that ACKs in the header's bitmaps (a plain v4
+/// peer): its bit is given up on like a kick (owed nothing, quarantined until the socket
+/// closes) rather than freed at once, because the peer may still be ACKing with it and would
+/// then ACK for the bit's next owner (found by the model check, `ack_model`). True when the
+/// connection is kept. ACK-page subscribers are released at once: their ACKs land in their
+/// own page, which nobody else is handed.
+fn give_up_on(inner: &Inner, c: &mut Conn) -> bool {
+    // By connection id, not by phase: `serve` may have left the phase mid-transition.
+    let mut table = inner.table();
+    let Some(bit) = table
+        .iter()
+        .find(|(_, e)| e.conn_id == c.id && e.ack_page.is_none())
+        .map(|(b, _)| b)
+    else {
+        return false;
+    };
+    if let Some(e) = table.get_mut(bit) {
+        e.kicked = true;
+    }
+    drop(table);
+    if let Some(ring) = inner.frames.get() {
+        ring.forget_subscriber(bit);
+    }
+    c.phase = Phase::GivenUp;
+    true
 }
 
 /// How often ACK-page subscribers' counters are copied into the header for operators.
