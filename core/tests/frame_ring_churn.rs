@@ -40,7 +40,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{Rng, RunDelay, TestEnv};
 use cuframes_core::format::FrameLayout;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{Frame, Subscriber, SubscriberOptions};
@@ -72,45 +72,7 @@ const PUBLISH_MARGIN: Duration = Duration::from_millis(100);
 const STALL_MS: (u64, u64) = (350, 700);
 
 // ---------------------------------------------------------------------------------------
-// Small deterministic PRNG (xorshift64*), seeded from the clock unless CUFRAMES_CHURN_SEED.
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        // splitmix64 of the seed: never zero, and nearby seeds give unrelated streams.
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// Uniform in lo..=hi.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn ms(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(self.range(lo, hi))
-    }
-}
+// Randomness: common::Rng (xorshift64*), seeded from the clock unless CUFRAMES_CHURN_SEED.
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
@@ -248,29 +210,6 @@ struct PublishStats {
     slowest_net_run_delay: Duration,
     /// Publishes that waited the whole ack timeout (a subscriber was given up on).
     waited_out: u64,
-}
-
-/// The calling thread's run-queue delay so far (`/proc/thread-self/schedstat`, second field),
-/// if the kernel keeps schedstats.
-struct RunDelay(Option<std::fs::File>);
-
-impl RunDelay {
-    fn of_this_thread() -> RunDelay {
-        let rd = RunDelay(std::fs::File::open("/proc/thread-self/schedstat").ok());
-        match rd.get() {
-            Some(_) => rd,
-            None => RunDelay(None),
-        }
-    }
-
-    fn get(&self) -> Option<Duration> {
-        use std::os::unix::fs::FileExt;
-        let mut buf = [0u8; 96];
-        let n = self.0.as_ref()?.read_at(&mut buf, 0).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        let ns = text.split_whitespace().nth(1)?.parse().ok()?;
-        Some(Duration::from_nanos(ns))
-    }
 }
 
 struct Kid {
@@ -672,7 +611,7 @@ fn soak(policy: Policy) {
         (totals, before.0, before.1, after.0, after.1)
     });
     let stats = std::mem::take(&mut publishing.stats);
-    let run_delay_known = publishing.run_delay.0.is_some();
+    let run_delay_known = publishing.run_delay.available();
     drop(publishing);
     drop(p);
     let prefix = format!("cuframes-{}", env.key);

@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::tlv::{self, HelloReq, Message};
@@ -34,18 +34,6 @@ fn spawn_child(role: &str, env: &TestEnv, extra: &[(&str, String)]) -> Child {
         cmd.env(k, v);
     }
     cmd.spawn().unwrap()
-}
-
-/// Children that are killed when the test ends, passed or failed.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// Parse "RESULT delivered=N corrupt=N misordered=N torn=N overrun=N" from a child's stdout.

@@ -17,7 +17,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{Children, Rng, RunDelay, TestEnv};
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
@@ -48,48 +48,6 @@ fn secs() -> u64 {
         .unwrap_or(30)
 }
 
-/// Small PRNG (xorshift64*), seeded from the clock.
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Rng {
-        let s = cuframes_core::util::unique_suffix() ^ ((std::process::id() as u64) << 32);
-        Rng(s | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-/// The calling thread's run-queue delay so far (`/proc/thread-self/schedstat`, second field),
-/// if the kernel keeps schedstats (as in frame_ring_churn).
-struct RunDelay(Option<std::fs::File>);
-
-impl RunDelay {
-    fn of_this_thread() -> RunDelay {
-        let rd = RunDelay(std::fs::File::open("/proc/thread-self/schedstat").ok());
-        match rd.get() {
-            Some(_) => rd,
-            None => RunDelay(None),
-        }
-    }
-
-    fn get(&self) -> Option<Duration> {
-        use std::os::unix::fs::FileExt;
-        let mut buf = [0u8; 96];
-        let n = self.0.as_ref()?.read_at(&mut buf, 0).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        let ns = text.split_whitespace().nth(1)?.parse().ok()?;
-        Some(Duration::from_nanos(ns))
-    }
-}
-
 fn spawn_child(role: &str, env: &TestEnv, extra: &[(&str, String)], as_hostile: bool) -> Child {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = if as_hostile {
@@ -113,18 +71,6 @@ fn spawn_child(role: &str, env: &TestEnv, extra: &[(&str, String)], as_hostile: 
         cmd.env(k, v);
     }
     cmd.spawn().unwrap()
-}
-
-/// Children that are killed when the test ends, passed or failed.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// A child's exit status (None: killed by a signal) and its RESULT fields.
@@ -191,7 +137,8 @@ fn honest(key: &str) {
     println!("READY bit={}", s.bit());
     std::io::stdout().flush().unwrap();
     let layout = s.frame_layout().unwrap().clone();
-    let mut rng = Rng::new();
+    let mut rng =
+        Rng::new(cuframes_core::util::unique_suffix() ^ ((std::process::id() as u64) << 32));
     let mut c: HashMap<&str, u64> = HashMap::new();
     for k in [
         "delivered",
@@ -756,7 +703,8 @@ fn hostile(key: &str) {
     eprintln!("hostile: uid {uid} gid {gid}, {secs} s");
     assert_eq!(uid, 65534, "the hostile child must run as another user");
     let mut t = Tally::default();
-    let mut rng = Rng::new();
+    let mut rng =
+        Rng::new(cuframes_core::util::unique_suffix() ^ ((std::process::id() as u64) << 32));
     let mut seals = 0u64;
     let end = Instant::now() + Duration::from_secs(secs);
     let mut rounds = 0u64;
@@ -978,7 +926,7 @@ fn run(policy: Policy) {
         "{policy:?}: {elapsed:?}, {published} frames and {packets} packets published; slowest \
          publish {slowest_wall:?} wall, {slowest_net:?} net of run-queue wait ({}), {over_timeout} \
          publishes >= the ack timeout",
-        if run_delay.0.is_some() {
+        if run_delay.available() {
             "schedstat"
         } else {
             "no schedstat: wall clock"

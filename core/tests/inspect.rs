@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::TestEnv;
+use common::{Children, TestEnv};
 use cuframes_core::inspect::{self, Liveness, SocketState};
 use cuframes_core::packet::{PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
@@ -40,18 +40,6 @@ fn key(env: &TestEnv) -> Key {
 
 fn shm_exists(name: &str) -> bool {
     std::path::Path::new("/dev/shm").join(name).exists()
-}
-
-/// Children killed and reaped when the test ends, passed or failed.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 #[test]

@@ -16,10 +16,13 @@
 //! CI runs it in release (`cargo test --release -p cuframes-core --test packet_stress`);
 //! it also passes in debug builds, more slowly (see docs/benchmarks.md, "Packet ring").
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::Rng;
 use cuframes_core::packet::{PacketRingConfig, PacketRingReader, PacketRingWriter};
 use cuframes_core::wire::PACKET_FLAG_KEY;
 use cuframes_core::{ErrorCode, Key};
@@ -42,20 +45,6 @@ fn total_packets() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_PACKETS)
-}
-
-/// xorshift64*: deterministic sizes and contents, no extra crate.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
 }
 
 fn checksum(bytes: &[u8]) -> u64 {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub struct TestEnv {
     pub dir: PathBuf,
@@ -99,4 +100,87 @@ pub fn publish_pattern(
     let strides: Vec<usize> = layout.planes().iter().map(|p| p.row_bytes).collect();
     let published = p.publish_host_planes(&refs, &strides, pts_ns)?;
     Ok((published, planes))
+}
+
+/// Small deterministic PRNG (xorshift64*): no extra crate; `Rng::new(seed)` mixes the seed
+/// (splitmix64), `Rng(state)` takes a non-zero state as it is.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        // splitmix64 of the seed: never zero, and nearby seeds give unrelated streams.
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// Uniform in lo..=hi.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    pub fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(self.range(lo, hi))
+    }
+}
+
+/// The calling thread's run-queue delay so far (`/proc/thread-self/schedstat`, second field),
+/// if the kernel keeps schedstats: CPU-starved time that a bound on a wall-clock wait must
+/// not count on a loaded 2-core machine.
+pub struct RunDelay(Option<std::fs::File>);
+
+impl RunDelay {
+    /// Whether the kernel reports it (else net times are wall times).
+    pub fn available(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl RunDelay {
+    pub fn of_this_thread() -> RunDelay {
+        let rd = RunDelay(std::fs::File::open("/proc/thread-self/schedstat").ok());
+        match rd.get() {
+            Some(_) => rd,
+            None => RunDelay(None),
+        }
+    }
+
+    pub fn get(&self) -> Option<Duration> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.0.as_ref()?.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        let ns = text.split_whitespace().nth(1)?.parse().ok()?;
+        Some(Duration::from_nanos(ns))
+    }
+}
+
+/// Children that are killed and reaped when the test ends, passed or failed.
+pub struct Children(pub Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
