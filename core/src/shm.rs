@@ -363,40 +363,55 @@ pub fn create(name: &str, len: usize, mode: u32) -> Result<(OwnedFd, Mapping)> {
     }
 }
 
-/// Open an existing `/dev/shm/<name>`; its size must be at least `min_len`. The whole object
-/// is mapped. A permission problem names the object and the access that was needed.
-pub fn open(name: &str, min_len: usize, writable: bool) -> Result<(OwnedFd, Mapping)> {
-    let path = shm_path(name)?;
-    let flags = if writable {
+/// Why [`open_regular`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenFailure {
+    /// `shm_open` or `fstat` failed (ENOENT, EACCES, ELOOP for a symlink, ...).
+    Os(Errno),
+    /// Something other than a regular file is at the name (its `st_mode`).
+    NotRegular(u32),
+}
+
+/// The one hardened open of an existing `/dev/shm/<name>`, for subscribers, stale recovery
+/// and the operator tool: whoever can create files in /dev/shm can put a FIFO (an open that
+/// never returns) or a symlink at our names, so it never waits in open, never follows a link,
+/// and accepts regular files only. Returns the descriptor and the object's size.
+pub fn open_regular(
+    name: &str,
+    writable: bool,
+) -> std::result::Result<(OwnedFd, usize), OpenFailure> {
+    let path = shm_path(name).map_err(|_| OpenFailure::Os(Errno::EINVAL))?;
+    let access = if writable {
         OFlag::O_RDWR
     } else {
         OFlag::O_RDONLY
-    } | OFlag::O_CLOEXEC
-        // Whoever can create files in /dev/shm can put a FIFO (an open that never returns)
-        // or a symlink at our names: never wait in open, never follow a link.
-        | OFlag::O_NONBLOCK
-        | OFlag::O_NOFOLLOW;
-    let fd = shm_open(path.as_c_str(), flags, Mode::empty()).map_err(|e| {
-        if e == Errno::EACCES {
-            Error::new(
-                ErrorCode::Permission,
-                format!(
-                    "cannot open /dev/shm/{name} for {}: permission denied (the publisher's file mode or group must allow it)",
-                    if writable { "reading and writing" } else { "reading" }
-                ),
-            )
-        } else {
-            Error::os(format!("shm_open /dev/shm/{name}"), e)
-        }
-    })?;
-    let st = fstat(fd.as_fd()).map_err(|e| Error::os(format!("fstat /dev/shm/{name}"), e))?;
+    };
+    let flags = access | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW;
+    let fd = shm_open(path.as_c_str(), flags, Mode::empty()).map_err(OpenFailure::Os)?;
+    let st = fstat(fd.as_fd()).map_err(OpenFailure::Os)?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(Error::protocol(format!(
-            "/dev/shm/{name} is not a regular file (mode 0{:o}): not a cuframes object",
-            st.st_mode
-        )));
+        return Err(OpenFailure::NotRegular(st.st_mode));
     }
-    let len = usize::try_from(st.st_size).unwrap_or(0);
+    Ok((fd, usize::try_from(st.st_size).unwrap_or(0)))
+}
+
+/// Open an existing `/dev/shm/<name>` ([`open_regular`]); its size must be at least
+/// `min_len`. The whole object is mapped. A permission problem names the object and the
+/// access that was needed.
+pub fn open(name: &str, min_len: usize, writable: bool) -> Result<(OwnedFd, Mapping)> {
+    let (fd, len) = open_regular(name, writable).map_err(|e| match e {
+        OpenFailure::Os(Errno::EACCES) => Error::new(
+            ErrorCode::Permission,
+            format!(
+                "cannot open /dev/shm/{name} for {}: permission denied (the publisher's file mode or group must allow it)",
+                if writable { "reading and writing" } else { "reading" }
+            ),
+        ),
+        OpenFailure::Os(e) => Error::os(format!("shm_open /dev/shm/{name}"), e),
+        OpenFailure::NotRegular(mode) => Error::protocol(format!(
+            "/dev/shm/{name} is not a regular file (mode 0{mode:o}): not a cuframes object"
+        )),
+    })?;
     if len < min_len {
         return Err(Error::protocol(format!(
             "/dev/shm/{name} is {len} bytes; at least {min_len} expected"

@@ -1,19 +1,15 @@
 //! Opening SHM objects read-only for inspection, with errors that name the object and the
 //! access that was missing, and process liveness that does not count zombies.
 
-use std::ffi::CString;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::SystemTime;
 
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
-use nix::sys::mman::shm_open;
-use nix::sys::stat::{fstat, Mode};
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::shm::Mapping;
+use crate::shm::{Mapping, OpenFailure};
 
 /// Where POSIX SHM objects live on Linux.
 pub const SHM_DIR: &str = "/dev/shm";
@@ -94,29 +90,19 @@ pub struct ReadOnlyObject {
 /// empty object.
 pub fn open_readonly(name: &str, max_map: usize) -> Result<ReadOnlyObject> {
     let path = shm_path(name);
-    let cpath =
-        CString::new(format!("/{name}")).map_err(|_| Error::invalid("SHM name contains NUL"))?;
-    let fd = shm_open(
-        cpath.as_c_str(),
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
-        Mode::empty(),
-    )
-    .map_err(|e| match e {
-        Errno::EACCES | Errno::EPERM => permission_error(&path, "read (r)", "open"),
-        Errno::ENOENT => Error::new(
+    let (fd, size) = crate::shm::open_regular(name, false).map_err(|e| match e {
+        OpenFailure::Os(Errno::EACCES | Errno::EPERM) => {
+            permission_error(&path, "read (r)", "open")
+        }
+        OpenFailure::Os(Errno::ENOENT) => Error::new(
             ErrorCode::NotFound,
             format!("{} does not exist", path.display()),
         ),
-        other => Error::os(format!("open {}", path.display()), other),
+        OpenFailure::Os(other) => Error::os(format!("open {}", path.display()), other),
+        OpenFailure::NotRegular(_) => {
+            Error::protocol(format!("{} is not a regular file", path.display()))
+        }
     })?;
-    let st = fstat(fd.as_fd()).map_err(|e| Error::os(format!("fstat {}", path.display()), e))?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(Error::protocol(format!(
-            "{} is not a regular file",
-            path.display()
-        )));
-    }
-    let size = usize::try_from(st.st_size).unwrap_or(0);
     if size == 0 {
         return Err(Error::protocol(format!(
             "{} is corrupt: it is empty (0 bytes)",
@@ -176,5 +162,33 @@ mod tests {
         child.wait().unwrap();
         assert!(!pid_alive(pid));
         assert!(!pid_alive(0));
+    }
+}
+
+#[cfg(test)]
+mod fifo_tests {
+    use super::*;
+
+    /// Finding (trust boundary): a FIFO at `/dev/shm/cuframes-K` hung `cuframes ls`, `stat`
+    /// and `clean` for every key (the inspector's open had no O_NONBLOCK); the inspector now
+    /// uses the one hardened open of `shm`.
+    #[test]
+    fn a_fifo_does_not_hang_the_inspector() {
+        let name = format!("cuframes-inspect-fifo-{}", std::process::id());
+        let path = format!("/dev/shm/{name}");
+        nix::unistd::mkfifo(
+            path.as_str(),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let t = std::time::Instant::now();
+        let e = open_readonly(&name, 4096).err().expect("a FIFO was mapped");
+        let _ = std::fs::remove_file(&path);
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        assert!(
+            e.message().contains("not a regular file"),
+            "{}",
+            e.message()
+        );
     }
 }
