@@ -421,6 +421,13 @@ pub fn open(name: &str, min_len: usize, writable: bool) -> Result<(OwnedFd, Mapp
     Ok((fd, map))
 }
 
+/// `mode` without write permission for the group and others: the mode of a ring that readers
+/// only read (a reader that could write it could also truncate it, and every mapping of a
+/// truncated object faults).
+pub fn readers_read_only(mode: u32) -> u32 {
+    mode & !0o022
+}
+
 /// Remove `/dev/shm/<name>`; a missing object is not an error.
 pub fn unlink(name: &str) -> Result<()> {
     let path = shm_path(name)?;

@@ -98,11 +98,6 @@ pub struct PacketRingWriter {
     shut: bool,
 }
 
-/// `mode` without write permission for the group and others.
-pub fn readers_read_only(mode: u32) -> u32 {
-    mode & !0o022
-}
-
 impl PacketRingWriter {
     /// Create `/dev/shm/cuframes-<key>-packets` exclusively (the caller has removed a stale
     /// one; an existing object gives `AlreadyExists`) and initialise it. Readers only read the
@@ -113,7 +108,7 @@ impl PacketRingWriter {
         let geo =
             layout::validate_config(config.ring_slots, config.data_size, config.extradata.len())?;
         let name = key.packet_shm_name();
-        let (_fd, map) = shm::create(&name, geo.shm_size(), readers_read_only(file_mode))?;
+        let (_fd, map) = shm::create(&name, geo.shm_size(), shm::readers_read_only(file_mode))?;
         // The object is ours from here: unlink it if anything below fails.
         let writer = PacketRingWriter {
             map,

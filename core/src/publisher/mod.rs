@@ -220,7 +220,7 @@ impl Publisher {
         let mode = if options.allow_legacy_subscribers {
             options.file_mode
         } else {
-            crate::packet::writer::readers_read_only(options.file_mode)
+            shm::readers_read_only(options.file_mode)
         };
         let ring = FrameWriter::create(&self.inner.key, &config, mode)?;
         let shm_name = ring.shm_name.clone();
