@@ -37,6 +37,23 @@ pub enum Counter {
 }
 
 impl Counter {
+    pub const ALL: [Counter; 3] = [
+        Counter::Delivered,
+        Counter::DroppedOverrun,
+        Counter::DroppedTorn,
+    ];
+
+    /// Where the same counter lives in a subscriber slot of the frame header (the v4 path,
+    /// and the operators' copy of page counters).
+    pub fn header_offset(self) -> usize {
+        use crate::wire::frame::*;
+        match self {
+            Counter::Delivered => SUB_DELIVERED_OFFSET,
+            Counter::DroppedOverrun => SUB_DROPPED_OVERRUN_OFFSET,
+            Counter::DroppedTorn => SUB_DROPPED_TORN_OFFSET,
+        }
+    }
+
     fn offset(self) -> usize {
         match self {
             Counter::Delivered => ACK_PAGE_DELIVERED_OFFSET,

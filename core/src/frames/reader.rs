@@ -15,9 +15,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::frames::ack_page::{AckPage, Counter};
-use crate::frames::layout::{
-    FrameShm, SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
-};
+use crate::frames::layout::FrameShm;
 use crate::futex;
 use crate::memory::SlotImport;
 use crate::util::realtime_ns;
@@ -93,19 +91,15 @@ impl RingView {
         *self.revoked.lock().unwrap_or_else(|p| p.into_inner()) = true;
     }
 
-    fn count(&self, which: usize, n: u64) {
-        if let Some(page) = &self.page {
-            let counter = match which {
-                SUB_DELIVERED_OFFSET => Counter::Delivered,
-                SUB_DROPPED_OVERRUN_OFFSET => Counter::DroppedOverrun,
-                _ => Counter::DroppedTorn,
-            };
-            page.count(counter, n);
-            return;
+    fn count(&self, which: Counter, n: u64) {
+        match &self.page {
+            Some(page) => page.count(which, n),
+            None => {
+                self.shm
+                    .sub_counter(self.bit, which.header_offset())
+                    .fetch_add(n, Ordering::Relaxed);
+            }
         }
-        self.shm
-            .sub_counter(self.bit, which)
-            .fetch_add(n, Ordering::Relaxed);
     }
 
     /// May this subscriber count itself in the header's R28 waiter count? Not with an ACK
@@ -208,7 +202,7 @@ impl FrameReader {
             // R10: the publisher rewrote the slot while we copied it.
             self.last_seq = seq;
             self.stats.dropped_torn += 1;
-            ring.count(SUB_DROPPED_TORN_OFFSET, 1);
+            ring.count(Counter::DroppedTorn, 1);
             return Attempt::Skipped;
         }
         ring.ack(index, seq);
@@ -224,7 +218,7 @@ impl FrameReader {
     fn delivered(&mut self, ring: &RingView, seq: u64) {
         self.last_seq = seq;
         self.stats.delivered += 1;
-        ring.count(SUB_DELIVERED_OFFSET, 1);
+        ring.count(Counter::Delivered, 1);
     }
 
     /// §6 step 1 with lapping, and the checks that a crashed or hostile writer cannot get
@@ -248,7 +242,7 @@ impl FrameReader {
             // overwritten. Jump to the newest.
             let lost = g - want;
             self.stats.dropped_overrun += lost;
-            ring.count(SUB_DROPPED_OVERRUN_OFFSET, lost);
+            ring.count(Counter::DroppedOverrun, lost);
             want = g;
         }
         let index = (want % n) as usize;
@@ -265,7 +259,7 @@ impl FrameReader {
         // Being rewritten, or rewritten already: frame `want` is gone.
         self.last_seq = want;
         self.stats.dropped_overrun += 1;
-        ring.count(SUB_DROPPED_OVERRUN_OFFSET, 1);
+        ring.count(Counter::DroppedOverrun, 1);
         Next::Skipped
     }
 }

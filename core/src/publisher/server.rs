@@ -15,9 +15,6 @@ use super::subscribers::Entry;
 use super::Inner;
 use crate::error::{Error, ErrorCode, Result};
 use crate::frames::ack_page::{AckPage, Counter};
-use crate::frames::layout::{
-    SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
-};
 use crate::sock::{self, Inbox, Outbox, Pumped};
 use crate::tlv::{
     AckPageMsg, HelloReq, HelloResp, HelloRespPackets, Message, SubscribeResp, VmmFds,
@@ -507,12 +504,8 @@ fn mirror_page_stats(inner: &Inner) {
             .store(page.last_seen_seq(), Ordering::Release);
         shm.sub_last_ack_ns(bit)
             .store(page.last_ack_ns() as u64, Ordering::Release);
-        for (offset, counter) in [
-            (SUB_DELIVERED_OFFSET, Counter::Delivered),
-            (SUB_DROPPED_OVERRUN_OFFSET, Counter::DroppedOverrun),
-            (SUB_DROPPED_TORN_OFFSET, Counter::DroppedTorn),
-        ] {
-            shm.sub_counter(bit, offset)
+        for counter in Counter::ALL {
+            shm.sub_counter(bit, counter.header_offset())
                 .store(page.counter(counter), Ordering::Relaxed);
         }
     }

@@ -206,7 +206,8 @@ impl Frame {
         self.plane_of(i, unsafe { self.bytes_unchecked() }?)
     }
 
-    /// Release the frame: a zero-copy frame is ACKed now. (Dropping does the same.)
+    /// Release the frame: a zero-copy frame is ACKed now, for a CUDA ring once the work in
+    /// the device's primary context has finished (see `ack_now`). Dropping does the same.
     pub fn release(mut self) {
         self.ack_now();
     }
