@@ -5,7 +5,9 @@
 #   scripts/gpu-check.sh run     # on the GPU machine (no cargo needed): run them all
 #   scripts/gpu-check.sh         # both, on a machine that has cargo and a GPU
 #   GPU_CHECK_ONLY=ffmpeg scripts/gpu-check.sh run   # only the FFmpeg frame-path steps
-#   GPU_CHURN_SECS=40 / CUFRAMES_RELEASE_CYCLES=1000   # churn soak length, release cycles
+#   GPU_CHURN_SECS=30 / GPU_CHURN_MAX=8                # churn soak length, subscriber processes
+#   CUFRAMES_RELEASE_CYCLES=1000                       # release-then-destroy cycles
+#   GPU_HOSTILE_SECS=10                                # hostile-subscriber run, per policy
 #
 # .gpu/ is git-ignored; carry it to a GPU machine that has no toolchain. The summary ends
 # with "N passed, N failed".
@@ -20,6 +22,7 @@ build() {
   # Test executables, found through cargo's JSON messages (the churn soak where it exists).
   local tests=(--test cuda_vmm --test frame_ring_cuda)
   [ -f core/tests/frame_ring_churn.rs ] && tests+=(--test frame_ring_churn)
+  [ -f core/tests/hostile_subscriber.rs ] && tests+=(--test hostile_subscriber)
   cargo test --release -p cuframes-core "${tests[@]}" --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
@@ -122,8 +125,29 @@ gpu_test() {
   return "$rc"
 }
 # The churn soak (core/tests/frame_ring_churn.rs) with its slots on CUDA VMM device 0.
+# At most 8 subscriber processes (CI: 33): on the H200 a subscriber process's CUDA start-up
+# (driver + context) took 9.5 s on average with up to 33 starting at once, 1.3 s with 8, so
+# with 33 most of a 15 s soak was start-up and too few sessions ran for the soak's "the churn
+# really happened" checks (rejoins, stalls, zombie ACKers) to hold.
 churn_cuda() {
-  CUFRAMES_CHURN_MEMORY=cuda CUFRAMES_CHURN_SECS="${GPU_CHURN_SECS:-15}" gpu_test "$out/frame_ring_churn" --nocapture
+  CUFRAMES_CHURN_MEMORY=cuda CUFRAMES_CHURN_SECS="${GPU_CHURN_SECS:-30}" CUFRAMES_CHURN_MAX="${GPU_CHURN_MAX:-8}" \
+    gpu_test "$out/frame_ring_churn" --nocapture
+}
+# The hostile-subscriber run (core/tests/hostile_subscriber.rs) with its slots on CUDA VMM.
+# It needs root and setpriv (the hostile child runs as uid 65534): a skip here is a failure.
+# The binary is copied where uid 65534 can execute it (the checkout may sit under /root).
+hostile_cuda() {
+  local d rc log
+  d=$(mktemp -d /tmp/cuframes-hostile.XXXXXX); chmod 755 "$d"
+  cp "$out/hostile_subscriber" "$d/" && chmod 755 "$d/hostile_subscriber"
+  log=$(mktemp /tmp/cuframes-hostile-log.XXXXXX)
+  CUFRAMES_HOSTILE_MEMORY=cuda CUFRAMES_HOSTILE_SECS="${GPU_HOSTILE_SECS:-10}" \
+    "$d/hostile_subscriber" --test-threads=1 --nocapture 2>&1 | tee "$log" |
+    grep -E '^(StrictWait|DropOldest) on|^honest [0-9]|^hostile: exit|slot memfds|^GAP|SKIPPED|panicked|^test result'
+  rc=${PIPESTATUS[0]}
+  if grep -q 'SKIPPED' "$log"; then echo "the hostile-subscriber run skipped on the GPU machine"; rc=1; fi
+  rm -rf "$d" "$log"
+  return "$rc"
 }
 # Tests of frame_ring_cuda that get a summary line of their own (and are skipped in its main step).
 ring_own_steps=(release_then_destroy_cycles_tear_down_on_our_thread
@@ -151,9 +175,14 @@ run() {
   step "no call replaces the caller's current context (own cuCtxCreate context)" \
     gpu_test "$out/frame_ring_cuda" --exact no_call_replaces_the_callers_current_context --test-threads=1 --nocapture
   if [ -x "$out/frame_ring_churn" ]; then
-    step "churn soak on CUDA VMM (both policies, ${GPU_CHURN_SECS:-15} s each)" churn_cuda
+    step "churn soak on CUDA VMM (both policies, ${GPU_CHURN_SECS:-30} s each, up to ${GPU_CHURN_MAX:-8} subscriber processes)" churn_cuda
   else
     echo "=== churn soak on CUDA: SKIPPED (no $out/frame_ring_churn: core/tests/frame_ring_churn.rs missing at build time)"
+  fi
+  if [ -x "$out/hostile_subscriber" ]; then
+    step "hostile subscriber on CUDA VMM (both policies, ${GPU_HOSTILE_SECS:-10} s each): 0 wrong frames, no crash, no stall" hostile_cuda
+  else
+    echo "=== hostile subscriber on CUDA: SKIPPED (no $out/hostile_subscriber at build time)"
   fi
   step "demo on CUDA (4 subscriber processes, 1080p)" "$out/cuframes-demo" --frames 120 --subscribers 4 --cuda 0
   step "frame ring benchmark" "$out/frame_bench" --frames "${GPU_BENCH_FRAMES:-300}"

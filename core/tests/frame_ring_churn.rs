@@ -40,7 +40,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Rng, RunDelay, TestEnv};
+use common::{CudaCheck, Rng, RunDelay, TestEnv};
 use cuframes_core::format::FrameLayout;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{Frame, Subscriber, SubscriberOptions};
@@ -112,15 +112,6 @@ fn count_maps() -> usize {
         .count()
 }
 
-fn no_cuda() -> Option<String> {
-    match cuframes_core::cuda::driver_available().and_then(|_| cuframes_core::cuda::device_count())
-    {
-        Ok(n) if n > 0 => None,
-        Ok(_) => Some("the driver reports 0 devices".into()),
-        Err(e) => Some(e.to_string()),
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The tests.
 
@@ -149,7 +140,7 @@ fn churn_soak_drop_oldest() {
 /// Run one policy's soak in a process of its own and fail with its report if it fails.
 fn run_soak_process(policy: Policy) {
     if memory_is_cuda() {
-        if let Some(why) = no_cuda() {
+        if let Some(why) = common::no_cuda() {
             eprintln!("SKIPPED: no CUDA driver ({why})");
             return;
         }
@@ -634,7 +625,8 @@ fn soak(policy: Policy) {
          late_overwritten={} late_corrupt={} late_acks={} zombies={} zombie_acks={} \
          errors={} timeouts={} \
          slowest_publish={:?} (net of run-queue delay {:?}, {}; that one waited {:?} for a CPU) \
-         waited_out={} fds={}->{} maps={}->{} shm_left={} child_failures={}",
+         waited_out={} fds={}->{} maps={}->{} shm_left={} child_failures={} \
+         connect_ms_mean={} cuda_init_ms_mean={}",
         if cuda { "cuda" } else { "host" },
         t.started,
         t.killed,
@@ -682,6 +674,8 @@ fn soak(policy: Policy) {
         maps_after,
         shm_left.len(),
         t.failures.len(),
+        g("connect_ms") / g("connects").max(1),
+        g("cuda_init_ms") / g("cuda_inits").max(1),
     );
     for b in &t.bad {
         println!("{b}");
@@ -800,43 +794,9 @@ impl Session {
     }
 }
 
-/// CUDA frames are checked through a device-to-host copy.
-struct CudaCheck {
-    _dev: std::sync::Arc<cuframes_core::cuda::CudaDevice>,
-    stream: cuframes_core::cuda::Stream,
-}
-
 /// Does every byte of `f` match the pattern of its seq (`dense`)?
-#[allow(unused_unsafe)] // `copy_dtoh_2d` is becoming an unsafe fn
 fn verify(f: &Frame, dense: &[Vec<u8>], cuda: Option<&CudaCheck>) -> bool {
-    let Some(c) = cuda else {
-        return common::verify_frame(f, dense);
-    };
-    let layout = &f.layout;
-    let mut host = vec![0u8; layout.frame_size];
-    for (i, p) in layout.planes().iter().enumerate() {
-        // SAFETY: `f` keeps its device memory (the imported slot, or its pooled copy)
-        // mapped while it lives; the plane lies within the frame; the stream is live.
-        unsafe {
-            cuframes_core::cuda::copy_dtoh_2d(
-                &mut host[p.offset..],
-                p.pitch,
-                f.address() + p.offset as u64,
-                p.pitch,
-                p.row_bytes,
-                p.rows,
-                &c.stream,
-            )
-        }
-        .unwrap();
-        for row in 0..p.rows {
-            let at = p.offset + row * p.pitch;
-            if host[at..at + p.row_bytes] != dense[i][row * p.row_bytes..(row + 1) * p.row_bytes] {
-                return false;
-            }
-        }
-    }
-    true
+    common::verify_any(f, dense, cuda)
 }
 
 /// Limit the BAD lines of one process (its stdout is a pipe read when it exits).
@@ -865,12 +825,15 @@ fn churn_subscriber() {
     let policy = policy_from_env();
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
     let dir = std::env::var("CUFRAMES_RUNTIME_DIR").unwrap();
-    let cuda = memory_is_cuda().then(|| {
-        let dev = cuframes_core::cuda::CudaDevice::open(0).unwrap();
-        dev.make_current().unwrap();
-        let stream = cuframes_core::cuda::Stream::new(&dev).unwrap();
-        CudaCheck { _dev: dev, stream }
-    });
+    let t_init = Instant::now();
+    let cuda = memory_is_cuda().then(CudaCheck::open);
+    if cuda.is_some() {
+        // Start-up cost of a CUDA subscriber process (driver, context), for the summary.
+        println!(
+            "SESSION cuda_inits=1 cuda_init_ms={}",
+            t_init.elapsed().as_millis()
+        );
+    }
     let until = {
         let left = Duration::from_nanos(end_ns.saturating_sub(monotonic_ns()).max(0) as u64);
         Instant::now() + life.min(left)
@@ -884,7 +847,13 @@ fn churn_subscriber() {
             mode,
             ..Default::default()
         };
-        match Subscriber::connect(&key, &opts) {
+        let t_connect = Instant::now();
+        let connected = Subscriber::connect(&key, &opts);
+        println!(
+            "SESSION connects=1 connect_ms={}",
+            t_connect.elapsed().as_millis()
+        );
+        match connected {
             Ok(s) => {
                 sessions += 1;
                 println!("JOIN bit={} zero_copy={}", s.bit(), s.is_zero_copy() as u8);

@@ -476,6 +476,48 @@ fn plain_v4_frame_subscribers_are_refused_unless_allowed() {
     }
 }
 
+/// The library's `plain_v4_acks` (benchmark baseline, interop): refused by default like any
+/// plain v4 peer; where allowed it ACKs through the header, and STRICT_WAIT still waits for it
+/// (a publish of slot 0 again needs its ACK of frame 1).
+#[test]
+fn the_library_can_subscribe_as_a_plain_v4_peer_where_allowed() {
+    for allow in [false, true] {
+        let env = TestEnv::new("plainv4");
+        let opts = cuframes_core::publisher::PublisherOptions {
+            allow_legacy_subscribers: allow,
+            ..env.publisher_options()
+        };
+        let p = Publisher::create(&env.key, opts).unwrap();
+        let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 32);
+        cfg.policy = Policy::StrictWait;
+        cfg.ring_size = 2;
+        cfg.ack_timeout = Duration::from_secs(5);
+        p.enable_frames(cfg).unwrap();
+        let sopts = cuframes_core::subscriber::SubscriberOptions {
+            plain_v4_acks: true,
+            ..env.subscriber_options("plain")
+        };
+        let s = cuframes_core::subscriber::Subscriber::connect(&env.key, &sopts);
+        let mut s = match s {
+            Err(e) if !allow => {
+                assert_eq!(e.code(), ErrorCode::Permission, "{e}");
+                continue;
+            }
+            other => other.unwrap(),
+        };
+        assert!(allow, "a plain v4 subscriber was admitted by default");
+        for seq in 1..=6u64 {
+            let (got, planes) = common::publish_pattern(&p, seq, None).unwrap();
+            assert_eq!(got, seq);
+            let f = s.next_frame(Some(Duration::from_secs(5))).unwrap();
+            assert_eq!(f.seq, seq, "STRICT_WAIT delivers every frame");
+            assert!(common::verify_frame(&f, &planes));
+            f.release();
+        }
+        assert_eq!(p.subscribers()[0].lag, 0);
+    }
+}
+
 /// Found by the model check: an error on an admitted plain v4 subscriber (here a message
 /// out of place) freed its bit at once, while the peer could still ACK with it in the
 /// header; the next subscriber got that bit. Now the bit is given up on like a kick and stays

@@ -2,6 +2,10 @@
 //! frame (host memory; COPY and ZERO_COPY), one hardened-mode subscriber, running as another
 //! user in the SHM objects' group, writes random bytes into everything it can map writable and
 //! truncates whatever it can open, for `CUFRAMES_HOSTILE_SECS` (30 s by default) per policy.
+//! `CUFRAMES_HOSTILE_MEMORY=cuda` puts the slots on CUDA VMM device 0 (scripts/gpu-check.sh);
+//! the hostile peer then attacks the same host objects and the VMM descriptors it is handed,
+//! but does not write device memory through a CUDA import: CUDA VMM has no read-only export,
+//! so that attack succeeds by design (docs/protocol.md, "Not covered").
 //! The publisher and the honest readers must go on with 0 wrong frames accepted, 0 crashes and
 //! no publish stalled longer than the ack timeout.
 //!
@@ -17,9 +21,9 @@ use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Children, Rng, RunDelay, TestEnv};
+use common::{Children, CudaCheck, Rng, RunDelay, TestEnv};
 use cuframes_core::packet::PacketRingConfig;
-use cuframes_core::publisher::{FrameRingConfig, Publisher};
+use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::tlv::{HelloReq, Message};
 use cuframes_core::wire::{
@@ -46,6 +50,10 @@ fn secs() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(30)
+}
+
+fn memory_is_cuda() -> bool {
+    std::env::var("CUFRAMES_HOSTILE_MEMORY").is_ok_and(|v| v.eq_ignore_ascii_case("cuda"))
 }
 
 fn spawn_child(role: &str, env: &TestEnv, extra: &[(&str, String)], as_hostile: bool) -> Child {
@@ -137,6 +145,7 @@ fn honest(key: &str) {
     println!("READY bit={}", s.bit());
     std::io::stdout().flush().unwrap();
     let layout = s.frame_layout().unwrap().clone();
+    let cuda = memory_is_cuda().then(CudaCheck::open);
     let mut rng =
         Rng::new(cuframes_core::util::unique_suffix() ^ ((std::process::id() as u64) << 32));
     let mut c: HashMap<&str, u64> = HashMap::new();
@@ -180,28 +189,33 @@ fn honest(key: &str) {
                 }
                 last = Some(last.map_or(f.seq, |l| l.max(f.seq)));
                 let expected = common::planes_for(&layout, f.seq);
-                let ok = common::verify_frame(&f, &expected);
+                let ok = common::verify_any(&f, &expected, cuda.as_ref());
                 if !ok {
                     *c.get_mut("corrupt").unwrap() += 1;
                     eprintln!("honest: corrupt frame {} zero_copy={zc}", f.seq);
                 }
                 if zc {
                     // Hold it a moment (the hostile peer keeps working meanwhile), then check
-                    // that it is still the frame it was: the whole frame, and every plane.
-                    f.copy_to(&mut whole).unwrap();
+                    // that it is still the frame it was: the whole frame (host: padding
+                    // included), and every plane.
+                    let snapshot = |whole: &mut Vec<u8>| match &cuda {
+                        Some(c) => *whole = c.dense_planes(&f).concat(),
+                        None => f.copy_to(whole).unwrap(),
+                    };
+                    snapshot(&mut whole);
                     let hold = rng.below(300);
                     if hold > 0 {
                         std::thread::sleep(Duration::from_micros(hold));
                     }
                     let mut again = vec![0u8; whole.len()];
-                    f.copy_to(&mut again).unwrap();
-                    let ok2 = common::verify_frame(&f, &expected) && again == whole;
+                    snapshot(&mut again);
+                    let ok2 = common::verify_any(&f, &expected, cuda.as_ref()) && again == whole;
                     *c.get_mut("held_checked").unwrap() += 1;
                     if ok && !ok2 {
                         *c.get_mut("held_changed").unwrap() += 1;
                         eprintln!("honest: held frame {} changed", f.seq);
                     }
-                } else {
+                } else if cuda.is_none() {
                     // A copy is ours: its bytes are all there is to check.
                     let bytes = f.bytes().expect("a COPY host frame has bytes");
                     assert_eq!(bytes.len(), layout.frame_size);
@@ -773,6 +787,13 @@ fn run(policy: Policy) {
         println!("SKIPPED: needs root and setpriv");
         return;
     }
+    let cuda = memory_is_cuda();
+    if cuda {
+        if let Some(why) = common::no_cuda() {
+            println!("SKIPPED: no CUDA driver ({why})");
+            return;
+        }
+    }
     let secs = secs();
     let env = TestEnv::new(match policy {
         Policy::StrictWait => "hostsw",
@@ -791,6 +812,9 @@ fn run(policy: Policy) {
     cfg.policy = policy;
     cfg.ring_size = 4;
     cfg.ack_timeout = ACK_TIMEOUT;
+    if cuda {
+        cfg.memory = MemoryChoice::Cuda { device: 0 };
+    }
     p.enable_frames(cfg).unwrap();
     p.enable_packets(PacketRingConfig {
         codec_id: 27,
@@ -923,9 +947,10 @@ fn run(policy: Policy) {
 
     // Report.
     println!(
-        "{policy:?}: {elapsed:?}, {published} frames and {packets} packets published; slowest \
+        "{policy:?} on {}: {elapsed:?}, {published} frames and {packets} packets published; slowest \
          publish {slowest_wall:?} wall, {slowest_net:?} net of run-queue wait ({}), {over_timeout} \
          publishes >= the ack timeout",
+        if cuda { "CUDA VMM" } else { "host memory" },
         if run_delay.available() {
             "schedstat"
         } else {
@@ -968,7 +993,14 @@ fn run(policy: Policy) {
         assert_eq!(g("misordered"), 0, "honest {i}: frames out of order");
         assert_eq!(g("held_changed"), 0, "honest {i}: a held frame changed");
         assert_eq!(g("dropped"), 0, "honest {i} was given up on");
-        assert_eq!(g("torn"), 0, "honest {i}: torn frames");
+        if policy == Policy::StrictWait || !cuda {
+            assert_eq!(g("torn"), 0, "honest {i}: torn frames");
+        }
+        // CUDA VMM under DROP_OLDEST: the seqlock rejects frames overwritten while a reader
+        // copied them (counted as torn, never delivered; `corrupt` above stays 0). Measured on
+        // the H200: ~30 % of reads, because a reader's device copy and checks (~0.8 ms a frame,
+        // six processes sharing the GPU) take about as long as the publisher needs to lap the
+        // 4 slots (~1.4 ms at ~2.9 k frames/s).
         if policy == Policy::StrictWait {
             assert_eq!(g("gaps"), 0, "honest {i}: STRICT_WAIT lost frames");
             assert_eq!(g("overrun"), 0, "honest {i}: STRICT_WAIT overran");

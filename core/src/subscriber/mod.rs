@@ -44,6 +44,10 @@ pub struct SubscriberOptions {
     /// R12: ZERO_COPY under DROP_OLDEST risks frames being overwritten while held; without
     /// this flag the subscriber copies instead.
     pub accept_zero_copy_overwrite: bool,
+    /// Behave as a plain v4 peer: ask for no ACK page, so that this subscriber's ACKs go into
+    /// the shared header's bitmaps (the publisher must set `allow_legacy_subscribers`). For
+    /// interoperability tests and as the benchmark baseline; never needed otherwise.
+    pub plain_v4_acks: bool,
 }
 
 impl Default for SubscriberOptions {
@@ -57,6 +61,7 @@ impl Default for SubscriberOptions {
             want_packets: false,
             connect_timeout: Duration::from_secs(5),
             accept_zero_copy_overwrite: false,
+            plain_v4_acks: false,
         }
     }
 }
@@ -90,7 +95,10 @@ impl Subscriber {
         let mut flags = 0;
         if options.want_frames {
             // ACK pages (extension): our ACKs never touch the shared header.
-            flags |= SUBSCRIBE_WANTS_FRAMES | SUBSCRIBE_ACK_PAGE;
+            flags |= SUBSCRIBE_WANTS_FRAMES;
+            if !options.plain_v4_acks {
+                flags |= SUBSCRIBE_ACK_PAGE;
+            }
         }
         if options.want_packets {
             flags |= SUBSCRIBE_WANTS_PACKETS;
