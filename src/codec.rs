@@ -7,8 +7,7 @@ use std::ffi::c_int;
 use cuframes_core::codec::{self, Codec};
 
 use crate::convert::{bytes, copy_out, out};
-use crate::error::{code_of, panicked};
-use crate::guard;
+use crate::ffi::status;
 
 /// Mirrors `cuframes_codec_video_info_t`.
 #[repr(C)]
@@ -23,6 +22,10 @@ pub struct CCodecVideoInfo {
 }
 
 /// Convert extradata (avcC, hvcC, av1C, Annex B or OBUs) into the ring's form.
+///
+/// # Safety
+/// The C contract (crate docs): `data` is NULL or readable for `size` bytes; `buf` is NULL or
+/// writable for `cap` bytes; `out_size` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_codec_ring_extradata(
     codec_id: u32,
@@ -32,20 +35,22 @@ pub unsafe extern "C" fn cuframes_codec_ring_extradata(
     cap: usize,
     out_size: *mut usize,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            let codec = Codec::from_id(codec_id)?;
-            // SAFETY: the C contract: `data` is readable for `size` bytes during the call.
-            let input = unsafe { bytes(data, size, "extradata") }?;
-            let v = codec::ring_extradata(codec, input)?;
-            // SAFETY: the C contract: `out_size` is NULL or writable, `buf` NULL or writable
-            // for `cap` bytes; `v` is ours, so they do not overlap.
-            unsafe { copy_out(&v, buf, cap, out_size) }
-        })())
+    status(|| {
+        let codec = Codec::from_id(codec_id)?;
+        // SAFETY: the C contract: `data` is readable for `size` bytes during the call.
+        let input = unsafe { bytes(data, size, "extradata") }?;
+        let v = codec::ring_extradata(codec, input)?;
+        // SAFETY: the C contract: `out_size` is NULL or writable, `buf` NULL or writable
+        // for `cap` bytes; `v` is ours, so they do not overlap.
+        unsafe { copy_out(&v, buf, cap, out_size) }
     })
 }
 
 /// The in-band parameter sets (or AV1 sequence header) of a packet, in the ring's form.
+///
+/// # Safety
+/// The C contract (crate docs): `data` is NULL or readable for `size` bytes; `buf` is NULL or
+/// writable for `cap` bytes; `out_size` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_codec_keyframe_extradata(
     codec_id: u32,
@@ -55,19 +60,21 @@ pub unsafe extern "C" fn cuframes_codec_keyframe_extradata(
     cap: usize,
     out_size: *mut usize,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            let codec = Codec::from_id(codec_id)?;
-            // SAFETY: the C contract: `data` is readable for `size` bytes during the call.
-            let packet = unsafe { bytes(data, size, "packet") }?;
-            let v = codec::keyframe_extradata(codec, packet)?;
-            // SAFETY: as in cuframes_codec_ring_extradata.
-            unsafe { copy_out(&v, buf, cap, out_size) }
-        })())
+    status(|| {
+        let codec = Codec::from_id(codec_id)?;
+        // SAFETY: the C contract: `data` is readable for `size` bytes during the call.
+        let packet = unsafe { bytes(data, size, "packet") }?;
+        let v = codec::keyframe_extradata(codec, packet)?;
+        // SAFETY: as in cuframes_codec_ring_extradata.
+        unsafe { copy_out(&v, buf, cap, out_size) }
     })
 }
 
 /// Picture size and format from ring-form extradata.
+///
+/// # Safety
+/// The C contract (crate docs): `data` is NULL or readable for `size` bytes; `info` is NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_codec_video_info(
     codec_id: u32,
@@ -75,22 +82,20 @@ pub unsafe extern "C" fn cuframes_codec_video_info(
     size: usize,
     info: *mut CCodecVideoInfo,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            let codec = Codec::from_id(codec_id)?;
-            // SAFETY: the C contract: `data` is readable for `size` bytes during the call.
-            let i = codec::video_info(codec, unsafe { bytes(data, size, "extradata") }?)?;
-            // SAFETY: the C contract: `info` is NULL or a writable cuframes_codec_video_info_t.
-            *unsafe { out(info, "info") }? = CCodecVideoInfo {
-                width: i.width,
-                height: i.height,
-                profile: i.profile,
-                level: i.level,
-                chroma_format: i.chroma_format,
-                bit_depth: i.bit_depth,
-            };
-            Ok(())
-        })())
+    status(|| {
+        let codec = Codec::from_id(codec_id)?;
+        // SAFETY: the C contract: `data` is readable for `size` bytes during the call.
+        let i = codec::video_info(codec, unsafe { bytes(data, size, "extradata") }?)?;
+        // SAFETY: the C contract: `info` is NULL or a writable cuframes_codec_video_info_t.
+        *unsafe { out(info, "info") }? = CCodecVideoInfo {
+            width: i.width,
+            height: i.height,
+            profile: i.profile,
+            level: i.level,
+            chroma_format: i.chroma_format,
+            bit_depth: i.bit_depth,
+        };
+        Ok(())
     })
 }
 

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 
-use cuframes_core::{Error, ErrorCode};
+use cuframes_core::Error;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -15,22 +15,6 @@ pub(crate) fn fail(e: Error) -> i32 {
     let text = CString::new(e.to_string().replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|l| *l.borrow_mut() = text);
     e.code() as i32
-}
-
-/// Map a result to a C return code.
-pub(crate) fn code_of(r: cuframes_core::Result<()>) -> i32 {
-    match r {
-        Ok(()) => ErrorCode::Ok as i32,
-        Err(e) => fail(e),
-    }
-}
-
-/// A panic caught at the boundary.
-pub(crate) fn panicked() -> i32 {
-    fail(Error::new(
-        ErrorCode::Io,
-        "internal error: a panic was caught at the C boundary",
-    ))
 }
 
 /// The message of the last error on the calling thread ("" if none). Valid until the next

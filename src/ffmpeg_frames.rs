@@ -6,8 +6,7 @@
 use std::ffi::c_int;
 
 use crate::convert::out;
-use crate::error::{code_of, panicked};
-use crate::guard;
+use crate::ffi::{guard, status};
 
 /// Host<->device copies that cuframes made in this process (uploads of host frames into a
 /// CUDA ring, downloads): `core::cuda::host_copy_count`. A frame path that stays on the GPU
@@ -39,25 +38,30 @@ pub struct CCudaContext {
 /// into and allocates its copies in) and return it as a `CUcontext` in `*cu_ctx`. FFmpeg
 /// builds its CUDA device context on it, so that every frame of the input device lives in one
 /// context; the reference keeps it alive until `cuframes_cuda_context_release`.
+///
+/// # Safety
+/// The C contract (crate docs): `cu_ctx` is NULL or writable; `out_ctx` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_cuda_primary_context(
     device: c_int,
     cu_ctx: *mut *mut std::ffi::c_void,
     out_ctx: *mut *mut CCudaContext,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: both out-pointers are NULL or writable, and distinct.
-            let (cu_ctx, out_ctx) = unsafe { (out(cu_ctx, "cu_ctx")?, out(out_ctx, "out")?) };
-            let dev = cuframes_core::cuda::CudaDevice::open(device)?;
-            *cu_ctx = dev.context();
-            *out_ctx = Box::into_raw(Box::new(CCudaContext { _device: dev }));
-            Ok(())
-        })())
+    status(|| {
+        // SAFETY: the C contract: both out-pointers are NULL or writable, and distinct.
+        let (cu_ctx, out_ctx) = unsafe { (out(cu_ctx, "cu_ctx")?, out(out_ctx, "out")?) };
+        let dev = cuframes_core::cuda::CudaDevice::open(device)?;
+        *cu_ctx = dev.context();
+        *out_ctx = Box::into_raw(Box::new(CCudaContext { _device: dev }));
+        Ok(())
     })
 }
 
 /// Drop a reference taken by `cuframes_cuda_primary_context`. NULL is ignored.
+///
+/// # Safety
+/// The C contract (crate docs): `ctx` is NULL or a live context handle from
+/// cuframes_cuda_primary_context, released once here with no other call on it in flight.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_cuda_context_release(ctx: *mut CCudaContext) {
     if !ctx.is_null() {

@@ -1,7 +1,8 @@
 //! The C ABI of cuframes: a thin, documented `extern "C"` layer over `cuframes-core`.
 //!
 //! Every function here is declared in `include/cuframes.h`. No panic crosses this boundary:
-//! each entry point runs its body under [`guard`], which turns a panic into an error code.
+//! each entry point runs its body under one of the wrappers of [`ffi`], which turn a panic into
+//! an error code and write the last error only when the call fails.
 //!
 //! # Pointer contract
 //!
@@ -19,12 +20,10 @@
 //! - a CUDA stream argument is NULL or a live `CUstream` of the right device, as each
 //!   function's comment in cuframes.h says.
 
-#![allow(clippy::missing_safety_doc)] // each function's safety contract is in cuframes.h
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use std::ffi::c_char;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use cuframes_core::wire::PROTOCOL_VERSION;
 use cuframes_core::ErrorCode;
@@ -32,11 +31,14 @@ use cuframes_core::ErrorCode;
 mod codec;
 mod convert;
 mod error;
+mod ffi;
 mod ffmpeg_frames;
 mod layout;
 mod packets;
 mod publisher;
 mod subscriber;
+
+use ffi::guard;
 
 pub use error::cuframes_last_error;
 
@@ -48,11 +50,6 @@ pub mod abi {
     pub use crate::packets::{CPacketInfo, CPacketRingConfig, CPacketStats};
     pub use crate::publisher::{CFrameRingConfig, CPublisherOptions, CSlot, CSubscriberInfo};
     pub use crate::subscriber::{CFrameInfo, CFrameStats, CSubscriberOptions};
-}
-
-/// Run `body`, turning a panic into `on_panic`.
-pub(crate) fn guard<T>(on_panic: T, body: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(body)).unwrap_or(on_panic)
 }
 
 /// The wire protocol version this library speaks (4).
@@ -91,6 +88,8 @@ fn strerror_cstr(code: ErrorCode) -> &'static std::ffi::CStr {
     }
 }
 
+#[cfg(test)]
+mod abi_success_tests;
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,8 +7,7 @@ use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::Error;
 
 use crate::convert::{bytes, copy_out, input, out};
-use crate::error::{code_of, panicked};
-use crate::guard;
+use crate::ffi::status;
 use crate::publisher::CPublisher;
 use crate::subscriber::CSubscriber;
 
@@ -42,6 +41,9 @@ pub struct CPacketStats {
 }
 
 /// Defaults: codec 0 (set it), 64 slots, 8 MiB data ring, no extradata.
+///
+/// # Safety
+/// The C contract (crate docs): `cfg` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_packet_ring_config_default(cfg: *mut CPacketRingConfig) {
     // SAFETY: the C contract: `cfg` is NULL or a writable cuframes_packet_ring_config_t.
@@ -58,50 +60,58 @@ pub unsafe extern "C" fn cuframes_packet_ring_config_default(cfg: *mut CPacketRi
 }
 
 /// Add the packet ring (once).
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `cfg` is NULL or points
+/// to an initialised `CPacketRingConfig` (its pointers, where set, follow the same rules).
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_enable_packets(
     p: *mut CPublisher,
     cfg: *const CPacketRingConfig,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `cfg` NULL or a
-            // valid config whose `extradata` is readable for `extradata_size` bytes (copied
-            // here, before the call returns).
-            let (p, extradata, c) = unsafe {
-                let p = input(p, "publisher")?;
-                let c = input(cfg, "config")?;
-                let e = bytes(c.extradata, c.extradata_size as usize, "extradata")?;
-                (p, e.to_vec(), c)
-            };
-            p.0.enable_packets(PacketRingConfig {
-                codec_id: c.codec_id,
-                extradata,
-                ring_slots: c.ring_slots,
-                data_size: c.data_size,
-            })
-        })())
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle, `cfg` NULL or a
+        // valid config whose `extradata` is readable for `extradata_size` bytes (copied
+        // here, before the call returns).
+        let (p, extradata, c) = unsafe {
+            let p = input(p, "publisher")?;
+            let c = input(cfg, "config")?;
+            let e = bytes(c.extradata, c.extradata_size as usize, "extradata")?;
+            (p, e.to_vec(), c)
+        };
+        p.0.enable_packets(PacketRingConfig {
+            codec_id: c.codec_id,
+            extradata,
+            ring_slots: c.ring_slots,
+            data_size: c.data_size,
+        })
     })
 }
 
 /// Set the extradata once, before the first packet (§10.3).
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `data` is NULL or
+/// readable for `size` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_set_packet_extradata(
     p: *mut CPublisher,
     data: *const u8,
     size: usize,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `data` readable
-            // for `size` bytes during the call.
-            let (p, data) = unsafe { (input(p, "publisher")?, bytes(data, size, "extradata")?) };
-            p.0.set_packet_extradata(data)
-        })())
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle, `data` readable
+        // for `size` bytes during the call.
+        let (p, data) = unsafe { (input(p, "publisher")?, bytes(data, size, "extradata")?) };
+        p.0.set_packet_extradata(data)
     })
 }
 
 /// Publish one packet; `seq_out` (may be NULL) receives its seq. Missing pts/dts: INT64_MIN.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `data` is NULL or
+/// readable for `size` bytes; `seq_out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_publish_packet(
     p: *mut CPublisher,
@@ -112,48 +122,52 @@ pub unsafe extern "C" fn cuframes_publisher_publish_packet(
     flags: u32,
     seq_out: *mut u64,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `data` readable
-            // for `size` bytes during the call.
-            let (p, data) = unsafe { (input(p, "publisher")?, bytes(data, size, "data")?) };
-            let seq = p.0.publish_packet(data, pts_ns, dts_ns, flags)?;
-            // SAFETY: the C contract: `seq_out` is NULL or a writable uint64_t.
-            if let Some(s) = unsafe { seq_out.as_mut() } {
-                *s = seq;
-            }
-            Ok(())
-        })())
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle, `data` readable
+        // for `size` bytes during the call.
+        let (p, data) = unsafe { (input(p, "publisher")?, bytes(data, size, "data")?) };
+        let seq = p.0.publish_packet(data, pts_ns, dts_ns, flags)?;
+        // SAFETY: the C contract: `seq_out` is NULL or a writable uint64_t.
+        if let Some(s) = unsafe { seq_out.as_mut() } {
+            *s = seq;
+        }
+        Ok(())
     })
 }
 
 /// The packet ring's codec id.
+///
+/// # Safety
+/// The C contract (crate docs): `s` is NULL or a live subscriber handle; `codec_id` is NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_packet_codec(
     s: *const CSubscriber,
     codec_id: *mut u32,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
-            let id = unsafe { input(s, "subscriber") }?
-                .inner()
-                .packet_codec_id()
-                .ok_or_else(|| {
-                    Error::new(
-                        cuframes_core::ErrorCode::NotFound,
-                        "this subscriber did not ask for packets",
-                    )
-                })?;
-            // SAFETY: the C contract: `codec_id` is NULL or a writable uint32_t.
-            *unsafe { out(codec_id, "codec_id") }? = id;
-            Ok(())
-        })())
+    status(|| {
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
+        let id = unsafe { input(s, "subscriber") }?
+            .inner()
+            .packet_codec_id()
+            .ok_or_else(|| {
+                Error::new(
+                    cuframes_core::ErrorCode::NotFound,
+                    "this subscriber did not ask for packets",
+                )
+            })?;
+        // SAFETY: the C contract: `codec_id` is NULL or a writable uint32_t.
+        *unsafe { out(codec_id, "codec_id") }? = id;
+        Ok(())
     })
 }
 
 /// Copy the extradata into `buf` (capacity `cap`); `size` receives its size. NO_MEMORY when
 /// `cap` is too small (then `size` says how much is needed). `buf` may be NULL to ask.
+///
+/// # Safety
+/// The C contract (crate docs): `s` is NULL or a live subscriber handle, used by one thread at
+/// a time; `buf` is NULL or writable for `cap` bytes; `size` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_packet_extradata(
     s: *mut CSubscriber,
@@ -161,16 +175,14 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_extradata(
     cap: usize,
     size: *mut usize,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `s` is NULL or a live subscriber handle, used by this
-            // thread only.
-            let s = unsafe { out(s, "subscriber") }?;
-            let extradata = s.inner_mut().packet_extradata()?;
-            // SAFETY: the C contract: `size` is NULL or writable, `buf` NULL or writable for
-            // `cap` bytes; `extradata` is ours, so they do not overlap.
-            unsafe { copy_out(&extradata, buf, cap, size) }
-        })())
+    status(|| {
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle, used by this
+        // thread only.
+        let s = unsafe { out(s, "subscriber") }?;
+        let extradata = s.inner_mut().packet_extradata()?;
+        // SAFETY: the C contract: `size` is NULL or writable, `buf` NULL or writable for
+        // `cap` bytes; `extradata` is ours, so they do not overlap.
+        unsafe { copy_out(&extradata, buf, cap, size) }
     })
 }
 
@@ -178,6 +190,11 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_extradata(
 /// subscriber and valid until its next call. The first packet is a keyframe; after an
 /// overrun the next one carries CUFRAMES_PACKET_FLAG_DISCONTINUITY (R9). TIMEOUT, or
 /// DISCONNECTED once the publisher is gone and every packet was read.
+///
+/// # Safety
+/// The C contract (crate docs): `s` is NULL or a live subscriber handle, used by one thread at
+/// a time; `data` is NULL or writable (the packet's bytes it receives stay valid until the next
+/// call on `s`); `info` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_next_packet(
     s: *mut CSubscriber,
@@ -185,59 +202,59 @@ pub unsafe extern "C" fn cuframes_subscriber_next_packet(
     data: *mut *const u8,
     info: *mut CPacketInfo,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `s` is NULL or a live subscriber handle used by this
-            // thread only; `data` and `info` are NULL or writable, and distinct from it.
-            let (s, data, info) = unsafe {
-                (
-                    out(s, "subscriber")?,
-                    out(data, "data")?,
-                    out(info, "info")?,
-                )
-            };
-            let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-            let (sub, buf) = s.parts();
-            let i = sub.next_packet(timeout, buf)?;
-            *data = buf.as_ptr();
-            *info = CPacketInfo {
-                seq: i.seq,
-                pts_ns: i.pts_ns,
-                dts_ns: i.dts_ns,
-                flags: i.flags,
-                size: buf.len() as u32,
-            };
-            Ok(())
-        })())
+    status(|| {
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle used by this
+        // thread only; `data` and `info` are NULL or writable, and distinct from it.
+        let (s, data, info) = unsafe {
+            (
+                out(s, "subscriber")?,
+                out(data, "data")?,
+                out(info, "info")?,
+            )
+        };
+        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+        let (sub, buf) = s.parts();
+        let i = sub.next_packet(timeout, buf)?;
+        *data = buf.as_ptr();
+        *info = CPacketInfo {
+            seq: i.seq,
+            pts_ns: i.pts_ns,
+            dts_ns: i.dts_ns,
+            flags: i.flags,
+            size: buf.len() as u32,
+        };
+        Ok(())
     })
 }
 
 /// Packet counters of this subscriber.
+///
+/// # Safety
+/// The C contract (crate docs): `s` is NULL or a live subscriber handle; `stats` is NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_packet_stats(
     s: *const CSubscriber,
     stats: *mut CPacketStats,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
-            let st = unsafe { input(s, "subscriber") }?
-                .inner()
-                .packet_stats()
-                .ok_or_else(|| {
-                    Error::new(
-                        cuframes_core::ErrorCode::NotFound,
-                        "this subscriber did not ask for packets",
-                    )
-                })?;
-            // SAFETY: the C contract: `stats` is NULL or a writable cuframes_packet_stats_t.
-            *unsafe { out(stats, "stats") }? = CPacketStats {
-                packets: st.packets,
-                bytes: st.bytes,
-                overruns: st.overruns,
-                last_seq: st.last_seq,
-            };
-            Ok(())
-        })())
+    status(|| {
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
+        let st = unsafe { input(s, "subscriber") }?
+            .inner()
+            .packet_stats()
+            .ok_or_else(|| {
+                Error::new(
+                    cuframes_core::ErrorCode::NotFound,
+                    "this subscriber did not ask for packets",
+                )
+            })?;
+        // SAFETY: the C contract: `stats` is NULL or a writable cuframes_packet_stats_t.
+        *unsafe { out(stats, "stats") }? = CPacketStats {
+            packets: st.packets,
+            bytes: st.bytes,
+            overruns: st.overruns,
+            last_seq: st.last_seq,
+        };
+        Ok(())
     })
 }

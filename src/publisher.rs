@@ -12,8 +12,7 @@ use cuframes_core::wire::{Format, MemoryKind, Policy};
 use cuframes_core::{Error, ErrorCode, Result};
 
 use crate::convert::{input, opt_path, out, str_arg};
-use crate::error::{code_of, fail, panicked};
-use crate::guard;
+use crate::ffi::{guard, status, value};
 use crate::layout::CFrameLayout;
 
 /// Opaque `cuframes_publisher_t`: a shared reference to the process's publisher of a key.
@@ -99,6 +98,9 @@ unsafe fn options(o: Option<&CPublisherOptions>) -> Result<PublisherOptions> {
 }
 
 /// Fill `opts` with the defaults.
+///
+/// # Safety
+/// The C contract (crate docs): `opts` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_options_default(opts: *mut CPublisherOptions) {
     // SAFETY: the C contract: `opts` is NULL or a writable cuframes_publisher_options_t.
@@ -122,41 +124,43 @@ unsafe fn create(
     out_pub: *mut *mut CPublisher,
     shared: bool,
 ) -> c_int {
-    guard(panicked(), || {
-        let r = (|| {
-            // SAFETY: our contract: `key` is NULL or a NUL-terminated string, `out_pub` NULL
-            // or writable, `opts` NULL or a valid options struct whose `runtime_dir` is NULL
-            // or a string.
-            let (key, out_pub, opts) = unsafe {
-                (
-                    str_arg(key, "key")?,
-                    out(out_pub, "out")?,
-                    options(opts.as_ref())?,
-                )
-            };
-            let mut reg = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-            let map = reg.get_or_insert_with(HashMap::new);
-            map.retain(|_, w| w.strong_count() > 0);
-            if let Some(existing) = map.get(key).and_then(Weak::upgrade) {
-                if !shared {
-                    return Err(Error::new(
-                        ErrorCode::AlreadyExists,
-                        format!("this process already publishes {key:?}; use cuframes_publisher_open_shared (R6)"),
-                    ));
-                }
-                *out_pub = Box::into_raw(Box::new(CPublisher(existing)));
-                return Ok(());
+    status(|| {
+        // SAFETY: our contract: `key` is NULL or a NUL-terminated string, `out_pub` NULL
+        // or writable, `opts` NULL or a valid options struct whose `runtime_dir` is NULL
+        // or a string.
+        let (key, out_pub, opts) = unsafe {
+            (
+                str_arg(key, "key")?,
+                out(out_pub, "out")?,
+                options(opts.as_ref())?,
+            )
+        };
+        let mut reg = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        let map = reg.get_or_insert_with(HashMap::new);
+        map.retain(|_, w| w.strong_count() > 0);
+        if let Some(existing) = map.get(key).and_then(Weak::upgrade) {
+            if !shared {
+                return Err(Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!("this process already publishes {key:?}; use cuframes_publisher_open_shared (R6)"),
+                ));
             }
-            let p = Arc::new(Publisher::create(key, opts)?);
-            map.insert(key.to_owned(), Arc::downgrade(&p));
-            *out_pub = Box::into_raw(Box::new(CPublisher(p)));
-            Ok(())
-        })();
-        code_of(r)
+            *out_pub = Box::into_raw(Box::new(CPublisher(existing)));
+            return Ok(());
+        }
+        let p = Arc::new(Publisher::create(key, opts)?);
+        map.insert(key.to_owned(), Arc::downgrade(&p));
+        *out_pub = Box::into_raw(Box::new(CPublisher(p)));
+        Ok(())
     })
 }
 
 /// Create the publisher of `key`. ALREADY_EXISTS if a live publisher (here or elsewhere) has it.
+///
+/// # Safety
+/// The C contract (crate docs): `key` is NULL or a NUL-terminated string; `opts` is NULL or
+/// points to an initialised `CPublisherOptions` (its pointers, where set, follow the same
+/// rules); `out_pub` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_create(
     key: *const c_char,
@@ -169,6 +173,11 @@ pub unsafe extern "C" fn cuframes_publisher_create(
 
 /// The process's publisher of `key`, created if needed (R6): the filter and the muxer of one
 /// ffmpeg command share it. Each handle is destroyed on its own; the last one shuts down.
+///
+/// # Safety
+/// The C contract (crate docs): `key` is NULL or a NUL-terminated string; `opts` is NULL or
+/// points to an initialised `CPublisherOptions` (its pointers, where set, follow the same
+/// rules); `out_pub` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_open_shared(
     key: *const c_char,
@@ -180,6 +189,10 @@ pub unsafe extern "C" fn cuframes_publisher_open_shared(
 }
 
 /// Drop a handle; the last handle of a key sends SHUTDOWN and removes every resource.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle, destroyed once here
+/// with no other call on it in flight.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_destroy(p: *mut CPublisher) {
     if !p.is_null() {
@@ -190,6 +203,9 @@ pub unsafe extern "C" fn cuframes_publisher_destroy(p: *mut CPublisher) {
 }
 
 /// Fill `cfg` with the defaults: NV12 0x0, ring 4, DROP_OLDEST, 1000 ms, host memory.
+///
+/// # Safety
+/// The C contract (crate docs): `cfg` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_frame_ring_config_default(cfg: *mut CFrameRingConfig) {
     // SAFETY: the C contract: `cfg` is NULL or a writable cuframes_frame_ring_config_t.
@@ -237,38 +253,42 @@ fn ring_config(c: &CFrameRingConfig) -> Result<FrameRingConfig> {
 }
 
 /// Add the frame ring (once per publisher).
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `cfg` is NULL or points
+/// to an initialised `CFrameRingConfig`.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_enable_frames(
     p: *mut CPublisher,
     cfg: *const CFrameRingConfig,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `cfg` NULL or a
-            // valid cuframes_frame_ring_config_t.
-            let (p, cfg) = unsafe { (input(p, "publisher")?, input(cfg, "config")?) };
-            p.0.enable_frames(ring_config(cfg)?)
-        })())
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle, `cfg` NULL or a
+        // valid cuframes_frame_ring_config_t.
+        let (p, cfg) = unsafe { (input(p, "publisher")?, input(cfg, "config")?) };
+        p.0.enable_frames(ring_config(cfg)?)
     })
 }
 
 /// The frame layout of the publisher's ring.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `layout` is NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_frame_layout(
     p: *const CPublisher,
     layout: *mut CFrameLayout,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `p` is NULL or a live publisher handle.
-            let p = unsafe { input(p, "publisher") }?;
-            let l =
-                p.0.frame_layout()
-                    .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
-            // SAFETY: the C contract: `layout` is NULL or a writable cuframes_frame_layout_t.
-            *unsafe { out(layout, "layout") }? = CFrameLayout::from(l);
-            Ok(())
-        })())
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+        let p = unsafe { input(p, "publisher") }?;
+        let l =
+            p.0.frame_layout()
+                .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
+        // SAFETY: the C contract: `layout` is NULL or a writable cuframes_frame_layout_t.
+        *unsafe { out(layout, "layout") }? = CFrameLayout::from(l);
+        Ok(())
     })
 }
 
@@ -287,43 +307,51 @@ fn pts(pts_ns: i64) -> Option<i64> {
 }
 
 /// Take the next slot to write into (waits for ACKs under STRICT_WAIT).
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `slot` is NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_acquire(p: *mut CPublisher, slot: *mut CSlot) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `p` is NULL or a live publisher handle.
-            let p = unsafe { input(p, "publisher") }?;
-            let s = p.0.acquire()?;
-            // SAFETY: the C contract: `slot` is NULL or a writable cuframes_slot_t.
-            *unsafe { out(slot, "slot") }? = CSlot {
-                seq: s.seq,
-                index: s.index as u32,
-                memory_kind: s.memory_kind as u32,
-                address: s.address,
-            };
-            Ok(())
-        })())
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+        let p = unsafe { input(p, "publisher") }?;
+        let s = p.0.acquire()?;
+        // SAFETY: the C contract: `slot` is NULL or a writable cuframes_slot_t.
+        *unsafe { out(slot, "slot") }? = CSlot {
+            seq: s.seq,
+            index: s.index as u32,
+            memory_kind: s.memory_kind as u32,
+            address: s.address,
+        };
+        Ok(())
     })
 }
 
 /// Publish an acquired slot whose contents are complete. `pts_ns` INT64_MIN = now (R25).
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `slot` is NULL or
+/// points to an initialised `CSlot`.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_publish(
     p: *mut CPublisher,
     slot: *const CSlot,
     pts_ns: i64,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `slot` NULL or a
-            // valid cuframes_slot_t.
-            let (p, slot) = unsafe { (input(p, "publisher")?, input(slot, "slot")?) };
-            p.0.publish(to_core_slot(slot)?, pts(pts_ns)).map(|_| ())
-        })())
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle, `slot` NULL or a
+        // valid cuframes_slot_t.
+        let (p, slot) = unsafe { (input(p, "publisher")?, input(slot, "slot")?) };
+        p.0.publish(to_core_slot(slot)?, pts(pts_ns)).map(|_| ())
     })
 }
 
 /// Give an acquired slot back without publishing it.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `slot` is NULL or
+/// points to an initialised `CSlot`.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_abandon(p: *mut CPublisher, slot: *const CSlot) {
     guard((), || {
@@ -338,6 +366,11 @@ pub unsafe extern "C" fn cuframes_publisher_abandon(p: *mut CPublisher, slot: *c
 }
 
 /// Copy a frame from host memory (one pointer and stride per plane) and publish it.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `planes` is NULL or
+/// holds `plane_count` pointers, each readable for its plane's rows at its stride; `strides` is
+/// NULL or holds `plane_count` elements.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_publish_host(
     p: *mut CPublisher,
@@ -346,57 +379,55 @@ pub unsafe extern "C" fn cuframes_publisher_publish_host(
     plane_count: c_int,
     pts_ns: i64,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `p` is NULL or a live publisher handle.
-            let p = unsafe { input(p, "publisher") }?;
-            let layout =
-                p.0.frame_layout()
-                    .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
-            let n = usize::try_from(plane_count).map_err(|_| Error::invalid("plane_count"))?;
-            if n != layout.planes().len() || planes.is_null() || strides.is_null() {
-                return Err(Error::new(
-                    ErrorCode::Format,
-                    format!(
-                        "{} needs {} planes, {n} given",
-                        layout.format.name(),
-                        layout.planes().len()
-                    ),
-                ));
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+        let p = unsafe { input(p, "publisher") }?;
+        let layout =
+            p.0.frame_layout()
+                .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
+        let n = usize::try_from(plane_count).map_err(|_| Error::invalid("plane_count"))?;
+        if n != layout.planes().len() || planes.is_null() || strides.is_null() {
+            return Err(Error::new(
+                ErrorCode::Format,
+                format!(
+                    "{} needs {} planes, {n} given",
+                    layout.format.name(),
+                    layout.planes().len()
+                ),
+            ));
+        }
+        // SAFETY: the C contract: `strides` and `planes` are arrays of `plane_count` = n
+        // elements (checked non-NULL above), unwritten during the call.
+        let (strides, ptrs) = unsafe {
+            (
+                std::slice::from_raw_parts(strides, n),
+                std::slice::from_raw_parts(planes, n),
+            )
+        };
+        let mut slices = Vec::with_capacity(n);
+        for (i, (ptr, plane)) in ptrs.iter().zip(layout.planes()).enumerate() {
+            if ptr.is_null() || strides[i] < plane.row_bytes {
+                return Err(Error::invalid(format!(
+                    "plane {i}: NULL or stride below {} bytes",
+                    plane.row_bytes
+                )));
             }
-            // SAFETY: the C contract: `strides` and `planes` are arrays of `plane_count` = n
-            // elements (checked non-NULL above), unwritten during the call.
-            let (strides, ptrs) = unsafe {
-                (
-                    std::slice::from_raw_parts(strides, n),
-                    std::slice::from_raw_parts(planes, n),
-                )
-            };
-            let mut slices = Vec::with_capacity(n);
-            for (i, (ptr, plane)) in ptrs.iter().zip(layout.planes()).enumerate() {
-                if ptr.is_null() || strides[i] < plane.row_bytes {
-                    return Err(Error::invalid(format!(
-                        "plane {i}: NULL or stride below {} bytes",
-                        plane.row_bytes
-                    )));
-                }
-                // SAFETY: the C contract of this call: plane i holds the ring layout's rows of
-                // it, `strides[i]` apart, so it is readable for stride * (rows - 1) +
-                // row_bytes bytes (checked non-NULL above), unwritten during the call.
-                slices.push(unsafe {
-                    std::slice::from_raw_parts(
-                        *ptr,
-                        strides[i] * (plane.rows - 1) + plane.row_bytes,
-                    )
-                });
-            }
-            p.0.publish_host_planes(&slices, strides, pts(pts_ns))
-                .map(|_| ())
-        })())
+            // SAFETY: the C contract of this call: plane i holds the ring layout's rows of
+            // it, `strides[i]` apart, so it is readable for stride * (rows - 1) +
+            // row_bytes bytes (checked non-NULL above), unwritten during the call.
+            slices.push(unsafe {
+                std::slice::from_raw_parts(*ptr, strides[i] * (plane.rows - 1) + plane.row_bytes)
+            });
+        }
+        p.0.publish_host_planes(&slices, strides, pts(pts_ns))
+            .map(|_| ())
     })
 }
 
 /// Seq of the last published frame (0 = none).
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_frame_seq(p: *const CPublisher) -> u64 {
     // SAFETY: the C contract: `p` is NULL or a live publisher handle.
@@ -404,29 +435,36 @@ pub unsafe extern "C" fn cuframes_publisher_frame_seq(p: *const CPublisher) -> u
 }
 
 /// Number of admitted subscribers, or a negative error.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_subscriber_count(p: *const CPublisher) -> c_int {
     // SAFETY: the C contract: `p` is NULL or a live publisher handle.
-    guard(panicked(), || match unsafe { p.as_ref() } {
-        Some(p) => p.0.subscriber_count() as c_int,
-        None => fail(Error::invalid("publisher is NULL")),
+    value(|| match unsafe { p.as_ref() } {
+        Some(p) => Ok(p.0.subscriber_count() as c_int),
+        None => Err(Error::invalid("publisher is NULL")),
     })
 }
 
 /// Up to `max` subscribers' statistics into `infos`; returns how many were written.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `infos` is NULL or
+/// writable for `max` elements.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_subscribers(
     p: *const CPublisher,
     infos: *mut CSubscriberInfo,
     max: c_int,
 ) -> c_int {
-    guard(panicked(), || {
+    value(|| {
         // SAFETY: the C contract: `p` is NULL or a live publisher handle.
         let Some(p) = (unsafe { p.as_ref() }) else {
-            return fail(Error::invalid("publisher is NULL"));
+            return Err(Error::invalid("publisher is NULL"));
         };
         if infos.is_null() || max <= 0 {
-            return 0;
+            return Ok(0);
         }
         let mut n = 0;
         for s in p.0.subscribers().into_iter().take(max as usize) {
@@ -452,12 +490,16 @@ pub unsafe extern "C" fn cuframes_publisher_subscribers(
             unsafe { infos.add(n).write(info) };
             n += 1;
         }
-        n as c_int
+        Ok(n as c_int)
     })
 }
 
 /// CUDA rings: publish a slot written by GPU work on `cuda_stream` (a CUstream; NULL = the
 /// legacy default stream). The stream is synchronised first (§5).
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `slot` is NULL or
+/// points to an initialised `CSlot`; `cuda_stream` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_publish_after_stream(
     p: *mut CPublisher,
@@ -465,19 +507,22 @@ pub unsafe extern "C" fn cuframes_publisher_publish_after_stream(
     cuda_stream: *mut std::ffi::c_void,
     pts_ns: i64,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `p` is NULL or a live publisher handle, `slot` NULL or a
-            // valid cuframes_slot_t.
-            let (p, slot) = unsafe { (input(p, "publisher")?, input(slot, "slot")?) };
-            p.0.publish_after_stream(to_core_slot(slot)?, cuda_stream, pts(pts_ns))
-                .map(|_| ())
-        })())
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle, `slot` NULL or a
+        // valid cuframes_slot_t.
+        let (p, slot) = unsafe { (input(p, "publisher")?, input(slot, "slot")?) };
+        p.0.publish_after_stream(to_core_slot(slot)?, cuda_stream, pts(pts_ns))
+            .map(|_| ())
     })
 }
 
 /// CUDA rings: copy a frame from device memory (one CUdeviceptr and pitch per plane),
 /// ordered after earlier work on `cuda_stream` (NULL: the library's stream), and publish it.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `planes` is NULL or
+/// holds `plane_count` elements; `pitches` is NULL or holds `plane_count` elements;
+/// `cuda_stream` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_publisher_publish_device(
     p: *mut CPublisher,
@@ -487,26 +532,24 @@ pub unsafe extern "C" fn cuframes_publisher_publish_device(
     cuda_stream: *mut std::ffi::c_void,
     pts_ns: i64,
 ) -> c_int {
-    guard(panicked(), || {
-        code_of((|| {
-            // SAFETY: the C contract: `p` is NULL or a live publisher handle.
-            let p = unsafe { input(p, "publisher") }?;
-            let n = usize::try_from(plane_count).map_err(|_| Error::invalid("plane_count"))?;
-            if planes.is_null() || pitches.is_null() || n == 0 || n > 3 {
-                return Err(Error::invalid(
-                    "planes/pitches NULL or plane_count not in 1..3",
-                ));
-            }
-            // SAFETY: the C contract: `planes` and `pitches` are arrays of `plane_count` = n
-            // elements (checked non-NULL above), unwritten during the call.
-            let (planes, pitches) = unsafe {
-                (
-                    std::slice::from_raw_parts(planes, n),
-                    std::slice::from_raw_parts(pitches, n),
-                )
-            };
-            p.0.publish_device_planes(planes, pitches, cuda_stream, pts(pts_ns))
-                .map(|_| ())
-        })())
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+        let p = unsafe { input(p, "publisher") }?;
+        let n = usize::try_from(plane_count).map_err(|_| Error::invalid("plane_count"))?;
+        if planes.is_null() || pitches.is_null() || n == 0 || n > 3 {
+            return Err(Error::invalid(
+                "planes/pitches NULL or plane_count not in 1..3",
+            ));
+        }
+        // SAFETY: the C contract: `planes` and `pitches` are arrays of `plane_count` = n
+        // elements (checked non-NULL above), unwritten during the call.
+        let (planes, pitches) = unsafe {
+            (
+                std::slice::from_raw_parts(planes, n),
+                std::slice::from_raw_parts(pitches, n),
+            )
+        };
+        p.0.publish_device_planes(planes, pitches, cuda_stream, pts(pts_ns))
+            .map(|_| ())
     })
 }

@@ -1,0 +1,356 @@
+//! Every entry point that can run without a GPU, called successfully through the C ABI, one
+//! after the other as a C program would: none may touch the thread's last error (issue: the
+//! old wrapper wrote "a panic was caught" there before every body ran).
+//!
+//! Not here, because they need a CUDA driver: `cuframes_cuda_primary_context`,
+//! `cuframes_cuda_context_release`, `cuframes_publisher_publish_after_stream` and
+//! `cuframes_publisher_publish_device`; they run under the same `ffi` wrappers and are
+//! exercised by the FFmpeg frame path of `scripts/gpu-check.sh`.
+
+use std::ffi::{c_char, CStr, CString};
+use std::ptr::{null, null_mut};
+
+use cuframes_core::wire::{
+    Format, MemoryKind, Policy, SubscriberMode, SUBSCRIBE_WANTS_FRAMES, SUBSCRIBE_WANTS_PACKETS,
+};
+
+use crate::abi::*;
+use crate::codec::*;
+use crate::cuframes_last_error;
+use crate::ffmpeg_frames::*;
+use crate::packets::*;
+use crate::publisher::*;
+use crate::subscriber::*;
+use crate::{cuframes_protocol_version, cuframes_strerror};
+
+const SAMPLE_H264: &[u8] = include_bytes!("../fate-samples/test-25fps.h264");
+
+fn last_error() -> String {
+    // SAFETY: cuframes_last_error returns a NUL-terminated string of this thread's slot,
+    // valid until the next failing call on this thread (none before we copy it).
+    unsafe { CStr::from_ptr(cuframes_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A runtime directory of our own; the rings' /dev/shm objects go with it, also on failure.
+struct Scratch {
+    dir: std::path::PathBuf,
+    key: String,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}", self.key));
+        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}-packets", self.key));
+    }
+}
+
+#[test]
+fn successful_calls_leave_the_last_error_untouched() {
+    let tag = cuframes_core::util::unique_suffix() & 0xFF_FFFF;
+    let scratch = Scratch {
+        dir: std::env::temp_dir().join(format!("cuframes-abi-{}-{tag}", std::process::id())),
+        key: format!("abiok-{}-{tag}", std::process::id()),
+    };
+    std::fs::create_dir_all(&scratch.dir).unwrap();
+    let dir = CString::new(scratch.dir.to_str().unwrap()).unwrap();
+    let key = CString::new(scratch.key.as_str()).unwrap();
+
+    // A failure first, so that there is something to overwrite.
+    // SAFETY: NULL data with size 0 and a NULL out-pointer are allowed (the call fails).
+    let rc = unsafe { cuframes_codec_video_info(9999, null(), 0, null_mut()) };
+    assert!(rc < 0);
+    let sentinel = last_error();
+    assert!(!sentinel.is_empty());
+    let mut called = std::collections::BTreeSet::new();
+    let mut ok = |name: &str, rc: i64| {
+        assert!(rc >= 0, "{name} failed ({rc}): {}", last_error());
+        assert_eq!(
+            last_error(),
+            sentinel,
+            "{name} succeeded and changed the last error"
+        );
+        called.insert(name.split(' ').next().unwrap().to_owned());
+    };
+
+    ok(
+        "cuframes_protocol_version",
+        cuframes_protocol_version() as i64,
+    );
+    ok("cuframes_strerror", cuframes_strerror(0).is_null() as i64);
+    ok(
+        "cuframes_host_copy_count",
+        cuframes_host_copy_count() as i64,
+    );
+    ok(
+        "cuframes_cuda_device_count",
+        cuframes_cuda_device_count() as i64,
+    );
+
+    // Codec helpers on the real sample: its first access unit carries SPS and PPS.
+    let (mut extradata, mut size) = (vec![0u8; 4096], 0usize);
+    // SAFETY: `SAMPLE_H264` is readable for its length; `extradata` writable for its length.
+    let rc = unsafe {
+        cuframes_codec_keyframe_extradata(
+            27,
+            SAMPLE_H264.as_ptr(),
+            SAMPLE_H264.len(),
+            extradata.as_mut_ptr(),
+            extradata.len(),
+            &mut size,
+        )
+    };
+    ok("cuframes_codec_keyframe_extradata", rc as i64);
+    assert!(
+        size > 0,
+        "no parameter sets in the sample's first access unit"
+    );
+    extradata.truncate(size);
+    let mut ring = vec![0u8; 4096];
+    // SAFETY: as above.
+    let rc = unsafe {
+        cuframes_codec_ring_extradata(
+            27,
+            extradata.as_ptr(),
+            extradata.len(),
+            ring.as_mut_ptr(),
+            ring.len(),
+            &mut size,
+        )
+    };
+    ok("cuframes_codec_ring_extradata", rc as i64);
+    let mut info = CCodecVideoInfo::default();
+    // SAFETY: `extradata` readable for its length; `info` a writable local.
+    let rc =
+        unsafe { cuframes_codec_video_info(27, extradata.as_ptr(), extradata.len(), &mut info) };
+    ok("cuframes_codec_video_info", rc as i64);
+    assert_eq!((info.width, info.height), (320, 240));
+
+    // SAFETY: (every call in this block) each pointer is a live local of the type the
+    // function takes, or a handle it returned and that is not destroyed yet; strings are
+    // CStrings that outlive the calls.
+    unsafe {
+        let mut popts = std::mem::zeroed::<CPublisherOptions>();
+        cuframes_publisher_options_default(&mut popts);
+        ok("cuframes_publisher_options_default", 0);
+        popts.runtime_dir = dir.as_ptr();
+        let mut p = null_mut();
+        ok(
+            "cuframes_publisher_create",
+            cuframes_publisher_create(key.as_ptr(), &popts, &mut p) as i64,
+        );
+        let mut shared = null_mut();
+        ok(
+            "cuframes_publisher_open_shared",
+            cuframes_publisher_open_shared(key.as_ptr(), &popts, &mut shared) as i64,
+        );
+        cuframes_publisher_destroy(shared);
+        ok("cuframes_publisher_destroy (shared handle)", 0);
+
+        let mut fcfg = std::mem::zeroed::<CFrameRingConfig>();
+        cuframes_frame_ring_config_default(&mut fcfg);
+        ok("cuframes_frame_ring_config_default", 0);
+        fcfg.format = Format::Nv12 as u32;
+        fcfg.width = 64;
+        fcfg.height = 32;
+        fcfg.policy = Policy::StrictWait as u32;
+        fcfg.memory_kind = MemoryKind::HostMemfd as u32;
+        ok(
+            "cuframes_publisher_enable_frames",
+            cuframes_publisher_enable_frames(p, &fcfg) as i64,
+        );
+        let mut layout = std::mem::zeroed::<CFrameLayout>();
+        ok(
+            "cuframes_publisher_frame_layout",
+            cuframes_publisher_frame_layout(p, &mut layout) as i64,
+        );
+        let mut kcfg = std::mem::zeroed::<CPacketRingConfig>();
+        cuframes_packet_ring_config_default(&mut kcfg);
+        ok("cuframes_packet_ring_config_default", 0);
+        kcfg.codec_id = 27;
+        kcfg.extradata = ring.as_ptr();
+        kcfg.extradata_size = size as u32;
+        ok(
+            "cuframes_publisher_enable_packets",
+            cuframes_publisher_enable_packets(p, &kcfg) as i64,
+        );
+        ok(
+            "cuframes_publisher_set_packet_extradata",
+            cuframes_publisher_set_packet_extradata(p, ring.as_ptr(), size) as i64,
+        );
+
+        let name = CString::new("abi-ok").unwrap();
+        let mut sopts = std::mem::zeroed::<CSubscriberOptions>();
+        cuframes_subscriber_options_default(&mut sopts);
+        ok("cuframes_subscriber_options_default", 0);
+        sopts.runtime_dir = dir.as_ptr();
+        sopts.name = name.as_ptr();
+        sopts.mode = SubscriberMode::Copy as u32;
+        sopts.flags = SUBSCRIBE_WANTS_FRAMES | SUBSCRIBE_WANTS_PACKETS;
+        let mut s = null_mut();
+        ok(
+            "cuframes_subscriber_connect",
+            cuframes_subscriber_connect(key.as_ptr(), &sopts, &mut s) as i64,
+        );
+        let mut slayout = std::mem::zeroed::<CFrameLayout>();
+        ok(
+            "cuframes_subscriber_frame_layout",
+            cuframes_subscriber_frame_layout(s, &mut slayout) as i64,
+        );
+        let mut codec = 0u32;
+        ok(
+            "cuframes_subscriber_packet_codec",
+            cuframes_subscriber_packet_codec(s, &mut codec) as i64,
+        );
+        assert_eq!(codec, 27);
+        let (mut got, mut got_size) = (vec![0u8; 4096], 0usize);
+        ok(
+            "cuframes_subscriber_packet_extradata",
+            cuframes_subscriber_packet_extradata(s, got.as_mut_ptr(), got.len(), &mut got_size)
+                as i64,
+        );
+        assert_eq!(&got[..got_size], &ring[..size]);
+        ok(
+            "cuframes_subscriber_is_zero_copy",
+            cuframes_subscriber_is_zero_copy(s) as i64,
+        );
+        ok(
+            "cuframes_subscriber_memory_kind",
+            cuframes_subscriber_memory_kind(s) as i64,
+        );
+        ok(
+            "cuframes_publisher_subscriber_count",
+            cuframes_publisher_subscriber_count(p) as i64,
+        );
+        let mut infos: [CSubscriberInfo; 2] = std::mem::zeroed();
+        let n = cuframes_publisher_subscribers(p, infos.as_mut_ptr(), 2);
+        ok("cuframes_publisher_subscribers", n as i64);
+        assert_eq!(n, 1);
+
+        // A frame through acquire/publish, one abandoned, one through publish_host.
+        let mut slot = std::mem::zeroed::<CSlot>();
+        ok(
+            "cuframes_publisher_acquire",
+            cuframes_publisher_acquire(p, &mut slot) as i64,
+        );
+        ok(
+            "cuframes_publisher_publish",
+            cuframes_publisher_publish(p, &slot, 1) as i64,
+        );
+        let mut frame = null_mut();
+        ok(
+            "cuframes_subscriber_next_frame",
+            cuframes_subscriber_next_frame(s, 5000, &mut frame) as i64,
+        );
+        let mut finfo = std::mem::zeroed::<CFrameInfo>();
+        ok(
+            "cuframes_frame_info",
+            cuframes_frame_info(frame, &mut finfo) as i64,
+        );
+        assert_eq!(finfo.seq, 1);
+        cuframes_frame_release(frame, null_mut());
+        ok("cuframes_frame_release", 0);
+        ok(
+            "cuframes_publisher_acquire (to abandon)",
+            cuframes_publisher_acquire(p, &mut slot) as i64,
+        );
+        cuframes_publisher_abandon(p, &slot);
+        ok("cuframes_publisher_abandon", 0);
+        let y = vec![0x10u8; 64 * 32];
+        let uv = vec![0x80u8; 64 * 16];
+        let planes: [*const u8; 2] = [y.as_ptr(), uv.as_ptr()];
+        let strides: [usize; 2] = [64, 64];
+        ok(
+            "cuframes_publisher_publish_host",
+            cuframes_publisher_publish_host(p, planes.as_ptr(), strides.as_ptr(), 2, 2) as i64,
+        );
+        ok(
+            "cuframes_subscriber_next_frame (2)",
+            cuframes_subscriber_next_frame(s, 5000, &mut frame) as i64,
+        );
+        cuframes_frame_release(frame, null_mut());
+        let mut fstats = std::mem::zeroed::<CFrameStats>();
+        ok(
+            "cuframes_subscriber_stats",
+            cuframes_subscriber_stats(s, &mut fstats) as i64,
+        );
+        assert_eq!(fstats.delivered, 2);
+        ok(
+            "cuframes_publisher_frame_seq",
+            cuframes_publisher_frame_seq(p) as i64,
+        );
+
+        // A packet.
+        let mut pseq = 0u64;
+        ok(
+            "cuframes_publisher_publish_packet",
+            cuframes_publisher_publish_packet(p, SAMPLE_H264.as_ptr(), 256, 0, 0, 1, &mut pseq)
+                as i64,
+        );
+        let (mut data, mut pinfo): (*const u8, CPacketInfo) = (null(), std::mem::zeroed());
+        ok(
+            "cuframes_subscriber_next_packet",
+            cuframes_subscriber_next_packet(s, 5000, &mut data, &mut pinfo) as i64,
+        );
+        assert_eq!(pinfo.size, 256);
+        let mut kstats = std::mem::zeroed::<CPacketStats>();
+        ok(
+            "cuframes_subscriber_packet_stats",
+            cuframes_subscriber_packet_stats(s, &mut kstats) as i64,
+        );
+
+        cuframes_subscriber_destroy(s);
+        ok("cuframes_subscriber_destroy", 0);
+        cuframes_publisher_destroy(p);
+        ok("cuframes_publisher_destroy", 0);
+    }
+    let _: *const c_char = cuframes_last_error();
+    // Every exported function of the crate, from its sources: a new entry point must be
+    // added above (or to NEEDS_CUDA) before this test passes again.
+    let exported = exported_functions();
+    assert!(exported.len() >= 40, "found only {exported:?}");
+    let missing: Vec<_> = exported
+        .iter()
+        .filter(|f| !called.contains(*f) && !NEEDS_CUDA.contains(&f.as_str()))
+        .filter(|f| *f != "cuframes_last_error")
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "entry points not called here: {missing:?}"
+    );
+}
+
+const NEEDS_CUDA: [&str; 4] = [
+    "cuframes_cuda_primary_context",
+    "cuframes_cuda_context_release",
+    "cuframes_publisher_publish_after_stream",
+    "cuframes_publisher_publish_device",
+];
+
+fn exported_functions() -> Vec<String> {
+    let sources = [
+        include_str!("lib.rs"),
+        include_str!("codec.rs"),
+        include_str!("error.rs"),
+        include_str!("ffmpeg_frames.rs"),
+        include_str!("packets.rs"),
+        include_str!("publisher.rs"),
+        include_str!("subscriber.rs"),
+    ];
+    let mut names = Vec::new();
+    for src in sources {
+        for (_, rest) in src
+            .match_indices("extern \"C\" fn ")
+            .map(|(i, _)| src.split_at(i))
+        {
+            let name: String = rest["extern \"C\" fn ".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            names.push(name);
+        }
+    }
+    names
+}
