@@ -38,7 +38,8 @@ declare -A KNOWN_SHA256=(
 # Bump when the way the deps (dav1d, nv-codec-headers) are built changes.
 DEPS_RECIPE=1
 
-# System (bookworm) packages needed to build. Kept in scripts/packages-debian.txt too.
+# System (bookworm) packages needed to build; scripts/packages-debian.txt must list them too
+# (check_package_list).
 BUILD_PACKAGES=(
   build-essential pkg-config make patch xz-utils nasm clang
   libx264-dev meson ninja-build debian-archive-keyring
@@ -65,12 +66,14 @@ fi
 
 # --------------------------------------------------------------------------
 # 1. System build dependencies (bookworm, system apt).
-record_packages() {
-  local list="$REPO/scripts/packages-debian.txt" p
-  touch "$list"
+# scripts/packages-debian.txt is what setup installs: every package built on here must be
+# listed there (checked, never written: a build does not edit tracked files).
+check_package_list() {
+  local list="$REPO/scripts/packages-debian.txt" p missing=()
   for p in "${BUILD_PACKAGES[@]}"; do
-    grep -qxF "$p" "$list" || printf '%s\n' "$p" >>"$list"
+    sed 's/[[:space:]].*//' "$list" | grep -qxF "$p" || missing+=("$p")
   done
+  [[ ${#missing[@]} -eq 0 ]] || die "add to scripts/packages-debian.txt (setup installs from it): ${missing[*]}"
 }
 
 install_build_deps() {
@@ -184,7 +187,7 @@ fetch_src() {
 }
 
 # --------------------------------------------------------------------------
-record_packages
+check_package_list
 install_build_deps
 setup_private_apt
 refresh_private_apt

@@ -4,6 +4,13 @@
 # a GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The one install step here, and why: CI (.ci/run) runs this command on a fresh machine
+# without the setup command before it, so the Debian packages and the Rust toolchain may be
+# missing. After setup it finds everything present and installs nothing.
+# The run must not change the checkout (builds write only under target/, build/ and the
+# cache): the state of tracked and unignored files before, compared at the end.
+tree_before=$(git status --porcelain 2>/dev/null || true)
+echo "== dependencies (scripts/install-deps.sh: a no-op when setup already ran)"
 scripts/install-deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 # Every test uses its own runtime directory and keys; this keeps strays out of /run.
@@ -30,5 +37,11 @@ cargo test --release -p cuframes-core --test cuda_vmm --test frame_ring_cuda -- 
 leftovers=$(comm -13 <(echo "$shm_before" | sort) <(ls /dev/shm | grep -E '^cuframes-' | sort) || true)
 if [ -n "$leftovers" ]; then
   echo "tests left SHM objects behind:" $leftovers >&2
+  exit 1
+fi
+tree_after=$(git status --porcelain 2>/dev/null || true)
+if [ "$tree_before" != "$tree_after" ]; then
+  echo "the test run changed the checkout:" >&2
+  diff <(echo "$tree_before") <(echo "$tree_after") >&2 || true
   exit 1
 fi
