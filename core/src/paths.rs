@@ -15,8 +15,15 @@ pub const SHM_PREFIX: &str = "cuframes-";
 pub const PACKET_SHM_SUFFIX: &str = "-packets";
 
 /// A validated key: `^[a-zA-Z0-9_-]{1,63}$` (§1).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Key(String);
+
+/// `{key:?}` in messages shows the key quoted (`"cam1"`), never the Rust form `Key("cam1")`.
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
 
 impl Key {
     pub fn new(key: &str) -> Result<Key> {
@@ -120,6 +127,27 @@ pub fn parse_wire_shm_name(name: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_in_a_message_is_the_key_quoted_not_a_rust_form() {
+        let k = Key::new("cam1").unwrap();
+        assert_eq!(format!("{k:?}"), "\"cam1\"");
+        assert_eq!(format!("{k}"), "cam1");
+        let dir = std::env::temp_dir().join(format!("cuframes-nokey-{}", std::process::id()));
+        let opts = crate::subscriber::SubscriberOptions {
+            runtime_dir: Some(dir),
+            ..Default::default()
+        };
+        let e = crate::subscriber::Subscriber::connect("nosuch", &opts)
+            .err()
+            .unwrap();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("CUFRAMES_ERR_NOT_FOUND: no publisher for key \"nosuch\": "),
+            "{text}"
+        );
+        assert!(!text.contains("Key("), "{text}");
+    }
 
     #[test]
     fn keys_follow_the_regex() {

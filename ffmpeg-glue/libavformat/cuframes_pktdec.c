@@ -89,9 +89,9 @@ static int cuframes_pkt_connect(AVFormatContext *s)
         av_usleep(20000);
     }
     if (rc == CUFRAMES_ERR_NOT_FOUND) {
-        av_log(s, AV_LOG_ERROR, "no cuframes packet publisher '%s' (%s). Start one, e.g. "
+        av_log(s, AV_LOG_ERROR, "%s. Start a packet publisher, e.g. "
                "'ffmpeg -re -i in.mp4 -c copy -f cuframes_pkt %s', or wait for it with -wait_publisher\n",
-               s->url, cuframes_last_error(), s->url);
+               cuframes_last_error(), s->url);
         return AVERROR(ENOENT);
     }
     if (rc != CUFRAMES_OK)

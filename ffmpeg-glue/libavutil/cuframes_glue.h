@@ -48,11 +48,16 @@ static inline int ff_cuframes_averror(int code)
     }
 }
 
-/** Log what failed with the library's detailed message, and return the AVERROR. */
+/**
+ * Log what failed with the library's message, and return the AVERROR. The message (its code
+ * name, then what exactly went wrong) is the one wording of the error, the same as the C API
+ * and the cuframes tool show; nothing is appended to it. cuframes_strerror() only stands in
+ * when a failing call left no message.
+ */
 static inline int ff_cuframes_log_error(void *log_ctx, int code, const char *what)
 {
-    av_log(log_ctx, AV_LOG_ERROR, "%s: %s (%s)\n", what, cuframes_last_error(),
-           cuframes_strerror(code));
+    const char *msg = cuframes_last_error();
+    av_log(log_ctx, AV_LOG_ERROR, "%s: %s\n", what, msg && *msg ? msg : cuframes_strerror(code));
     return ff_cuframes_averror(code);
 }
 
