@@ -525,9 +525,9 @@ int cuframes_publisher_acquire(cuframes_publisher_t *pub, cuframes_slot_t *slot)
 int cuframes_publisher_publish(cuframes_publisher_t *pub, const cuframes_slot_t *slot, int64_t pts_ns);
 void cuframes_publisher_abandon(cuframes_publisher_t *pub, const cuframes_slot_t *slot);
 /** Copy a frame from host memory and publish it. `plane_count` must be the layout's plane
- *  count; plane i (`planes[i]`, rows `layout.planes[i].rows` of `row_bytes` each, `strides[i]`
- *  bytes apart, `strides[i] >= row_bytes`) must be readable for
- *  `strides[i] * (rows - 1) + row_bytes` bytes. */
+ *  count; plane i (`planes[i]`: `layout.rows[i]` rows of `layout.row_bytes[i]` bytes,
+ *  `strides[i] >= row_bytes[i]` bytes apart) must be readable for
+ *  `strides[i] * (rows[i] - 1) + row_bytes[i]` bytes. */
 int cuframes_publisher_publish_host(cuframes_publisher_t *pub, const uint8_t *const *planes,
                                     const size_t *strides, int plane_count, int64_t pts_ns);
 /** CUDA rings: publish a slot written by GPU work queued on `cuda_stream` (a CUstream;
@@ -540,7 +540,7 @@ int cuframes_publisher_publish_after_stream(cuframes_publisher_t *pub, const cuf
 /** CUDA rings: copy a frame from device memory (one CUdeviceptr and pitch per plane) into the
  *  next slot, ordered after earlier work on `cuda_stream` (NULL: the library's own stream),
  *  and publish it. Host memory is never involved. Plane i must be device memory of
- *  `pitches[i] * (rows - 1) + row_bytes` bytes, as for cuframes_publisher_publish_host. As above, a non-NULL stream's context must
+ *  `pitches[i] * (rows[i] - 1) + row_bytes[i]` bytes (see cuframes_publisher_publish_host). As above, a non-NULL stream's context must
  *  be current on the calling thread. */
 int cuframes_publisher_publish_device(cuframes_publisher_t *pub, const uint64_t *planes,
                                       const size_t *pitches, int plane_count, void *cuda_stream,
