@@ -24,6 +24,8 @@ pub mod publisher;
 pub mod shm;
 pub mod sock;
 pub mod subscriber;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tlv;
 pub mod util;
 pub mod wire;
