@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 
 use core::mem::offset_of;
 
-use super::objects::{open_readonly, pid_alive};
+use super::objects::open_readonly;
 use crate::error::{Error, Result};
 use crate::frames::layout::{
     FrameShm, FRAME_MEMORY_KIND_OFFSET, SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET,
     SUB_DROPPED_TORN_OFFSET,
 };
+use crate::liveness::is_alive;
 use crate::wire::frame::{FrameMeta, SharedHeader, FRAME_SHM_SIZE};
 use crate::wire::{
     Format, MemoryKind, Policy, SubscriberState, FRAME_MAGIC, LEGACY_FRAME_MAGIC, MAX_RING_SIZE,
@@ -252,7 +253,7 @@ pub fn read_frame_shm(name: &str) -> Result<FrameSnapshot> {
             bit,
             state,
             pid,
-            pid_alive: pid_alive(pid),
+            pid_alive: is_alive(pid),
             name: shm.sub_name(bit),
             reads_frames: in_bitmap,
             last_seen_seq,
