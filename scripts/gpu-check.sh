@@ -23,13 +23,15 @@ build() {
   local tests=(--test cuda_vmm --test frame_ring_cuda)
   [ -f core/tests/frame_ring_churn.rs ] && tests+=(--test frame_ring_churn)
   [ -f core/tests/hostile_subscriber.rs ] && tests+=(--test hostile_subscriber)
-  cargo test --release -p cuframes-core "${tests[@]}" --no-run --message-format=json 2>/dev/null |
+  # The GPU tests use the test kernels of feature `testing` (the dev-dependency turns it on;
+  # named here too, so the script says what it builds).
+  cargo test --release -p cuframes-core --features testing "${tests[@]}" --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
         print(m["target"]["name"], m["executable"])' | while read -r name exe; do cp "$exe" "$out/$name"; done
-  cargo build --release -p cuframes-core --example frame_bench
+  cargo build --release -p cuframes-core --features testing --example frame_bench
   cargo build --release --bin cuframes-demo
   cp target/release/examples/frame_bench target/release/cuframes-demo "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done

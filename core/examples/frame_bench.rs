@@ -14,7 +14,7 @@ use cuframes_core::cuda::{self, CudaDevice, DeviceBuffer, Stream};
 use cuframes_core::format::FrameLayout;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
-use cuframes_core::util::monotonic_ns;
+use cuframes_core::testing::monotonic_ns;
 use cuframes_core::wire::{Format, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
 
@@ -71,7 +71,7 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>, acks: A
     let key = format!(
         "bench-{}-{}",
         std::process::id(),
-        cuframes_core::util::unique_suffix() & 0xFFFFFF
+        cuframes_core::testing::unique_suffix() & 0xFFFFFF
     );
     let options = PublisherOptions {
         allow_legacy_subscribers: acks == Acks::Header,

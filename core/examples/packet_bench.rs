@@ -25,7 +25,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cuframes_core::packet::{PacketRingConfig, PacketRingReader, PacketRingWriter};
-use cuframes_core::util::monotonic_ns;
+use cuframes_core::testing::monotonic_ns;
 use cuframes_core::wire::PACKET_FLAG_KEY;
 use cuframes_core::{ErrorCode, Key};
 
@@ -327,7 +327,7 @@ fn run_ring(packets: &[Vec<u8>], n_readers: usize, throttled: bool) -> RunResult
     let key = Key::new(&format!(
         "bench-{}-{}",
         std::process::id(),
-        cuframes_core::util::unique_suffix()
+        cuframes_core::testing::unique_suffix()
     ))
     .unwrap();
     let mut w = PacketRingWriter::create(

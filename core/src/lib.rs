@@ -1,20 +1,35 @@
 //! cuframes core: share decoded video frames (CUDA VMM or host memory) and encoded packets
 //! between processes on one machine, per protocol v4 (`docs/protocol.md`).
 //!
-//! Layers, bottom up:
-//! - [`wire`]: byte layouts and constants of the protocol; [`tlv`]: socket messages.
-//! - [`shm`], [`futex`], [`liveness`], [`paths`]: operating-system plumbing.
-//! - [`format`]: plane geometry of frames.
+//! # Public layers, bottom up
+//!
+//! 1. Protocol: [`wire`] (byte layouts and constants of the SHM objects), [`tlv`] (the socket
+//!    messages), [`Error`] / [`ErrorCode`] (the error codes of the C ABI).
+//! 2. Operating-system plumbing: [`paths`] ([`Key`], runtime directory, object names),
+//!    [`shm`] (the one hardened open of `/dev/shm`, mappings, memfds: [`shm::Mapping`] is in
+//!    the signature of [`packet::PacketRingReader::from_mapping`]), [`liveness`] (the one
+//!    meaning of "alive": zombies are dead).
+//! 3. Frames and devices: [`format`] (plane geometry), [`cuda`] (devices, streams, VMM
+//!    memory, pitched copies), [`codec`] (parameter sets of encoded streams).
+//! 4. Rings: [`frames`] (the frame SHM and its ACK pages), [`memory`] (slot memory, host or
+//!    CUDA), [`packet`] (the packet ring: writer, reader, header checks).
+//! 5. Endpoints: [`publisher`] and [`subscriber`], what the C ABI of the root package wraps.
+//! 6. Operations: [`inspect`] (the `cuframes` tool: ls / stat / clean), built on the layers
+//!    below rather than on copies of them.
+//!
+//! Crate-private: `futex` (R13/R28 waits), `sock` (SCM_RIGHTS message I/O), `util` (clocks,
+//! C strings). With the feature `testing` (off by default), `testing` adds the GPU test
+//! kernels and re-exports of those internals for tests and benchmarks.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod codec;
 pub mod cuda;
-pub mod error;
+mod error;
 pub mod format;
 pub mod frames;
-pub mod futex;
+pub(crate) mod futex;
 pub mod inspect;
 pub mod liveness;
 pub mod memory;
@@ -22,10 +37,12 @@ pub mod packet;
 pub mod paths;
 pub mod publisher;
 pub mod shm;
-pub mod sock;
+pub(crate) mod sock;
 pub mod subscriber;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tlv;
-pub mod util;
+pub(crate) mod util;
 pub mod wire;
 
 pub use error::{Error, ErrorCode, Result};

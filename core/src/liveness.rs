@@ -1,10 +1,27 @@
-//! Is a process alive? `pidfd_open` where the kernel has it, `kill(pid, 0)` otherwise (§1).
+//! Is a process alive? One answer for the whole crate (§1): the subscribers' wait for a dead
+//! publisher, crash recovery at create (`publisher::stale`) and the operator tool
+//! (`inspect`) all ask [`is_alive`].
+//!
+//! Alive means able to act: a process that exists and has not exited. A zombie (exited, not
+//! yet reaped by its parent) counts as dead: it can no longer write a ring nor listen on a
+//! socket, however long its parent takes to reap it.
+
+use std::sync::atomic::Ordering;
 
 use nix::errno::Errno;
 
-/// True when `pid` names a live process (a zombie counts as dead is not guaranteed: the
-/// kernel reports zombies as alive until reaped). A pid of 0 or one beyond `pid_t` is dead.
+use crate::shm::Mapping;
+use crate::wire::PRODUCER_PID_OFFSET;
+
+/// True when `pid` names a live process in our PID namespace: it exists (`pidfd_open` where
+/// the kernel has it, `kill(pid, 0)` otherwise) and is not a zombie. A pid of 0 or one beyond
+/// `pid_t` is dead.
 pub fn is_alive(pid: u64) -> bool {
+    exists(pid) && !is_zombie(pid)
+}
+
+/// Whether the kernel still has process `pid`, zombies included.
+fn exists(pid: u64) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -29,9 +46,57 @@ pub fn is_alive(pid: u64) -> bool {
     }
 }
 
+/// Whether `/proc/<pid>/stat` says the process has exited (state Z or X). No /proc entry:
+/// not a zombie (the process is gone or /proc is not mounted; [`exists`] decides).
+fn is_zombie(pid: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": comm may contain ')' and spaces, so look after the last ')'.
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next())
+        .is_some_and(|s| s == 'Z' || s == 'X')
+}
+
+/// What the header of a mapped SHM object says about its producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// One of the expected magics, and the pid at [`PRODUCER_PID_OFFSET`].
+    Producer(u64),
+    /// A magic that is none of the expected ones: not an object of that kind.
+    ForeignMagic(u32),
+    /// The mapping ends before the pid.
+    TooShort,
+}
+
+/// The producer pid recorded in a mapped cuframes SHM header whose magic is one of `magics`
+/// (see [`crate::wire::SHM_MAGICS`]).
+pub(crate) fn recorded_producer(map: &Mapping, magics: &[u32]) -> Recorded {
+    if map.len() < PRODUCER_PID_OFFSET + 8 {
+        return Recorded::TooShort;
+    }
+    let magic = map.load_u32(0, Ordering::Acquire);
+    if !magics.contains(&magic) {
+        return Recorded::ForeignMagic(magic);
+    }
+    Recorded::Producer(map.load_u64(PRODUCER_PID_OFFSET, Ordering::Acquire))
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A child that has exited and is not reaped yet (a zombie), with its pid.
+    pub(crate) fn zombie_child() -> (std::process::Child, u64) {
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as u64;
+        let t = std::time::Instant::now();
+        while !is_zombie(pid) && t.elapsed().as_secs() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(is_zombie(pid), "child {pid} did not become a zombie");
+        (child, pid)
+    }
 
     #[test]
     fn self_is_alive_and_a_reaped_child_is_not() {
@@ -42,5 +107,40 @@ mod tests {
         assert!(!is_alive(pid));
         assert!(!is_alive(0));
         assert!(!is_alive(u64::MAX));
+    }
+
+    /// The disagreement this function ended: `liveness::is_alive` (the subscribers' and
+    /// crash recovery's) answered true for a zombie, `inspect::objects::pid_alive` (the
+    /// operator tool's) false. The kernel does still report the zombie, so the old answer was
+    /// really "alive".
+    #[test]
+    fn a_zombie_is_dead() {
+        let (mut child, pid) = zombie_child();
+        assert!(
+            exists(pid),
+            "the kernel still reports the zombie (the old is_alive)"
+        );
+        assert!(!is_alive(pid));
+        child.wait().unwrap();
+        assert!(!exists(pid));
+        assert!(!is_alive(pid));
+    }
+
+    #[test]
+    fn the_recorded_producer_is_read_at_the_wire_offset() {
+        let fd = crate::shm::memfd("liveness-test", 64).unwrap();
+        let map = Mapping::map(std::os::fd::AsFd::as_fd(&fd), 64, true, "test").unwrap();
+        let magics = crate::wire::SHM_MAGICS;
+        assert_eq!(recorded_producer(&map, &magics), Recorded::ForeignMagic(0));
+        map.atomic_u32(0)
+            .store(crate::wire::PACKET_MAGIC, Ordering::Relaxed);
+        map.atomic_u64(0x18).store(4242, Ordering::Relaxed);
+        assert_eq!(recorded_producer(&map, &magics), Recorded::Producer(4242));
+        assert_eq!(
+            recorded_producer(&map, &[crate::wire::FRAME_MAGIC]),
+            Recorded::ForeignMagic(crate::wire::PACKET_MAGIC)
+        );
+        let short = Mapping::map(std::os::fd::AsFd::as_fd(&fd), 0x18, false, "short").unwrap();
+        assert_eq!(recorded_producer(&short, &magics), Recorded::TooShort);
     }
 }

@@ -1,11 +1,11 @@
 //! Small helpers shared by the modules.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
-
 /// A value unique within this process, mixed with the clock so that two processes with
-/// recycled pids do not collide (used for test keys and memfd names).
+/// recycled pids do not collide (test keys and memfd names: tests only).
+#[cfg(any(test, feature = "testing"))]
 pub fn unique_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{SystemTime, UNIX_EPOCH};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let t = SystemTime::now()

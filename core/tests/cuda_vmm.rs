@@ -16,11 +16,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use cuframes_core::cuda::{
-    self, busy, copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, fill_pattern, host_copy_count,
-    memset_d8_async, pattern_host, verify_pattern, CudaDevice, DeviceBuffer, Event, Stream,
-    VmmAllocation, VmmImport,
+    self, copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count, memset_d8_async,
+    CudaDevice, DeviceBuffer, Event, Stream, VmmAllocation, VmmImport,
 };
 use cuframes_core::format::FrameLayout;
+use cuframes_core::testing::{busy, fill_pattern, pattern_host, verify_pattern};
 use cuframes_core::wire::Format;
 use cuframes_core::ErrorCode;
 use nix::sys::socket::{

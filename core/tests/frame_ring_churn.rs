@@ -44,7 +44,7 @@ use common::{CudaCheck, Rng, RunDelay, TestEnv};
 use cuframes_core::format::FrameLayout;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{Frame, Subscriber, SubscriberOptions};
-use cuframes_core::util::monotonic_ns;
+use cuframes_core::testing::monotonic_ns;
 use cuframes_core::wire::{Format, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
 
@@ -500,7 +500,7 @@ fn soak(policy: Policy) {
     let secs = soak_secs();
     let cuda = memory_is_cuda();
     let seed = env_u64("CUFRAMES_CHURN_SEED").unwrap_or_else(|| {
-        cuframes_core::util::unique_suffix() ^ ((std::process::id() as u64) << 40)
+        cuframes_core::testing::unique_suffix() ^ ((std::process::id() as u64) << 40)
     });
     let max = env_u64("CUFRAMES_CHURN_MAX").unwrap_or(33).clamp(2, 40) as usize;
     println!(

@@ -21,6 +21,7 @@ use common::TestEnv;
 use cuframes_core::cuda::{self, CudaDevice, DeviceBuffer, Event, Stream};
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{deferred, Subscriber, SubscriberOptions};
+use cuframes_core::testing;
 use cuframes_core::wire::{Format, MemoryKind, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
 
@@ -88,7 +89,7 @@ fn child_entry() {
                 last = f.seq;
                 let mut bad = 0;
                 for (i, p) in layout.planes().iter().enumerate() {
-                    bad += cuda::verify_pattern(
+                    bad += testing::verify_pattern(
                         f.address() + p.offset as u64,
                         p.pitch,
                         p.row_bytes,
@@ -183,10 +184,10 @@ fn run(policy: Policy, modes: &[(&str, bool)], frames: u64) {
     let start = Instant::now();
     for _ in 0..frames {
         // Other GPU work keeps the device busy while frames are written.
-        cuda::busy(&load, 200_000).unwrap();
+        testing::busy(&load, 200_000).unwrap();
         let slot = p.acquire().unwrap();
         for (i, pl) in layout.planes().iter().enumerate() {
-            cuda::fill_pattern(
+            testing::fill_pattern(
                 slot.address + pl.offset as u64,
                 pl.pitch,
                 pl.row_bytes,
@@ -306,11 +307,11 @@ fn a_cuda_ring_without_a_driver_is_a_clean_error() {
 /// Iterations of `cuda::busy` that keep `stream` busy for about `target` (timed here: the
 /// kernel's speed depends on the GPU and its clocks).
 fn busy_iterations_for(stream: &Stream, target: Duration) -> u64 {
-    cuda::busy(stream, 1000).unwrap(); // module JIT and first launch
+    testing::busy(stream, 1000).unwrap(); // module JIT and first launch
     stream.synchronize().unwrap();
     let probe = 20_000_000u64;
     let t = Instant::now();
-    cuda::busy(stream, probe).unwrap();
+    testing::busy(stream, probe).unwrap();
     stream.synchronize().unwrap();
     let took = t.elapsed().as_secs_f64().max(1e-6);
     ((probe as f64 * target.as_secs_f64() / took) as u64).clamp(1000, 1 << 40)
@@ -376,7 +377,7 @@ fn release_then_destroy_cycles_tear_down_on_our_thread() {
             .unwrap();
         let f = s.next_frame(Some(Duration::from_secs(10))).unwrap();
         // GPU work still reads the frame when it is released and the subscriber destroyed.
-        cuda::busy(&stream, load).unwrap();
+        testing::busy(&stream, load).unwrap();
         pending_mark.record(&stream).unwrap();
         // SAFETY: `stream` is our own live stream, of the frame's device.
         unsafe { f.release_after_stream(stream.raw()) };
@@ -451,7 +452,7 @@ fn dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before() {
     assert_eq!(f.seq, 1);
     let done = Event::new(&dev).unwrap();
     // The "reader": a long kernel, then a marker written when it ends.
-    cuda::busy(&stream, load).unwrap();
+    testing::busy(&stream, load).unwrap();
     // SAFETY: as above.
     unsafe { cuda::memset_d8_async(marker.device_ptr(), 0x5A, 4, &stream) }.unwrap();
     done.record(&stream).unwrap();
@@ -596,7 +597,7 @@ fn no_call_replaces_the_callers_current_context() {
     let own = Stream::new(&dev).unwrap();
     let ev = Event::new(&dev).unwrap();
     check("DeviceBuffer/Stream/Event::new");
-    cuda::fill_pattern(src.device_ptr(), 256, 256, 8, 1, 0, &own).unwrap();
+    testing::fill_pattern(src.device_ptr(), 256, 256, 8, 1, 0, &own).unwrap();
     ev.record(&own).unwrap();
     own.synchronize().unwrap();
     check("fill_pattern, Event::record, Stream::synchronize");

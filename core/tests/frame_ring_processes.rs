@@ -255,7 +255,7 @@ fn sigkilled_publisher_disconnects_subscribers_and_is_recovered() {
     }
     // Kill at a random moment of its publish loop.
     std::thread::sleep(Duration::from_micros(
-        cuframes_core::util::unique_suffix() % 20_000,
+        cuframes_core::testing::unique_suffix() % 20_000,
     ));
     kids.0[0].kill().unwrap();
     kids.0[0].wait().unwrap();
@@ -708,7 +708,7 @@ fn an_idle_subscriber_sleeps_and_wakes_fast() {
         let mut lat = Vec::new();
         for _ in 0..200 {
             let f = s.next_frame(Some(Duration::from_secs(5))).unwrap();
-            lat.push(cuframes_core::util::monotonic_ns() - f.pts_ns);
+            lat.push(cuframes_core::testing::monotonic_ns() - f.pts_ns);
         }
         lat
     });
@@ -725,8 +725,12 @@ fn an_idle_subscriber_sleeps_and_wakes_fast() {
     let strides: Vec<usize> = layout.planes().iter().map(|p| p.row_bytes).collect();
     for _ in 0..200 {
         std::thread::sleep(Duration::from_millis(2));
-        p.publish_host_planes(&refs, &strides, Some(cuframes_core::util::monotonic_ns()))
-            .unwrap();
+        p.publish_host_planes(
+            &refs,
+            &strides,
+            Some(cuframes_core::testing::monotonic_ns()),
+        )
+        .unwrap();
     }
     let mut lat = reader.join().unwrap();
     lat.sort();

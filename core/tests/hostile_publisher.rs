@@ -147,7 +147,7 @@ fn through_subscribe(s: &mut UnixStream, key: &str) {
 }
 
 fn send_fds(s: &UnixStream, v: VmmFds, fds: &[std::os::fd::RawFd]) {
-    cuframes_core::sock::send(s.as_fd(), &Message::VmmFds(v), fds).unwrap();
+    cuframes_core::testing::send(s.as_fd(), &Message::VmmFds(v), fds).unwrap();
 }
 
 #[test]

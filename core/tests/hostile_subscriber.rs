@@ -147,7 +147,7 @@ fn honest(key: &str) {
     let layout = s.frame_layout().unwrap().clone();
     let cuda = memory_is_cuda().then(CudaCheck::open);
     let mut rng =
-        Rng::new(cuframes_core::util::unique_suffix() ^ ((std::process::id() as u64) << 32));
+        Rng::new(cuframes_core::testing::unique_suffix() ^ ((std::process::id() as u64) << 32));
     let mut c: HashMap<&str, u64> = HashMap::new();
     for k in [
         "delivered",
@@ -541,11 +541,11 @@ fn abuse_ack_page(fd: &OwnedFd, t: &mut Tally, rng: &mut Rng, published_hint: u6
 }
 
 fn send_msg(s: &UnixStream, m: &Message) -> bool {
-    cuframes_core::sock::send(s.as_fd(), m, &[]).is_ok()
+    cuframes_core::testing::send(s.as_fd(), m, &[]).is_ok()
 }
 
 fn recv_msg(s: &UnixStream, within: Duration) -> Option<(Message, Vec<OwnedFd>)> {
-    cuframes_core::sock::recv(s.as_fd(), Some(Instant::now() + within)).ok()
+    cuframes_core::testing::recv(s.as_fd(), Some(Instant::now() + within)).ok()
 }
 
 fn hello(flags: u32, mode: SubscriberMode) -> Message {
@@ -718,7 +718,7 @@ fn hostile(key: &str) {
     assert_eq!(uid, 65534, "the hostile child must run as another user");
     let mut t = Tally::default();
     let mut rng =
-        Rng::new(cuframes_core::util::unique_suffix() ^ ((std::process::id() as u64) << 32));
+        Rng::new(cuframes_core::testing::unique_suffix() ^ ((std::process::id() as u64) << 32));
     let mut seals = 0u64;
     let end = Instant::now() + Duration::from_secs(secs);
     let mut rounds = 0u64;

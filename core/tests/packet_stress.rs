@@ -215,7 +215,7 @@ fn packet_ring_multiprocess_stress() {
     let key = Key::new(&format!(
         "stress-{}-{}",
         std::process::id(),
-        cuframes_core::util::unique_suffix()
+        cuframes_core::testing::unique_suffix()
     ))
     .unwrap();
     let _guard = ShmGuard(key.packet_shm_name());

@@ -515,7 +515,7 @@ fn stat_text(i: &PublisherInfo) -> String {
 }
 
 fn pid_text(pid: u64) -> String {
-    if inspect::objects::pid_alive(pid) {
+    if cuframes_core::liveness::is_alive(pid) {
         format!("{pid}")
     } else {
         format!("{pid} (gone)")
@@ -890,7 +890,7 @@ fn frames_json(f: &FrameSnapshot, fps: Option<f64>) -> J {
         ("producer_pid", J::u(f.producer_pid)),
         (
             "producer_alive",
-            J::Bool(inspect::objects::pid_alive(f.producer_pid)),
+            J::Bool(cuframes_core::liveness::is_alive(f.producer_pid)),
         ),
         (
             "library_version",
@@ -954,7 +954,7 @@ fn packets_json(p: &PacketSnapshot, r: &inspect::Rates) -> J {
         ("producer_pid", J::u(p.producer_pid)),
         (
             "producer_alive",
-            J::Bool(inspect::objects::pid_alive(p.producer_pid)),
+            J::Bool(cuframes_core::liveness::is_alive(p.producer_pid)),
         ),
         ("codec", J::Str(p.codec_name())),
         ("codec_id", J::u(p.codec_id as u64)),

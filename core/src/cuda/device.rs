@@ -17,8 +17,9 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::sys;
 
 use super::context::ContextGuard;
-use super::driver::{call, driver_available, release, release_failed};
-use super::kernels::Kernels;
+#[cfg(feature = "testing")]
+use super::driver::release_failed;
+use super::driver::{call, driver_available, release};
 use super::vmm;
 use crate::error::{Error, Result};
 
@@ -31,7 +32,22 @@ pub struct CudaDevice {
     owns_primary: bool,
     name: String,
     granularity: OnceLock<Result<usize>>,
-    pub(crate) kernels: OnceLock<Result<Kernels>>,
+    /// What another module loaded into this context for the life of the device (the test
+    /// kernels of `crate::testing`); released in `Drop` with the context current, before the
+    /// context is released.
+    #[cfg(feature = "testing")]
+    attached: OnceLock<Box<dyn ContextResource>>,
+}
+
+/// A resource that lives in a device's context (a loaded module, device memory) and is
+/// released with the device: with the context current, before the context is released. The
+/// device knows nothing else about it; its owner downcasts it back ([`CudaDevice::attached`]).
+#[cfg(feature = "testing")]
+pub(crate) trait ContextResource: std::any::Any + Send + Sync {
+    /// Releases the resource; the device's context is current on the calling thread.
+    fn release(self: Box<Self>);
+    /// `self`, for the downcast back to the owner's type.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 // SAFETY: a CUcontext is a driver handle usable from any thread (cuCtxSetCurrent binds it per
@@ -101,7 +117,8 @@ impl CudaDevice {
             owns_primary: true,
             name,
             granularity: OnceLock::new(),
-            kernels: OnceLock::new(),
+            #[cfg(feature = "testing")]
+            attached: OnceLock::new(),
         }))
     }
 
@@ -144,7 +161,8 @@ impl CudaDevice {
             owns_primary: false,
             name,
             granularity: OnceLock::new(),
-            kernels: OnceLock::new(),
+            #[cfg(feature = "testing")]
+            attached: OnceLock::new(),
         }))
     }
 
@@ -212,13 +230,25 @@ impl CudaDevice {
             .get_or_init(|| vmm::query_granularity(self))
             .clone()
     }
+
+    /// The resource attached to this device, made by `init` on first use (the caller made
+    /// the context current if `init` needs it); `None` when the slot holds a resource of
+    /// another type. One slot: its only user is `crate::testing`.
+    #[cfg(feature = "testing")]
+    pub(crate) fn attached<T: ContextResource>(&self, init: impl FnOnce() -> T) -> Option<&T> {
+        self.attached
+            .get_or_init(|| Box::new(init()))
+            .as_any()
+            .downcast_ref::<T>()
+    }
 }
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
-        if let Some(Ok(kernels)) = self.kernels.take() {
+        #[cfg(feature = "testing")]
+        if let Some(resource) = self.attached.take() {
             match self.push_current() {
-                Ok(_current) => kernels.unload(),
+                Ok(_current) => resource.release(),
                 Err(e) => release_failed(&e),
             }
         }

@@ -1,5 +1,6 @@
 //! The CUDA layer: device contexts, VMM memory shared as POSIX file descriptors (protocol v4
-//! §3.7), streams and events (§5, R12), pitched copies, and test kernels.
+//! §3.7), streams and events (§5, R12), and pitched copies. The test kernels live in
+//! `crate::testing` (feature `testing`).
 //!
 //! The driver (`libcuda.so.1`) is loaded at run time through cudarc's raw driver API
 //! (`cudarc::driver::sys`); nothing here needs CUDA to build. Without a driver every call
@@ -16,14 +17,12 @@
 //! - [`stream`]: [`Stream`] and [`Event`].
 //! - [`copy`]: 2D copies, memset, and the host-copy counter.
 //! - [`buffer`]: [`DeviceBuffer`], plain device memory.
-//! - [`kernels`]: fill / verify / busy test kernels (kernels.cu, embedded as PTX).
 
 pub mod buffer;
 pub mod context;
 pub mod copy;
 pub mod device;
 pub mod driver;
-pub mod kernels;
 pub mod stream;
 pub mod vmm;
 
@@ -32,6 +31,5 @@ pub use context::{current_context, ContextGuard};
 pub use copy::{copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count, memset_d8_async};
 pub use device::CudaDevice;
 pub use driver::{device_count, driver_available, driver_version, release_failures};
-pub use kernels::{busy, fill_pattern, pattern_byte, pattern_host, verify_pattern};
 pub use stream::{launch_host_func, Event, Stream};
 pub use vmm::{live_mappings, VmmAllocation, VmmImport};

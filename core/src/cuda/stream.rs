@@ -58,8 +58,8 @@ impl Stream {
 
     /// Borrows a caller's `CUstream` (null and `CU_STREAM_LEGACY` are the legacy default
     /// stream of the current context). It is never destroyed here. Calls on it bind no
-    /// context: they run in the caller's current context. The test kernels need a stream that
-    /// knows its device ([`Stream::from_raw_with_device`]).
+    /// context: they run in the caller's current context. The test kernels (feature `testing`)
+    /// need a stream that knows its device ([`Stream::from_raw_with_device`]).
     ///
     /// # Safety
     /// `ptr` must be null, one of the driver's special stream handles (`CU_STREAM_LEGACY`,

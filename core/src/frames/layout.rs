@@ -79,8 +79,10 @@ impl FrameShm {
         std::sync::atomic::fence(Ordering::Release);
     }
 
-    /// Check what a subscriber mapped against what the handshake announced.
-    pub fn validate(&self, ring_size: usize, meta: &FrameMeta) -> Result<()> {
+    /// Check that the mapped object is a protocol v4 frame ring (magic and version): the
+    /// first checks of [`FrameShm::validate`], and all the operator tool (`inspect`) can
+    /// check before it reads the rest.
+    pub fn check_identity(&self) -> Result<()> {
         let magic = self.u32_at(offset_of!(SharedHeader, magic));
         if magic == LEGACY_FRAME_MAGIC {
             return Err(Error::protocol(
@@ -98,6 +100,12 @@ impl FrameShm {
                 "frame SHM speaks protocol {version}, not 4"
             )));
         }
+        Ok(())
+    }
+
+    /// Check what a subscriber mapped against what the handshake announced.
+    pub fn validate(&self, ring_size: usize, meta: &FrameMeta) -> Result<()> {
+        self.check_identity()?;
         let shm_ring = self.u64_at(offset_of!(SharedHeader, ring_size));
         if shm_ring != ring_size as u64 {
             return Err(Error::protocol(format!(

@@ -15,8 +15,9 @@ use nix::errno::Errno;
 use super::objects::{self, ObjectMeta};
 use super::{list, Liveness, PublisherInfo, SocketState};
 use crate::error::{Error, ErrorCode, Result};
+use crate::liveness::{self, Recorded};
 use crate::paths::Key;
-use crate::wire::{FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC};
+use crate::wire::{PRODUCER_PID_OFFSET, SHM_MAGICS};
 
 /// One object removed (or, with `dry_run`, that would be).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,17 +175,11 @@ fn remove_key(info: &PublisherInfo, reason: &str, dry_run: bool, report: &mut Cl
 
 /// The producer pid of an SHM object, if it is alive right now.
 fn live_owner(name: &str) -> Option<u64> {
-    let obj = objects::open_readonly(name, 0x20).ok()?;
-    if obj.map.len() < 0x20 {
-        return None;
+    let obj = objects::open_readonly(name, PRODUCER_PID_OFFSET + 8).ok()?;
+    match liveness::recorded_producer(&obj.map, &SHM_MAGICS) {
+        Recorded::Producer(pid) => liveness::is_alive(pid).then_some(pid),
+        Recorded::ForeignMagic(_) | Recorded::TooShort => None,
     }
-    let magic = obj.map.load_u32(0, std::sync::atomic::Ordering::Acquire);
-    if ![FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC].contains(&magic) {
-        return None;
-    }
-    // producer_pid is at 0x18 in both headers (§2.0, §10.2).
-    let pid = obj.map.load_u64(0x18, std::sync::atomic::Ordering::Acquire);
-    objects::pid_alive(pid).then_some(pid)
 }
 
 /// `shm_unlink`; `Ok(false)` when it was already gone.

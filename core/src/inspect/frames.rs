@@ -1,21 +1,24 @@
-//! A snapshot of a frame ring (§2) read through a read-only mapping. Every value is checked:
-//! a corrupt object gives an error that says what is wrong, never a panic.
+//! A snapshot of a frame ring (§2) read through a read-only mapping. Size, magic and version
+//! are the subscribers' own checks ([`FrameShm::new`], [`FrameShm::check_identity`]); every
+//! other value is checked here (a subscriber compares them with its handshake instead). A
+//! corrupt object gives an error that says what is wrong, never a panic.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use core::mem::offset_of;
 
-use super::objects::{open_readonly, pid_alive};
+use super::objects::open_readonly;
 use crate::error::{Error, Result};
 use crate::frames::layout::{
     FrameShm, FRAME_MEMORY_KIND_OFFSET, SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET,
     SUB_DROPPED_TORN_OFFSET,
 };
+use crate::liveness::is_alive;
 use crate::wire::frame::{FrameMeta, SharedHeader, FRAME_SHM_SIZE};
 use crate::wire::{
-    Format, MemoryKind, Policy, SubscriberState, FRAME_MAGIC, LEGACY_FRAME_MAGIC, MAX_RING_SIZE,
-    MAX_SUBSCRIBERS, MAX_SUBSCRIBER_SLOTS, PROTOCOL_VERSION,
+    Format, MemoryKind, Policy, SubscriberState, MAX_RING_SIZE, MAX_SUBSCRIBERS,
+    MAX_SUBSCRIBER_SLOTS,
 };
 
 /// One subscriber slot in use (§2.3 plus the counters of docs/protocol.md).
@@ -98,54 +101,28 @@ fn corrupt(name: &str, what: impl std::fmt::Display) -> Error {
 /// Snapshot `/dev/shm/<name>` (a frame SHM) read-only.
 pub fn read_frame_shm(name: &str) -> Result<FrameSnapshot> {
     let obj = open_readonly(name, FRAME_SHM_SIZE)?;
-    if obj.size < FRAME_SHM_SIZE {
-        // Read what we can to say something more useful than "too small".
-        if obj.map.len() >= 4 {
-            let magic = obj.map.load_u32(0, Ordering::Acquire);
-            if magic == crate::wire::PACKET_MAGIC {
-                return Err(corrupt(
-                    name,
-                    "it has the packet-ring magic 0xCC7C1DCD, not the frame-ring magic",
-                ));
-            }
-        }
+    // A packet ring smaller than a frame ring: say what it is rather than "too small".
+    if obj.size < FRAME_SHM_SIZE
+        && obj.map.len() >= 4
+        && obj.map.load_u32(0, Ordering::Acquire) == crate::wire::PACKET_MAGIC
+    {
         return Err(corrupt(
             name,
-            format!(
-                "it is {} bytes; a protocol v4 frame SHM has {FRAME_SHM_SIZE} (R1)",
-                obj.size
-            ),
+            "it has the packet-ring magic 0xCC7C1DCD, not the frame-ring magic",
         ));
     }
     let taken = Instant::now();
     let now_ns = crate::util::realtime_ns();
     let size = obj.size;
-    let shm = FrameShm::new(obj.map)?;
+    // The subscribers' own checks: size (FrameShm::new), magic and version.
+    let shm = FrameShm::new(obj.map).map_err(|e| corrupt(name, e.message()))?;
+    shm.check_identity()
+        .map_err(|e| corrupt(name, e.message()))?;
     let m = shm.mapping();
     let u32_at = |off: usize| m.load_u32(off, Ordering::Acquire);
     let u64_at = |off: usize| m.load_u64(off, Ordering::Acquire);
     let mut warnings = Vec::new();
 
-    let magic = u32_at(offset_of!(SharedHeader, magic));
-    if magic == LEGACY_FRAME_MAGIC {
-        return Err(corrupt(
-            name,
-            "it has the protocol v1–v3 magic 0xCC7C1DCC (an old publisher)",
-        ));
-    }
-    if magic != FRAME_MAGIC {
-        return Err(corrupt(
-            name,
-            format!("magic 0x{magic:08X} is not the frame-ring magic 0xCC7C1DCE"),
-        ));
-    }
-    let version = u32_at(offset_of!(SharedHeader, proto_version));
-    if version != PROTOCOL_VERSION {
-        return Err(corrupt(
-            name,
-            format!("proto_version {version}, not {PROTOCOL_VERSION}"),
-        ));
-    }
     if size != FRAME_SHM_SIZE {
         warnings.push(format!("object is {size} bytes, not {FRAME_SHM_SIZE} (R1)"));
     }
@@ -252,7 +229,7 @@ pub fn read_frame_shm(name: &str) -> Result<FrameSnapshot> {
             bit,
             state,
             pid,
-            pid_alive: pid_alive(pid),
+            pid_alive: is_alive(pid),
             name: shm.sub_name(bit),
             reads_frames: in_bitmap,
             last_seen_seq,

@@ -278,7 +278,7 @@ fn judge(info: &PublisherInfo) -> Liveness {
                      content: std::result::Result<u64, &Error>|
      -> Option<Liveness> {
         match content {
-            Ok(pid) if objects::pid_alive(pid) => Some(Liveness::Alive(format!(
+            Ok(pid) if crate::liveness::is_alive(pid) => Some(Liveness::Alive(format!(
                 "producer pid {pid} of /dev/shm/{name} is alive"
             ))),
             Ok(pid) => {

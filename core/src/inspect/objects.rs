@@ -1,5 +1,6 @@
-//! Opening SHM objects read-only for inspection, with errors that name the object and the
-//! access that was missing, and process liveness that does not count zombies.
+//! Opening SHM objects read-only for inspection (through the one hardened open,
+//! [`crate::shm::open_regular`]), with errors that name the object and the access that was
+//! missing. Process liveness is [`crate::liveness::is_alive`].
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
@@ -118,51 +119,14 @@ pub fn open_readonly(name: &str, max_map: usize) -> Result<ReadOnlyObject> {
     Ok(ReadOnlyObject { map, size })
 }
 
-/// The first four bytes of an object (its magic), if it can be read.
+/// The first four bytes of an object (its magic), if it is a regular file we may read.
 pub fn read_magic(name: &str) -> Option<u32> {
     use std::os::unix::fs::FileExt;
-    let file = std::fs::File::open(shm_path(name)).ok()?;
+    let (fd, _) = crate::shm::open_regular(name, false).ok()?;
+    let file = std::fs::File::from(fd);
     let mut b = [0u8; 4];
     file.read_exact_at(&mut b, 0).ok()?;
     Some(u32::from_le_bytes(b))
-}
-
-/// True when `pid` is a live process in our PID namespace. Unlike
-/// [`crate::liveness::is_alive`], a zombie (exited, not yet reaped) counts as dead: it can no
-/// longer listen on a socket nor write a ring.
-pub fn pid_alive(pid: u64) -> bool {
-    crate::liveness::is_alive(pid) && !is_zombie(pid)
-}
-
-fn is_zombie(pid: u64) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "pid (comm) S ...": comm may contain ')' and spaces, so look after the last ')'.
-    stat.rfind(')')
-        .and_then(|i| stat[i + 1..].trim_start().chars().next())
-        .is_some_and(|s| s == 'Z' || s == 'X')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reaped_or_zombie_child_is_dead() {
-        assert!(pid_alive(std::process::id() as u64));
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id() as u64;
-        // Not reaped yet: a zombie once it exits.
-        let t = std::time::Instant::now();
-        while !is_zombie(pid) && t.elapsed().as_secs() < 5 {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert!(!pid_alive(pid));
-        child.wait().unwrap();
-        assert!(!pid_alive(pid));
-        assert!(!pid_alive(0));
-    }
 }
 
 #[cfg(test)]
@@ -190,5 +154,40 @@ mod fifo_tests {
             "{}",
             e.message()
         );
+    }
+
+    /// Finding: `read_magic` (which tells `cuframes ls` whether `cuframes-K-packets` is key
+    /// K's packet ring or key `K-packets`' frame ring) opened the object with a plain
+    /// `File::open`, so a FIFO at such a name hung the whole listing; it uses the hardened
+    /// open now.
+    #[test]
+    fn read_magic_does_not_hang_on_a_fifo() {
+        let name = format!("cuframes-inspect-magic-{}-packets", std::process::id());
+        let path = format!("/dev/shm/{name}");
+        nix::unistd::mkfifo(
+            path.as_str(),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let n = name.clone();
+        std::thread::spawn(move || tx.send(read_magic(&n)));
+        let got = rx.recv_timeout(std::time::Duration::from_secs(2));
+        if got.is_err() {
+            // Unblock the hung open so the thread can end, then fail.
+            let _ = std::fs::OpenOptions::new().write(true).open(&path);
+        }
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(got.expect("read_magic hung on a FIFO"), None);
+
+        // And a regular object still gives its magic.
+        let (_fd, map) = crate::shm::create(&name, 64, 0o600).unwrap();
+        map.atomic_u32(0).store(
+            crate::wire::PACKET_MAGIC,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let magic = read_magic(&name);
+        crate::shm::unlink(&name).unwrap();
+        assert_eq!(magic, Some(crate::wire::PACKET_MAGIC));
     }
 }

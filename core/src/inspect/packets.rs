@@ -1,5 +1,6 @@
-//! A snapshot of a packet ring (§10.2, §10.4) read through a read-only mapping, from the wire
-//! layout alone. Every value is checked; a corrupt object is an error, never a panic.
+//! A snapshot of a packet ring (§10.2, §10.4) read through a read-only mapping. The header is
+//! checked by the readers' own [`check_header`]; every other value is checked here. A corrupt
+//! object is an error, never a panic.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -8,14 +9,13 @@ use core::mem::offset_of;
 
 use super::objects::open_readonly;
 use crate::error::{Error, Result};
+use crate::packet::layout::{check_header, Geometry};
 use crate::shm::Mapping;
 use crate::wire::packet::{
-    packet_data_offset, packet_shm_size, packet_slot_offset, PacketRingHeader, PacketSlotEntry,
-    PACKET_HEADER_SIZE,
+    packet_data_offset, packet_slot_offset, PacketRingHeader, PacketSlotEntry,
 };
 use crate::wire::{
-    CODEC_ID_AV1, CODEC_ID_H264, CODEC_ID_HEVC, FRAME_MAGIC, INVALID_SEQ, LEGACY_FRAME_MAGIC,
-    MAX_EXTRADATA_SIZE, MAX_PACKET_RING_SLOTS, NO_PTS, PACKET_MAGIC, PROTOCOL_VERSION,
+    CODEC_ID_AV1, CODEC_ID_H264, CODEC_ID_HEVC, INVALID_SEQ, MAX_PACKET_RING_SLOTS, NO_PTS,
 };
 
 /// What a packet SHM object says, at one instant.
@@ -107,81 +107,26 @@ pub fn read_packet_shm(name: &str) -> Result<PacketSnapshot> {
     let max_map = packet_data_offset(MAX_PACKET_RING_SLOTS as usize);
     let obj = open_readonly(name, max_map)?;
     let map = &obj.map;
-    if obj.size < 4 {
-        return Err(corrupt(name, format!("it is only {} bytes", obj.size)));
-    }
-    let magic = map.load_u32(0, Ordering::Acquire);
-    match magic {
-        PACKET_MAGIC => {}
-        FRAME_MAGIC | LEGACY_FRAME_MAGIC => {
-            return Err(corrupt(
-                name,
-                format!("magic 0x{magic:08X} is a frame ring's, not the packet-ring magic"),
-            ))
-        }
-        other => {
-            return Err(corrupt(
-                name,
-                format!("magic 0x{other:08X} is not the packet-ring magic 0xCC7C1DCD"),
-            ))
-        }
-    }
-    if obj.size < PACKET_HEADER_SIZE {
-        return Err(corrupt(
-            name,
-            format!(
-                "it is {} bytes, smaller than the {PACKET_HEADER_SIZE}-byte header",
-                obj.size
-            ),
-        ));
-    }
+    // The readers' own header checks (an object bigger than its geometry is refused by a
+    // reader, only warned about here).
+    let header = check_header(map, obj.size).map_err(|e| corrupt(name, e.message()))?;
     let taken = Instant::now();
-    let u32_at = |off: usize| map.load_u32(off, Ordering::Acquire);
     let u64_at = |off: usize| map.load_u64(off, Ordering::Acquire);
     let mut warnings = Vec::new();
-    let version = u32_at(offset_of!(PacketRingHeader, proto_version));
-    if version != PROTOCOL_VERSION {
-        return Err(corrupt(
-            name,
-            format!("proto_version {version}, not {PROTOCOL_VERSION}"),
-        ));
-    }
-    let ring_slots = u32_at(offset_of!(PacketRingHeader, ring_slots));
-    if ring_slots == 0 || ring_slots > MAX_PACKET_RING_SLOTS {
-        return Err(corrupt(
-            name,
-            format!("ring_slots {ring_slots} is not in 1..={MAX_PACKET_RING_SLOTS}"),
-        ));
-    }
-    let data_size = u32_at(offset_of!(PacketRingHeader, data_size));
-    if data_size == 0 {
-        return Err(corrupt(name, "data_size is 0"));
-    }
-    let need = packet_shm_size(ring_slots as usize, data_size as usize);
-    if obj.size < need {
-        return Err(corrupt(
-            name,
-            format!(
-                "it is {} bytes but ring_slots {ring_slots} and data_size {data_size} need {need}",
-                obj.size
-            ),
-        ));
-    }
+    let Geometry {
+        ring_slots,
+        data_size,
+    } = header.geometry;
+    let need = header.geometry.shm_size();
     if obj.size > need {
         warnings.push(format!(
-            "object is {} bytes, {} more than its geometry needs",
+            "object is {} bytes, {} more than its geometry needs (readers refuse it)",
             obj.size,
             obj.size - need
         ));
     }
-    let extradata_size = u32_at(offset_of!(PacketRingHeader, codec_extradata_size));
-    if extradata_size as usize > MAX_EXTRADATA_SIZE {
-        return Err(corrupt(
-            name,
-            format!("codec_extradata_size {extradata_size} exceeds {MAX_EXTRADATA_SIZE}"),
-        ));
-    }
-    let codec_id = u32_at(offset_of!(PacketRingHeader, codec_id));
+    let extradata_size = header.extradata_size;
+    let codec_id = header.codec_id;
     let producer_pid = u64_at(offset_of!(PacketRingHeader, producer_pid));
     // Keyframe first: a writer stores global_seq before last_keyframe_seq (§10.6), so this
     // order never sees a keyframe newer than the newest packet.

@@ -106,17 +106,36 @@ pub fn validate_config(ring_slots: u32, data_size: u32, extradata_len: usize) ->
     })
 }
 
-/// Everything a reader checks in a mapped header before it touches anything else.
+/// What [`check_header`] found in a packet header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderCheck {
+    pub geometry: Geometry,
+    pub codec_id: u32,
+    /// `codec_extradata_size`, checked against [`MAX_EXTRADATA_SIZE`].
+    pub extradata_size: u32,
+}
+
+/// The checks of a packet header, for readers ([`validate_header`]) and the operator tool
+/// (`inspect`) alike: `size` is the size of the whole object, `map` a mapping of at least its
+/// first `min(size, PACKET_HEADER_SIZE)` bytes (the inspector maps only the header and
+/// slots). The object must be at least as big as its geometry needs; whether a bigger one is
+/// acceptable is the caller's call (readers refuse it, the inspector warns).
 /// Errors are `Protocol` and say which field is wrong.
-pub fn validate_header(map: &Mapping) -> Result<(Geometry, u32)> {
-    if map.len() < PACKET_HEADER_SIZE {
+pub fn check_header(map: &Mapping, size: usize) -> Result<HeaderCheck> {
+    let readable = size.min(map.len());
+    let magic = (readable >= 4).then(|| map.load_u32(HDR_MAGIC, Ordering::Acquire));
+    if readable < PACKET_HEADER_SIZE {
+        let magic_note = match magic {
+            Some(PACKET_MAGIC) => String::new(),
+            Some(m) => format!(" (and its magic {m:#010x} is not the packet-ring magic)"),
+            None => String::new(),
+        };
         return Err(Error::protocol(format!(
-            "packet SHM is {} bytes, smaller than its {PACKET_HEADER_SIZE}-byte header",
-            map.len()
+            "packet SHM is {size} bytes, smaller than its {PACKET_HEADER_SIZE}-byte header\
+             {magic_note}"
         )));
     }
-    let magic = map.load_u32(HDR_MAGIC, Ordering::Acquire);
-    match magic {
+    match magic.unwrap_or(0) {
         PACKET_MAGIC => {}
         FRAME_MAGIC => {
             return Err(Error::protocol(format!(
@@ -152,17 +171,12 @@ pub fn validate_header(map: &Mapping) -> Result<(Geometry, u32)> {
     if data_size == 0 {
         return Err(Error::protocol("packet ring data_size is 0"));
     }
-    let geo = Geometry {
+    let geometry = Geometry {
         ring_slots,
         data_size,
     };
-    if map.len() != geo.shm_size() {
-        return Err(Error::protocol(format!(
-            "packet SHM is {} bytes but ring_slots {ring_slots} and data_size {data_size} need \
-             exactly {}",
-            map.len(),
-            geo.shm_size()
-        )));
+    if size < geometry.shm_size() {
+        return Err(size_mismatch(size, geometry));
     }
     let extradata_size = map.load_u32(HDR_EXTRADATA_SIZE, Ordering::Acquire);
     if extradata_size as usize > MAX_EXTRADATA_SIZE {
@@ -171,7 +185,31 @@ pub fn validate_header(map: &Mapping) -> Result<(Geometry, u32)> {
         )));
     }
     let codec_id = map.load_u32(HDR_CODEC_ID, Ordering::Relaxed);
-    Ok((geo, codec_id))
+    Ok(HeaderCheck {
+        geometry,
+        codec_id,
+        extradata_size,
+    })
+}
+
+fn size_mismatch(size: usize, geo: Geometry) -> Error {
+    Error::protocol(format!(
+        "packet SHM is {size} bytes but ring_slots {} and data_size {} need exactly {}",
+        geo.ring_slots,
+        geo.data_size,
+        geo.shm_size()
+    ))
+}
+
+/// Everything a reader checks in a mapped header before it touches anything else:
+/// [`check_header`] of the whole mapping, whose length must also be exactly what the geometry
+/// needs (that makes every offset of [`Geometry`] in bounds). Errors are `Protocol`.
+pub fn validate_header(map: &Mapping) -> Result<(Geometry, u32)> {
+    let h = check_header(map, map.len())?;
+    if map.len() != h.geometry.shm_size() {
+        return Err(size_mismatch(map.len(), h.geometry));
+    }
+    Ok((h.geometry, h.codec_id))
 }
 
 /// Read the extradata (size field acquired, then the bytes), validating the size.
@@ -190,6 +228,44 @@ pub fn read_extradata(map: &Mapping) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mem(len: usize) -> Mapping {
+        let fd = crate::shm::memfd("layout-test", len).unwrap();
+        Mapping::map(std::os::fd::AsFd::as_fd(&fd), len, true, "layout test").unwrap()
+    }
+
+    /// The reader and the inspector checked the header in two copies that disagreed: on an
+    /// object smaller than a header the reader said "smaller than" and the inspector "magic"
+    /// (it looked at the magic first); on one bigger than its geometry the reader refused it
+    /// and the inspector accepted it. One check now: it names both faults of a small object,
+    /// and only the reader's exact-size rule differs.
+    #[test]
+    fn one_header_check_for_readers_and_the_inspector() {
+        let tiny = mem(256);
+        let e = check_header(&tiny, 256).unwrap_err();
+        assert!(e.message().contains("smaller than"), "{e}");
+        assert!(e.message().contains("magic 0x00000000"), "{e}");
+        assert_eq!(validate_header(&tiny).unwrap_err().message(), e.message());
+
+        let need = packet_shm_size(4, 256);
+        let big = mem(need + 4096);
+        big.atomic_u32(HDR_MAGIC)
+            .store(PACKET_MAGIC, Ordering::Relaxed);
+        big.atomic_u32(HDR_PROTO_VERSION)
+            .store(PROTOCOL_VERSION, Ordering::Relaxed);
+        big.atomic_u32(HDR_RING_SLOTS).store(4, Ordering::Relaxed);
+        big.atomic_u32(HDR_DATA_SIZE).store(256, Ordering::Relaxed);
+        big.atomic_u32(HDR_EXTRADATA_SIZE)
+            .store(7, Ordering::Relaxed);
+        let h = check_header(&big, need + 4096).unwrap();
+        assert_eq!(h.geometry.shm_size(), need);
+        assert_eq!(h.extradata_size, 7);
+        let e = validate_header(&big).unwrap_err();
+        assert!(e.message().contains("need exactly"), "{e}");
+        // Smaller than the geometry: both refuse, with the same words.
+        let e = check_header(&big, need - 1).unwrap_err();
+        assert!(e.message().contains("need exactly"), "{e}");
+    }
 
     #[test]
     fn ranges_split_on_wrap() {

@@ -3,13 +3,12 @@
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::liveness::is_alive;
+use crate::liveness::{is_alive, recorded_producer, Recorded};
 use crate::paths::Key;
 use crate::shm;
-use crate::wire::{FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC};
+use crate::wire::{FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC, PRODUCER_PID_OFFSET};
 
 /// Remove what a dead predecessor left behind, or fail if it is alive.
 pub fn recover(key: &Key, socket_path: &Path) -> Result<()> {
@@ -40,12 +39,8 @@ pub fn recover(key: &Key, socket_path: &Path) -> Result<()> {
                 })?;
         }
     }
-    recover_shm(
-        &key.frame_shm_name(),
-        &[FRAME_MAGIC, LEGACY_FRAME_MAGIC],
-        0x18,
-    )?;
-    recover_shm(&key.packet_shm_name(), &[PACKET_MAGIC], 0x18)?;
+    recover_shm(&key.frame_shm_name(), &[FRAME_MAGIC, LEGACY_FRAME_MAGIC])?;
+    recover_shm(&key.packet_shm_name(), &[PACKET_MAGIC])?;
     Ok(())
 }
 
@@ -63,7 +58,7 @@ enum Leftover {
 /// Judge `/dev/shm/<name>` without trusting anything another user could have put there: a
 /// non-regular file, an object of another uid, or one with a magic that is not ours is left
 /// alone with a clear error (only what is provably ours and dead is ever removed).
-fn judge(name: &str, magics: &[u32], pid_offset: usize) -> Result<Leftover> {
+fn judge(name: &str, magics: &[u32]) -> Result<Leftover> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let path = format!("/dev/shm/{name}");
     let meta = match std::fs::symlink_metadata(&path) {
@@ -95,20 +90,23 @@ fn judge(name: &str, magics: &[u32], pid_offset: usize) -> Result<Leftover> {
             meta.uid()
         ));
     }
-    if (meta.len() as usize) < pid_offset + 8 {
+    if (meta.len() as usize) < PRODUCER_PID_OFFSET + 8 {
         // Ours, but shorter than a header: a predecessor died while creating it.
         return Ok(Leftover::Dead);
     }
-    let (_fd, map) = shm::open(name, pid_offset + 8, false)?;
-    let magic = map.load_u32(0, Ordering::Acquire);
-    if !magics.contains(&magic) {
-        return keep(format!(
-            "has magic 0x{magic:08X}, which is not a cuframes ring of this kind"
-        ));
-    }
-    let pid = map.load_u64(pid_offset, Ordering::Acquire);
+    let (_fd, map) = shm::open(name, PRODUCER_PID_OFFSET + 8, false)?;
+    let pid = match recorded_producer(&map, magics) {
+        Recorded::Producer(pid) => pid,
+        Recorded::ForeignMagic(magic) => {
+            return keep(format!(
+                "has magic 0x{magic:08X}, which is not a cuframes ring of this kind"
+            ))
+        }
+        // Shrunk since the lstat above: as short as a crash mid-create leaves it.
+        Recorded::TooShort => return Ok(Leftover::Dead),
+    };
     // A live pid only counts if it is a process of the object's owner: pids are reused.
-    if pid != 0 && is_alive(pid) && process_uid(pid) == Some(me) {
+    if is_alive(pid) && process_uid(pid) == Some(me) {
         return Ok(Leftover::Alive(pid));
     }
     Ok(Leftover::Dead)
@@ -122,8 +120,8 @@ fn process_uid(pid: u64) -> Option<u32> {
         .map(|m| m.uid())
 }
 
-fn recover_shm(name: &str, magics: &[u32], pid_offset: usize) -> Result<()> {
-    match judge(name, magics, pid_offset)? {
+fn recover_shm(name: &str, magics: &[u32]) -> Result<()> {
+    match judge(name, magics)? {
         Leftover::Nothing => Ok(()),
         Leftover::Alive(pid) => Err(Error::new(
             ErrorCode::AlreadyExists,
@@ -136,6 +134,7 @@ fn recover_shm(name: &str, magics: &[u32], pid_offset: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     fn name(tag: &str) -> String {
         format!("cuframes-stale-{tag}-{}", std::process::id())
@@ -148,8 +147,8 @@ mod tests {
         let n = name("trunc");
         let (_fd, _map) = shm::create(&n, 4096, 0o600).unwrap();
         nix::unistd::truncate(format!("/dev/shm/{n}").as_str(), 0).unwrap();
-        assert_eq!(judge(&n, &[FRAME_MAGIC], 0x18).unwrap(), Leftover::Dead);
-        recover_shm(&n, &[FRAME_MAGIC], 0x18).unwrap();
+        assert_eq!(judge(&n, &[FRAME_MAGIC]).unwrap(), Leftover::Dead);
+        recover_shm(&n, &[FRAME_MAGIC]).unwrap();
         assert!(!std::path::Path::new(&format!("/dev/shm/{n}")).exists());
     }
 
@@ -160,7 +159,7 @@ mod tests {
         let n = name("magic");
         let (_fd, map) = shm::create(&n, 4096, 0o600).unwrap();
         map.atomic_u32(0).store(0x1234_5678, Ordering::Release);
-        let e = recover_shm(&n, &[FRAME_MAGIC], 0x18).err().unwrap();
+        let e = recover_shm(&n, &[FRAME_MAGIC]).err().unwrap();
         assert!(std::path::Path::new(&format!("/dev/shm/{n}")).exists());
         shm::unlink(&n).unwrap();
         assert!(e.message().contains("magic"), "{}", e.message());
@@ -173,7 +172,7 @@ mod tests {
         let n = name("link");
         let path = format!("/dev/shm/{n}");
         std::os::unix::fs::symlink("/etc/hostname", &path).unwrap();
-        let e = recover_shm(&n, &[FRAME_MAGIC], 0x18).err().unwrap();
+        let e = recover_shm(&n, &[FRAME_MAGIC]).err().unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(e.message().contains("symlink"), "{}", e.message());
         nix::unistd::mkfifo(
@@ -181,7 +180,7 @@ mod tests {
             nix::sys::stat::Mode::from_bits_truncate(0o600),
         )
         .unwrap();
-        let e = recover_shm(&n, &[FRAME_MAGIC], 0x18).err().unwrap();
+        let e = recover_shm(&n, &[FRAME_MAGIC]).err().unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(e.message().contains("FIFO"), "{}", e.message());
     }
@@ -199,11 +198,55 @@ mod tests {
         let n = name("foreign");
         let (fd, map) = shm::create(&n, 4096, 0o644).unwrap();
         map.atomic_u32(0).store(FRAME_MAGIC, Ordering::Release);
-        map.atomic_u64(0x18).store(1, Ordering::Release);
+        map.atomic_u64(PRODUCER_PID_OFFSET)
+            .store(1, Ordering::Release);
         nix::unistd::fchown(&fd, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
-        let e = recover_shm(&n, &[FRAME_MAGIC], 0x18).err().unwrap();
+        let e = recover_shm(&n, &[FRAME_MAGIC]).err().unwrap();
         assert!(std::path::Path::new(&format!("/dev/shm/{n}")).exists());
         shm::unlink(&n).unwrap();
         assert!(e.message().contains("uid 65534"), "{}", e.message());
+    }
+
+    /// The disagreement one liveness function ended: recovery counted a zombie predecessor
+    /// (exited, its parent not reaping it) as a live publisher and refused the key with
+    /// ALREADY_EXISTS, while `cuframes ls` called the same key dead. Its objects are
+    /// removed now.
+    #[test]
+    fn a_zombie_predecessor_is_dead() {
+        let n = name("zombie");
+        let (_fd, map) = shm::create(&n, 4096, 0o600).unwrap();
+        map.atomic_u32(0).store(FRAME_MAGIC, Ordering::Release);
+        let (mut child, pid) = crate::liveness::tests::zombie_child();
+        map.atomic_u64(PRODUCER_PID_OFFSET)
+            .store(pid, Ordering::Release);
+        // The zombie still has its /proc entry, of our uid: only "alive" decided.
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(process_uid(pid), Some(unsafe { libc::geteuid() }));
+        let verdict = judge(&n, &[FRAME_MAGIC]);
+        let recovered = recover_shm(&n, &[FRAME_MAGIC]);
+        child.wait().unwrap();
+        let _ = shm::unlink(&n);
+        assert_eq!(verdict.unwrap(), Leftover::Dead);
+        recovered.unwrap();
+    }
+
+    /// A live producer of our uid keeps its object.
+    #[test]
+    fn a_live_producer_keeps_its_object() {
+        let n = name("live");
+        let (_fd, map) = shm::create(&n, 4096, 0o600).unwrap();
+        map.atomic_u32(0).store(FRAME_MAGIC, Ordering::Release);
+        map.atomic_u64(PRODUCER_PID_OFFSET)
+            .store(u64::from(std::process::id()), Ordering::Release);
+        let verdict = judge(&n, &[FRAME_MAGIC]);
+        let e = recover_shm(&n, &[FRAME_MAGIC]).err();
+        let exists = std::path::Path::new(&format!("/dev/shm/{n}")).exists();
+        shm::unlink(&n).unwrap();
+        assert_eq!(
+            verdict.unwrap(),
+            Leftover::Alive(u64::from(std::process::id()))
+        );
+        assert_eq!(e.expect("kept").code(), ErrorCode::AlreadyExists);
+        assert!(exists);
     }
 }

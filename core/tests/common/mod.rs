@@ -12,7 +12,7 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub fn new(tag: &str) -> TestEnv {
-        let n = cuframes_core::util::unique_suffix();
+        let n = cuframes_core::testing::unique_suffix();
         let key = format!("t-{tag}-{}-{:x}", std::process::id(), n & 0xFFFF_FFFF);
         let dir =
             std::env::temp_dir().join(format!("cuframes-test-{}-{:x}", std::process::id(), n));

@@ -1,17 +1,22 @@
 //! Test kernels (kernels.cu, embedded as PTX and JIT-compiled by the driver): fill a pitched
 //! plane with a pattern derived from (seq, plane, x, y), count the bytes that differ from it,
 //! and keep the GPU busy. [`pattern_byte`] is the same pattern computed on the host.
+//!
+//! The kernels of a device are loaded on first use into its context and kept there as the
+//! device's attached resource ([`ContextResource`]): the device unloads them when it drops,
+//! with its context current, before it releases the context. This module depends on the
+//! device, never the reverse.
 
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
-use super::context::ContextGuard;
-use super::copy::{check_region, memset_d8_async};
-use super::device::CudaDevice;
-use super::driver::{call, release};
-use super::stream::Stream;
+use crate::cuda::context::ContextGuard;
+use crate::cuda::copy::{check_region, memset_d8_async};
+use crate::cuda::device::{ContextResource, CudaDevice};
+use crate::cuda::driver::{call, release};
+use crate::cuda::stream::Stream;
 use crate::error::{Error, Result};
 
 /// PTX of kernels.cu (see the command at the top of that file), NUL-terminated for
@@ -21,7 +26,7 @@ const PTX: &str = concat!(include_str!("kernels.ptx"), "\0");
 const BLOCK: u32 = 256;
 
 /// The kernels of one context, loaded once per [`CudaDevice`] and unloaded with it.
-pub(crate) struct Kernels {
+struct Kernels {
     module: sys::CUmodule,
     fill: sys::CUfunction,
     verify: sys::CUfunction,
@@ -32,6 +37,14 @@ pub(crate) struct Kernels {
     /// fence tests look at).
     counters: Mutex<Vec<sys::CUdeviceptr>>,
 }
+
+// SAFETY: the module and function handles are driver handles usable from any thread once the
+// context is current there (every use pushes the device's context first); the counters are
+// behind a Mutex. (They were covered by CudaDevice's own Send + Sync when it held them.)
+unsafe impl Send for Kernels {}
+// SAFETY: `&Kernels` only reads the handles (launches are thread-safe in the driver) and
+// locks the counter pool.
+unsafe impl Sync for Kernels {}
 
 impl Kernels {
     /// Loads the module into the current context (the caller made it current).
@@ -77,7 +90,7 @@ impl Kernels {
 
     /// Frees the counters and unloads the module (the owning device made its context
     /// current).
-    pub(crate) fn unload(self) {
+    fn unload(self) {
         let counters = self
             .counters
             .into_inner()
@@ -115,6 +128,21 @@ impl Kernels {
     }
 }
 
+/// What a device keeps attached: its kernels, or why they did not load (not retried).
+struct KernelSlot(Result<Kernels>);
+
+impl ContextResource for KernelSlot {
+    fn release(self: Box<Self>) {
+        if let Ok(kernels) = self.0 {
+            kernels.unload();
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 /// The stream's device's kernels (loaded on first use), with the device's context current
 /// until the guard drops.
 fn kernels_for(stream: &Stream) -> Result<(ContextGuard, &Kernels)> {
@@ -125,8 +153,15 @@ fn kernels_for(stream: &Stream) -> Result<(ContextGuard, &Kernels)> {
         )
     })?;
     let current = dev.push_current()?;
-    let kernels = dev.kernels.get_or_init(Kernels::load);
-    match kernels {
+    let slot = dev
+        .attached(|| KernelSlot(Kernels::load()))
+        .ok_or_else(|| {
+            Error::new(
+                crate::ErrorCode::Cuda,
+                "the device holds another attached resource than the test kernels",
+            )
+        })?;
+    match &slot.0 {
         Ok(k) => Ok((current, k)),
         Err(e) => Err(e.clone()),
     }

@@ -1,8 +1,9 @@
-// Test kernels of cuframes' CUDA layer (core/src/cuda/kernels.rs wraps them).
+// Test kernels of cuframes' CUDA layer (core/src/testing/kernels.rs wraps them; built only with
+// cuframes-core's `testing` feature).
 //
 // kernels.ptx next to this file is generated from it, on a machine with the CUDA toolkit, by:
 //
-//     nvcc -ptx -arch=compute_75 -o core/src/cuda/kernels.ptx core/src/cuda/kernels.cu
+//     nvcc -ptx -arch=compute_75 -o core/src/testing/kernels.ptx core/src/testing/kernels.cu
 //
 // run with nvcc 13.0 (V13.0.88, the version is in the PTX header) on the H200 test machine.
 // compute_75 rather than compute_70: CUDA 13's nvcc refuses compute_70 ("Unsupported gpu

@@ -1,0 +1,14 @@
+//! Test support (feature `testing`, off by default): what tests, examples and benchmarks need
+//! and production code must not carry.
+//!
+//! - [`kernels`]: the GPU test kernels (fill / verify a pattern, keep the GPU busy), loaded
+//!   per device and unloaded with it.
+//! - Re-exports of internals that tests and benchmarks drive directly: the socket message
+//!   I/O of [`crate::sock`] (hostile peers), the clocks and unique names of [`crate::util`].
+
+pub mod kernels;
+
+pub use kernels::{busy, fill_pattern, pattern_byte, pattern_host, verify_pattern};
+
+pub use crate::sock::{recv, send};
+pub use crate::util::{monotonic_ns, unique_suffix};
