@@ -49,7 +49,7 @@ impl Drop for Scratch {
 
 #[test]
 fn successful_calls_leave_the_last_error_untouched() {
-    let tag = cuframes_core::util::unique_suffix() & 0xFF_FFFF;
+    let tag = cuframes_core::testing::unique_suffix() & 0xFF_FFFF;
     let scratch = Scratch {
         dir: std::env::temp_dir().join(format!("cuframes-abi-{}-{tag}", std::process::id())),
         key: format!("abiok-{}-{tag}", std::process::id()),
