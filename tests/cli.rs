@@ -2,8 +2,7 @@
 //! on a SIGKILLed publisher's leftovers and next to a live one, and objects the user may not
 //! read. Children are this test binary re-executed with `CUFRAMES_CHILD_ROLE`.
 
-#[path = "../core/tests/common/mod.rs"]
-mod common;
+use cuframes_test_support as common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};

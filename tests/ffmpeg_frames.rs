@@ -3,11 +3,9 @@
 //! the ring carries, under both policies, with 8 readers at once. Skipped without a cuframes
 //! FFmpeg build (scripts/build-ffmpeg.sh).
 
-mod ffmpeg_frames_support;
-
 use std::time::Duration;
 
-use ffmpeg_frames_support::{args, ffmpeg, frame_lines, Env, SKIP};
+use cuframes_test_support::ffmpeg::{find, frame_lines, Scratch};
 
 const FORMATS: [&str; 7] = [
     "nv12", "yuv420p", "p010le", "p016le", "yuv444p", "rgba", "bgra",
@@ -23,37 +21,39 @@ fn testsrc() -> String {
 }
 
 /// framemd5 of the direct path: testsrc -> format -> framemd5.
-fn direct(env: &Env, fmt: &str, out: &str) -> String {
+fn direct(env: &Scratch, fmt: &str, out: &str) -> String {
     let path = env.path(out);
-    let o = env.run(&args(&[
-        "-f",
-        "lavfi",
-        "-i",
-        &testsrc(),
-        "-vf",
-        &format!("format={fmt}"),
-        "-f",
-        "framemd5",
-        path.to_str().unwrap(),
-    ]));
-    assert!(
-        o.status.success(),
-        "direct path failed: {}",
-        String::from_utf8_lossy(&o.stderr)
+    let (ok, err) = env.ffmpeg(
+        out,
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            &testsrc(),
+            "-vf",
+            &format!("format={fmt}"),
+            "-f",
+            "framemd5",
+            path.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
     );
+    assert!(ok, "direct path failed: {err}");
     std::fs::read_to_string(path).unwrap()
 }
 
 /// Publish with `policy` while READERS `-f cuframes` processes write framemd5 files; returns
 /// the readers' files.
-fn through_ring(env: &mut Env, fmt: &str, policy: &str) -> Vec<String> {
+fn through_ring(env: &Scratch, fmt: &str, policy: &str) -> Vec<String> {
     let key = env.key(&format!("{}{}", &fmt[..3], &policy[..1]));
     let ring = if policy == "strict_wait" { "2" } else { "16" };
     let mut readers = Vec::new();
     for r in 0..READERS {
         let out = env.path(&format!("{key}-{r}.md5"));
-        let i = env.spawn(
-            &args(&[
+        let log = format!("{key}-{r}");
+        let i = env.spawn_ffmpeg(
+            &log,
+            &[
                 "-f",
                 "cuframes",
                 "-framerate",
@@ -69,18 +69,19 @@ fn through_ring(env: &mut Env, fmt: &str, policy: &str) -> Vec<String> {
                 "-f",
                 "framemd5",
                 out.to_str().unwrap(),
-            ]),
-            &format!("{key}-{r}.log"),
+            ],
         );
-        readers.push((i, out, format!("{key}-{r}.log")));
+        readers.push((i, out, log));
     }
     // -re paces the publisher at 25 fps: under drop_oldest nobody waits for the readers.
     let filter = format!(
         "format={fmt},hwupload_cuframes=key={key}:memory=host:policy={policy}:ring_size={ring}:\
          ack_timeout=10000:wait_subscribers={READERS}:wait_timeout=30000"
     );
-    let p = env.spawn(
-        &args(&[
+    let pub_log = format!("{key}-pub");
+    let p = env.spawn_ffmpeg(
+        &pub_log,
+        &[
             "-re",
             "-f",
             "lavfi",
@@ -91,15 +92,16 @@ fn through_ring(env: &mut Env, fmt: &str, policy: &str) -> Vec<String> {
             "-f",
             "null",
             "-",
-        ]),
-        &format!("{key}-pub.log"),
+        ],
     );
-    let (ok, log) = env.wait(p, &format!("{key}-pub.log"), Duration::from_secs(60));
+    let ok = env.wait(p, Duration::from_secs(60)).success();
+    let log = env.stderr(&pub_log);
     assert!(ok, "publisher ({fmt}, {policy}) failed:\n{log}");
     assert!(log.contains("host memfd"), "expected a host ring:\n{log}");
     let mut files = Vec::new();
     for (i, out, log) in readers {
-        let (ok, text) = env.wait(i, &log, Duration::from_secs(30));
+        let ok = env.wait(i, Duration::from_secs(30)).success();
+        let text = env.stderr(&log);
         assert!(ok, "reader ({fmt}, {policy}) failed:\n{text}");
         files.push(std::fs::read_to_string(out).unwrap());
     }
@@ -107,16 +109,13 @@ fn through_ring(env: &mut Env, fmt: &str, policy: &str) -> Vec<String> {
 }
 
 fn check_format(fmt: &str) {
-    let Some(ff) = ffmpeg() else {
-        println!("{SKIP}");
-        return;
-    };
-    let mut env = Env::new(ff, fmt);
+    let Some(ff) = find() else { return };
+    let env = Scratch::new(&ff, fmt);
     let want = direct(&env, fmt, "direct.md5");
     let want_frames = frame_lines(&want);
     assert_eq!(want_frames.len(), FRAMES);
     for policy in ["strict_wait", "drop_oldest"] {
-        for (r, got) in through_ring(&mut env, fmt, policy).iter().enumerate() {
+        for (r, got) in through_ring(&env, fmt, policy).iter().enumerate() {
             assert_eq!(
                 frame_lines(got),
                 want_frames,
@@ -160,28 +159,28 @@ fn roundtrip_bgra() {
 /// silently wrong frame.
 #[test]
 fn size_change_mid_stream_is_an_error() {
-    let Some(ff) = ffmpeg() else {
-        println!("{SKIP}");
-        return;
-    };
-    let mut env = Env::new(ff, "resize");
+    let Some(ff) = find() else { return };
+    let env = Scratch::new(&ff, "resize");
     let key = env.key("resize");
-    let o = env.run(&args(&[
-        "-f",
-        "lavfi",
-        "-i",
-        &testsrc(),
-        "-vf",
-        &format!(
-            "scale=w='if(lt(n\\,3)\\,64\\,80)':h=48:eval=frame,format=nv12,\
+    let (ok, err) = env.ffmpeg(
+        "resize",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            &testsrc(),
+            "-vf",
+            &format!(
+                "scale=w='if(lt(n\\,3)\\,64\\,80)':h=48:eval=frame,format=nv12,\
              hwupload_cuframes=key={key}:memory=host"
-        ),
-        "-f",
-        "null",
-        "-",
-    ]));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "a size change must fail:\n{err}");
+            ),
+            "-f",
+            "null",
+            "-",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(!ok, "a size change must fail:\n{err}");
     assert!(
         err.contains("changed from 64x48 nv12 to 80x48 nv12"),
         "the error names both geometries:\n{err}"
@@ -191,13 +190,14 @@ fn size_change_mid_stream_is_an_error() {
 /// The options are documented in `ffmpeg -h`.
 #[test]
 fn options_are_documented() {
-    let Some(ff) = ffmpeg() else {
-        println!("{SKIP}");
-        return;
+    let Some(ff) = find() else { return };
+    let env = Scratch::new(&ff, "help");
+    let help = |log: &str, what: &str| {
+        let (ok, err) = env.ffmpeg(log, &["-h", what], Duration::from_secs(30));
+        assert!(ok, "ffmpeg -h {what}: {err}");
+        env.stdout(log)
     };
-    let env = Env::new(ff, "help");
-    let f = env.run(&args(&["-h", "filter=hwupload_cuframes"]));
-    let f = String::from_utf8_lossy(&f.stdout);
+    let f = help("filter-help", "filter=hwupload_cuframes");
     for opt in [
         "key",
         "ring_size",
@@ -209,8 +209,7 @@ fn options_are_documented() {
     ] {
         assert!(f.contains(opt), "filter help lacks {opt}:\n{f}");
     }
-    let d = env.run(&args(&["-h", "demuxer=cuframes"]));
-    let d = String::from_utf8_lossy(&d.stdout);
+    let d = help("device-help", "demuxer=cuframes");
     for opt in [
         "mode",
         "zero_copy",
@@ -226,24 +225,24 @@ fn options_are_documented() {
 /// Without a publisher the device fails after its connect timeout, with cuframes' reason.
 #[test]
 fn missing_publisher_is_a_clear_error() {
-    let Some(ff) = ffmpeg() else {
-        println!("{SKIP}");
-        return;
-    };
-    let mut env = Env::new(ff, "nopub");
+    let Some(ff) = find() else { return };
+    let env = Scratch::new(&ff, "nopub");
     let key = env.key("nopub");
-    let o = env.run(&args(&[
-        "-f",
-        "cuframes",
-        "-connect_timeout",
-        "200",
-        "-i",
-        &key,
-        "-f",
-        "null",
-        "-",
-    ]));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
+    let (ok, err) = env.ffmpeg(
+        "nopub",
+        &[
+            "-f",
+            "cuframes",
+            "-connect_timeout",
+            "200",
+            "-i",
+            &key,
+            "-f",
+            "null",
+            "-",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!ok);
     assert!(err.contains("Cannot subscribe"), "{err}");
 }

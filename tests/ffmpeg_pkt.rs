@@ -5,8 +5,6 @@
 //! They need `build/ffmpeg/bin/ffmpeg` (scripts/build-ffmpeg.sh with libcuframes installed)
 //! or `$CUFRAMES_FFMPEG`; without either they print SKIPPED and pass.
 
-mod ffmpeg_util;
-
 use std::time::{Duration, Instant};
 
 use cuframes_core::codec::nal_units;
@@ -16,7 +14,7 @@ use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{
     PACKET_FLAG_CORRUPT, PACKET_FLAG_DISCONTINUITY, PACKET_FLAG_KEY, PACKET_FLAG_LAST_IN_AU,
 };
-use ffmpeg_util::*;
+use cuframes_test_support::ffmpeg::*;
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 

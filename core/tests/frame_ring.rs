@@ -1,6 +1,6 @@
 //! Frame ring on host memory: publisher and subscribers in one process (threads).
 
-mod common;
+use cuframes_test_support as common;
 
 use std::time::Duration;
 

@@ -32,7 +32,7 @@
 //! count against the ring only for a session that never stalled on purpose and was never
 //! dropped (ERROR from the publisher, waited for a moment after a gap).
 
-mod common;
+use cuframes_test_support as common;
 
 use std::collections::HashMap;
 use std::io::Read;

@@ -9,7 +9,7 @@
 //! dropping a zero-copy frame waits for the GPU work queued before it; and no call of the
 //! library replaces the caller's current context.
 
-mod common;
+use cuframes_test_support as common;
 
 use std::ffi::c_void;
 use std::io::Read;

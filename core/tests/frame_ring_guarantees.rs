@@ -3,7 +3,7 @@
 //! slot its seq names, and a reader faced with an impossible `global_seq` fails clearly.
 //! Host memory, one process (subscribers on their own sockets, as in production).
 
-mod common;
+use cuframes_test_support as common;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

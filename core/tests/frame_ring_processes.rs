@@ -2,7 +2,7 @@
 //! hostile peers, leaks. Child processes are this test binary re-executed with
 //! `CUFRAMES_CHILD_ROLE` set (see `child_entry`).
 
-mod common;
+use cuframes_test_support as common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

@@ -1,7 +1,7 @@
 //! A subscriber facing a broken or hostile publisher gets a clear error, never a crash or a
 //! hang. The "publisher" here is a raw socket server scripted per case.
 
-mod common;
+use cuframes_test_support as common;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd};

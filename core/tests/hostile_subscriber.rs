@@ -12,7 +12,7 @@
 //! Children are this test binary re-executed with `CUFRAMES_HOSTILE_ROLE` set (`child_entry`);
 //! each prints one `RESULT k=v ...` line.
 
-mod common;
+use cuframes_test_support as common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -2,7 +2,7 @@
 //! subscribers in this process, a packet ring, a SIGKILLed child publisher, stale sockets and
 //! corrupt objects. Children are this test binary re-executed with `CUFRAMES_CHILD_ROLE`.
 
-mod common;
+use cuframes_test_support as common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixListener;

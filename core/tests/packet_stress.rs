@@ -16,7 +16,7 @@
 //! CI runs it in release (`cargo test --release -p cuframes-core --test packet_stress`);
 //! it also passes in debug builds, more slowly (see docs/benchmarks.md, "Packet ring").
 
-mod common;
+use cuframes_test_support as common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};

@@ -1,7 +1,7 @@
 //! Packets through the control plane: HELLO flags (R3), the HELLO_RESP tail (R4),
 //! packets-only publishers (R5), keyframe-aligned starts (§10.8, R26), clean end of stream.
 
-mod common;
+use cuframes_test_support as common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! it never waits for a peer to read, so honest subscribers and shutdown are
 //! not held up by any number of peers that flood it with PINGs and never read the PONGs.
 
-mod common;
+use cuframes_test_support as common;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;

@@ -1,8 +1,7 @@
-//! Helpers for the FFmpeg end-to-end tests (`tests/ffmpeg_pkt*.rs`): find the cuframes
-//! FFmpeg build, run ffmpeg/ffprobe children in a private runtime directory with unique keys,
-//! and clean up (children killed, sockets and /dev/shm objects removed) even when a test
-//! fails. Also parses framemd5 files for packet-by-packet comparisons.
-#![allow(dead_code)]
+//! The FFmpeg end-to-end tests' world (`tests/ffmpeg_*.rs`): find the cuframes FFmpeg build,
+//! run ffmpeg/ffprobe children in a private runtime directory with unique keys, and clean up
+//! (children killed, sockets and /dev/shm objects removed) even when a test fails. Also
+//! parses framemd5 files, packet by packet or as frame lines.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,9 +12,12 @@ use std::time::{Duration, Instant};
 
 pub const SKIP_MESSAGE: &str = "SKIPPED (no cuframes ffmpeg build: run scripts/build-ffmpeg.sh)";
 
-/// The repository root.
+/// The repository root (this crate lives in `test-support/` below it).
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("test-support/ has a parent")
+        .to_path_buf()
 }
 
 /// A committed sample or reference file.
@@ -31,7 +33,7 @@ pub struct Ffmpeg {
 
 /// The cuframes FFmpeg build: `$CUFRAMES_FFMPEG` (the ffmpeg binary; ffprobe next to it) or
 /// `build/ffmpeg/bin/ffmpeg`. `None` (after printing SKIPPED) if neither exists. A build that
-/// lacks the cuframes_pkt muxer is an error, not a skip: it means libcuframes was not found
+/// lacks the cuframes components is an error, not a skip: it means libcuframes was not found
 /// when FFmpeg was built.
 pub fn find() -> Option<Ffmpeg> {
     let ffmpeg = match std::env::var_os("CUFRAMES_FFMPEG") {
@@ -48,8 +50,14 @@ pub fn find() -> Option<Ffmpeg> {
         .output()
         .expect("run ffmpeg -h");
     let text = String::from_utf8_lossy(&out.stdout);
+    let filter = Command::new(&ffmpeg)
+        .args(["-hide_banner", "-h", "filter=hwupload_cuframes"])
+        .output()
+        .expect("run ffmpeg -h");
+    let filter = String::from_utf8_lossy(&filter.stdout);
     assert!(
-        text.contains("cuframes_pkt muxer AVOptions"),
+        text.contains("cuframes_pkt muxer AVOptions")
+            && filter.contains("cuframes_upload AVOptions"),
         "{} has no cuframes_pkt muxer (built without libcuframes?): rebuild with \
          PKG_CONFIG_PATH=<prefix>/lib/pkgconfig scripts/build-ffmpeg.sh\n{text}",
         ffmpeg.display()
@@ -303,4 +311,12 @@ pub fn assert_same_packets(what: &str, got: &[PacketLine], want: &[PacketLine]) 
         got.len(),
         want.len()
     );
+}
+
+/// The frame lines of a framemd5 file (its header lines start with '#').
+pub fn frame_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
 }

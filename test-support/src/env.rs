@@ -1,0 +1,44 @@
+//! A private runtime directory and a unique key per test; dropping it removes the
+//! directory and every /dev/shm object of the key, also when the test fails (Drop runs on
+//! panic).
+
+use std::path::PathBuf;
+
+pub struct TestEnv {
+    pub dir: PathBuf,
+    pub key: String,
+}
+
+impl TestEnv {
+    pub fn new(tag: &str) -> TestEnv {
+        let n = cuframes_core::testing::unique_suffix();
+        let key = format!("t-{tag}-{}-{:x}", std::process::id(), n & 0xFFFF_FFFF);
+        let dir =
+            std::env::temp_dir().join(format!("cuframes-test-{}-{:x}", std::process::id(), n));
+        std::fs::create_dir_all(&dir).unwrap();
+        TestEnv { dir, key }
+    }
+
+    pub fn publisher_options(&self) -> cuframes_core::publisher::PublisherOptions {
+        cuframes_core::publisher::PublisherOptions {
+            runtime_dir: Some(self.dir.clone()),
+            ..Default::default()
+        }
+    }
+
+    pub fn subscriber_options(&self, name: &str) -> cuframes_core::subscriber::SubscriberOptions {
+        cuframes_core::subscriber::SubscriberOptions {
+            runtime_dir: Some(self.dir.clone()),
+            name: name.to_owned(),
+            ..Default::default()
+        }
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}", self.key));
+        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}-packets", self.key));
+    }
+}
