@@ -12,6 +12,7 @@ Usage:
   cuframes [--runtime-dir DIR] ls [--json] [--interval SECONDS]
   cuframes [--runtime-dir DIR] stat KEY [--watch [SECONDS]] [--json] [--interval SECONDS]
   cuframes [--runtime-dir DIR] clean [--dry-run] [--json] [KEY...]
+  cuframes [--runtime-dir DIR] exporter --listen ADDRESS:PORT [KEY...]
   cuframes --help
 
 Commands:
@@ -24,10 +25,14 @@ Commands:
           JSON object per line instead
   clean   remove the sockets and SHM objects of dead publishers (only those of KEYs when
           given), never a live one's; --dry-run only says what would be removed
+  exporter  serve what stat --json says about every publisher (only KEYs when given) as
+          Prometheus metrics at http://ADDRESS:PORT/metrics until stopped; port 0 picks a
+          free one. The first line on stdout says where it listens
 
 Options:
   --runtime-dir DIR   socket directory (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)
   --json              machine-readable output
+  --listen ADDR:PORT  (exporter) where to serve /metrics, e.g. 127.0.0.1:9464
   -h, --help          this text
   --                  the end of the options: what follows is a KEY even if it starts with
                       '-' (cuframes stat -- -cam1)
@@ -51,6 +56,10 @@ pub enum Command {
     Clean {
         dry_run: bool,
         json: bool,
+        keys: Vec<Key>,
+    },
+    Exporter {
+        listen: String,
         keys: Vec<Key>,
     },
 }
@@ -103,6 +112,7 @@ pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
     let mut positional = Vec::new();
     let mut dry_run = false;
     let mut watch = None;
+    let mut listen = None;
     let mut i = 0;
     while i < rest.len() {
         let a = rest[i].as_str();
@@ -113,7 +123,7 @@ pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
             }
             "--json" => json = true,
             "--dry-run" if sub == "clean" => dry_run = true,
-            "--interval" if sub != "clean" => {
+            "--interval" if sub != "clean" && sub != "exporter" => {
                 i += 1;
                 let v = rest.get(i).ok_or("--interval needs a number of seconds")?;
                 interval = seconds(v, "--interval")?;
@@ -133,6 +143,14 @@ pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
             }
             _ if a.starts_with("--watch=") && sub == "stat" => {
                 watch = Some(seconds(&a["--watch=".len()..], "--watch")?);
+            }
+            "--listen" if sub == "exporter" => {
+                i += 1;
+                let v = rest.get(i).ok_or("--listen needs ADDRESS:PORT")?;
+                listen = Some(v.clone());
+            }
+            _ if a.starts_with("--listen=") && sub == "exporter" => {
+                listen = Some(a["--listen=".len()..].to_owned());
             }
             _ if a.starts_with('-') => return Err(format!("{sub}: unknown option {a}")),
             _ => positional.push(a.to_owned()),
@@ -166,7 +184,23 @@ pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
                 .map(|k| to_key(k))
                 .collect::<std::result::Result<_, _>>()?,
         },
-        other => return Err(format!("unknown command {other:?} (ls, stat, clean)")),
+        "exporter" => {
+            if json {
+                return Err("exporter: unknown option --json".into());
+            }
+            Command::Exporter {
+                listen: listen.ok_or("exporter needs --listen ADDRESS:PORT (127.0.0.1:9464)")?,
+                keys: positional
+                    .iter()
+                    .map(|k| to_key(k))
+                    .collect::<std::result::Result<_, _>>()?,
+            }
+        }
+        other => {
+            return Err(format!(
+                "unknown command {other:?} (ls, stat, clean, exporter)"
+            ))
+        }
     };
     Ok(Args {
         runtime_dir,
@@ -215,6 +249,28 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        match a(&["exporter", "--listen", "127.0.0.1:0", "a", "b"])
+            .unwrap()
+            .command
+        {
+            Command::Exporter { listen, keys } => {
+                assert_eq!(listen, "127.0.0.1:0");
+                assert_eq!(keys.len(), 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        match a(&["exporter", "--listen=[::1]:9464"]).unwrap().command {
+            Command::Exporter { listen, keys } => {
+                assert_eq!(listen, "[::1]:9464");
+                assert!(keys.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(a(&["exporter"]).is_err());
+        assert!(a(&["exporter", "--listen"]).is_err());
+        assert!(a(&["exporter", "--listen", "x:1", "--interval", "1"]).is_err());
+        assert!(a(&["exporter", "--listen", "x:1", "--json"]).is_err());
+        assert!(a(&["ls", "--listen", "x:1"]).is_err());
         match a(&["clean", "--dry-run", "a", "b"]).unwrap().command {
             Command::Clean { dry_run, keys, .. } => {
                 assert!(dry_run);

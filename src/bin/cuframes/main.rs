@@ -2,10 +2,12 @@
 //!
 //! It only reads: SHM objects are mapped read-only, sockets are never connected to (except by
 //! `clean`, which checks a dead-looking socket the way a new publisher would before removing
-//! it). See `docs/operations.md`.
+//! it). The exporter serves the same numbers over HTTP for Prometheus. See
+//! `docs/operations.md`.
 
 mod args;
 mod clean;
+mod exporter;
 mod json;
 mod ls;
 mod stat;
@@ -17,6 +19,7 @@ use cuframes_core::Error;
 
 use args::{parse_args, Command, USAGE};
 use clean::clean;
+use exporter::exporter;
 use ls::ls;
 use stat::{stat, watch};
 
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
             json,
             keys,
         } => clean(&args.runtime_dir, &keys, dry_run, json),
+        Command::Exporter { listen, keys } => exporter(&args.runtime_dir, &listen, &keys),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
