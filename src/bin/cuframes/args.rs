@@ -1,0 +1,282 @@
+//! The command line: what the user asked for, or why it cannot be parsed (exit status 2).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cuframes_core::paths::{self, Key};
+
+pub const USAGE: &str = "\
+cuframes: see, watch and clean cuframes publishers
+
+Usage:
+  cuframes [--runtime-dir DIR] ls [--json] [--interval SECONDS]
+  cuframes [--runtime-dir DIR] stat KEY [--watch [SECONDS]] [--json] [--interval SECONDS]
+  cuframes [--runtime-dir DIR] clean [--dry-run] [--json] [KEY...]
+  cuframes [--runtime-dir DIR] exporter --listen ADDRESS:PORT [KEY...]
+  cuframes --help
+
+Commands:
+  ls      every publisher of the runtime directory and every /dev/shm/cuframes-* object:
+          key, pid and liveness, frame format/size/ring/policy/memory, packet codec and ring,
+          subscribers, current seq and rates (sampled over --interval, default 0.5 s)
+  stat    one publisher in detail: every subscriber (bit, name, pid, state, lag, age of the
+          last ACK, drops) and the packet ring (seq, MB/s, age of the last keyframe).
+          --watch redraws every SECONDS (default 1) until Ctrl-C; with --json it prints one
+          JSON object per line instead
+  clean   remove the sockets and SHM objects of dead publishers (only those of KEYs when
+          given), never a live one's; --dry-run only says what would be removed
+  exporter  serve what stat --json says about every publisher (only KEYs when given) as
+          Prometheus metrics at http://ADDRESS:PORT/metrics until stopped; port 0 picks a
+          free one. The first line on stdout says where it listens
+
+Options:
+  --runtime-dir DIR   socket directory (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)
+  --json              machine-readable output
+  --listen ADDR:PORT  (exporter) where to serve /metrics, e.g. 127.0.0.1:9464
+  -h, --help          this text
+  --                  the end of the options: what follows is a KEY even if it starts with
+                      '-' (cuframes stat -- -cam1)
+
+Exit status: 0 success, 1 an error (or objects that could not be read or removed), 2 usage.
+";
+
+#[derive(Debug)]
+pub enum Command {
+    Help,
+    Ls {
+        json: bool,
+        interval: Duration,
+    },
+    Stat {
+        key: Key,
+        watch: Option<Duration>,
+        json: bool,
+        interval: Duration,
+    },
+    Clean {
+        dry_run: bool,
+        json: bool,
+        keys: Vec<Key>,
+    },
+    Exporter {
+        listen: String,
+        keys: Vec<Key>,
+    },
+}
+
+pub struct Args {
+    pub runtime_dir: PathBuf,
+    pub command: Command,
+}
+
+pub fn seconds(v: &str, what: &str) -> std::result::Result<Duration, String> {
+    match v.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!("{what} wants a number of seconds, not {v:?}")),
+    }
+}
+
+pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
+    let mut runtime_dir: Option<PathBuf> = None;
+    let mut rest = Vec::new();
+    let mut it = raw.into_iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            // Everything after `--` is a key, even one that starts with '-'.
+            rest.push(a);
+            rest.extend(it.by_ref());
+        } else if a == "--runtime-dir" {
+            let v = it.next().ok_or("--runtime-dir needs a directory")?;
+            runtime_dir = Some(PathBuf::from(v));
+        } else if let Some(v) = a.strip_prefix("--runtime-dir=") {
+            runtime_dir = Some(PathBuf::from(v));
+        } else {
+            rest.push(a);
+        }
+    }
+    let runtime_dir = paths::runtime_dir(runtime_dir.as_deref());
+    if rest
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "-h" || a == "--help" || a == "help")
+        || rest.is_empty()
+    {
+        return Ok(Args {
+            runtime_dir,
+            command: Command::Help,
+        });
+    }
+    let sub = rest.remove(0);
+    let mut json = false;
+    let mut interval = Duration::from_millis(500);
+    let mut positional = Vec::new();
+    let mut dry_run = false;
+    let mut watch = None;
+    let mut listen = None;
+    let mut i = 0;
+    while i < rest.len() {
+        let a = rest[i].as_str();
+        match a {
+            "--" => {
+                positional.extend(rest[i + 1..].iter().cloned());
+                break;
+            }
+            "--json" => json = true,
+            "--dry-run" if sub == "clean" => dry_run = true,
+            "--interval" if sub != "clean" && sub != "exporter" => {
+                i += 1;
+                let v = rest.get(i).ok_or("--interval needs a number of seconds")?;
+                interval = seconds(v, "--interval")?;
+            }
+            "--watch" if sub == "stat" => {
+                let mut every = Duration::from_secs(1);
+                if let Some(v) = rest.get(i + 1) {
+                    if !v.starts_with('-') && v.parse::<f64>().is_ok() {
+                        every = seconds(v, "--watch")?;
+                        i += 1;
+                    }
+                }
+                if every < Duration::from_millis(50) {
+                    return Err("--watch needs at least 0.05 seconds".into());
+                }
+                watch = Some(every);
+            }
+            _ if a.starts_with("--watch=") && sub == "stat" => {
+                watch = Some(seconds(&a["--watch=".len()..], "--watch")?);
+            }
+            "--listen" if sub == "exporter" => {
+                i += 1;
+                let v = rest.get(i).ok_or("--listen needs ADDRESS:PORT")?;
+                listen = Some(v.clone());
+            }
+            _ if a.starts_with("--listen=") && sub == "exporter" => {
+                listen = Some(a["--listen=".len()..].to_owned());
+            }
+            _ if a.starts_with('-') => return Err(format!("{sub}: unknown option {a}")),
+            _ => positional.push(a.to_owned()),
+        }
+        i += 1;
+    }
+    let to_key = |k: &str| Key::new(k).map_err(|e| e.message().to_owned());
+    let command = match sub.as_str() {
+        "ls" | "list" => {
+            if let Some(p) = positional.first() {
+                return Err(format!("ls takes no argument ({p:?})"));
+            }
+            Command::Ls { json, interval }
+        }
+        "stat" => {
+            if positional.len() != 1 {
+                return Err("stat needs exactly one KEY".into());
+            }
+            Command::Stat {
+                key: to_key(&positional[0])?,
+                watch,
+                json,
+                interval,
+            }
+        }
+        "clean" => Command::Clean {
+            dry_run,
+            json,
+            keys: positional
+                .iter()
+                .map(|k| to_key(k))
+                .collect::<std::result::Result<_, _>>()?,
+        },
+        "exporter" => {
+            if json {
+                return Err("exporter: unknown option --json".into());
+            }
+            Command::Exporter {
+                listen: listen.ok_or("exporter needs --listen ADDRESS:PORT (127.0.0.1:9464)")?,
+                keys: positional
+                    .iter()
+                    .map(|k| to_key(k))
+                    .collect::<std::result::Result<_, _>>()?,
+            }
+        }
+        other => {
+            return Err(format!(
+                "unknown command {other:?} (ls, stat, clean, exporter)"
+            ))
+        }
+    };
+    Ok(Args {
+        runtime_dir,
+        command,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments() {
+        let a = |v: &[&str]| parse_args(v.iter().map(|s| s.to_string()).collect());
+        assert!(matches!(a(&[]).unwrap().command, Command::Help));
+        let s = a(&["stat", "cam1", "--watch", "2", "--runtime-dir", "/x"]).unwrap();
+        assert_eq!(s.runtime_dir, PathBuf::from("/x"));
+        match s.command {
+            Command::Stat { watch, .. } => assert_eq!(watch, Some(Duration::from_secs(2))),
+            other => panic!("{other:?}"),
+        }
+        match a(&["stat", "cam1", "--watch", "--json"]).unwrap().command {
+            Command::Stat { watch, json, .. } => {
+                assert_eq!(watch, Some(Duration::from_secs(1)));
+                assert!(json);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(a(&["stat"]).is_err());
+        assert!(a(&["stat", "bad key"]).is_err());
+        assert!(a(&["ls", "--dry-run"]).is_err());
+        assert!(a(&["frobnicate"]).is_err());
+        // A key may start with '-': `--` ends the options.
+        assert!(a(&["stat", "-x"]).is_err());
+        match a(&["stat", "--json", "--", "-x"]).unwrap().command {
+            Command::Stat { key, json, .. } => {
+                assert_eq!(key.as_str(), "-x");
+                assert!(json);
+            }
+            other => panic!("{other:?}"),
+        }
+        match a(&["clean", "--", "--json", "-h"]).unwrap().command {
+            Command::Clean { keys, json, .. } => {
+                assert_eq!(keys.len(), 2);
+                assert!(!json);
+            }
+            other => panic!("{other:?}"),
+        }
+        match a(&["exporter", "--listen", "127.0.0.1:0", "a", "b"])
+            .unwrap()
+            .command
+        {
+            Command::Exporter { listen, keys } => {
+                assert_eq!(listen, "127.0.0.1:0");
+                assert_eq!(keys.len(), 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        match a(&["exporter", "--listen=[::1]:9464"]).unwrap().command {
+            Command::Exporter { listen, keys } => {
+                assert_eq!(listen, "[::1]:9464");
+                assert!(keys.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(a(&["exporter"]).is_err());
+        assert!(a(&["exporter", "--listen"]).is_err());
+        assert!(a(&["exporter", "--listen", "x:1", "--interval", "1"]).is_err());
+        assert!(a(&["exporter", "--listen", "x:1", "--json"]).is_err());
+        assert!(a(&["ls", "--listen", "x:1"]).is_err());
+        match a(&["clean", "--dry-run", "a", "b"]).unwrap().command {
+            Command::Clean { dry_run, keys, .. } => {
+                assert!(dry_run);
+                assert_eq!(keys.len(), 2);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
