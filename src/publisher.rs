@@ -511,8 +511,12 @@ pub unsafe extern "C" fn cuframes_publisher_publish_after_stream(
         // SAFETY: the C contract: `p` is NULL or a live publisher handle, `slot` NULL or a
         // valid cuframes_slot_t.
         let (p, slot) = unsafe { (input(p, "publisher")?, input(slot, "slot")?) };
-        p.0.publish_after_stream(to_core_slot(slot)?, cuda_stream, pts(pts_ns))
-            .map(|_| ())
+        // SAFETY: the C contract: `cuda_stream` is NULL or a live CUstream of the current
+        // context (cuframes.h), publish_after_stream's contract.
+        unsafe {
+            p.0.publish_after_stream(to_core_slot(slot)?, cuda_stream, pts(pts_ns))
+        }
+        .map(|_| ())
     })
 }
 
@@ -549,7 +553,11 @@ pub unsafe extern "C" fn cuframes_publisher_publish_device(
                 std::slice::from_raw_parts(pitches, n),
             )
         };
-        p.0.publish_device_planes(planes, pitches, cuda_stream, pts(pts_ns))
-            .map(|_| ())
+        // SAFETY: the C contract: `cuda_stream` is NULL or a live CUstream of the current
+        // context, each plane device memory of its rows at its pitch (cuframes.h).
+        unsafe {
+            p.0.publish_device_planes(planes, pitches, cuda_stream, pts(pts_ns))
+        }
+        .map(|_| ())
     })
 }

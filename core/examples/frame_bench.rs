@@ -142,8 +142,8 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>, acks: A
             }
             .unwrap();
         }
-        p.publish_after_stream(slot, stream.raw(), Some(monotonic_ns()))
-            .unwrap();
+        // SAFETY: our own live stream, of the context made current above.
+        unsafe { p.publish_after_stream(slot, stream.raw(), Some(monotonic_ns())) }.unwrap();
         pub_cost += t.elapsed();
     }
     let elapsed = start.elapsed();

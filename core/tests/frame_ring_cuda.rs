@@ -198,7 +198,8 @@ fn run(policy: Policy, modes: &[(&str, bool)], frames: u64) {
             )
             .unwrap();
         }
-        p.publish_after_stream(slot, stream.raw(), None).unwrap();
+        // SAFETY: our own live stream, of the current context.
+        unsafe { p.publish_after_stream(slot, stream.raw(), None) }.unwrap();
         if policy == Policy::DropOldest {
             // Paced, so that subscribers verify many frames (and are still lapped at times).
             std::thread::sleep(Duration::from_millis(2));
@@ -373,8 +374,8 @@ fn release_then_destroy_cycles_tear_down_on_our_thread() {
         let mut s = Subscriber::connect(&env.key, &zero_copy_options(&env, "relcycle")).unwrap();
         assert!(s.is_zero_copy());
         let slot = p.acquire().unwrap();
-        p.publish_after_stream(slot, std::ptr::null_mut(), None)
-            .unwrap();
+        // SAFETY: the null (legacy default) stream.
+        unsafe { p.publish_after_stream(slot, std::ptr::null_mut(), None) }.unwrap();
         let f = s.next_frame(Some(Duration::from_secs(10))).unwrap();
         // GPU work still reads the frame when it is released and the subscriber destroyed.
         testing::busy(&stream, load).unwrap();
@@ -446,8 +447,8 @@ fn dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before() {
     stream.synchronize().unwrap();
 
     let slot = p.acquire().unwrap();
-    p.publish_after_stream(slot, std::ptr::null_mut(), None)
-        .unwrap();
+    // SAFETY: the null (legacy default) stream.
+    unsafe { p.publish_after_stream(slot, std::ptr::null_mut(), None) }.unwrap();
     let f = s.next_frame(Some(Duration::from_secs(10))).unwrap();
     assert_eq!(f.seq, 1);
     let done = Event::new(&dev).unwrap();
@@ -607,8 +608,8 @@ fn no_call_replaces_the_callers_current_context() {
         .map(|pl| src.device_ptr() + pl.offset as u64)
         .collect();
     let pitches: Vec<usize> = layout.planes().iter().map(|pl| pl.pitch).collect();
-    p.publish_device_planes(&ptrs, &pitches, std::ptr::null_mut(), None)
-        .unwrap();
+    // SAFETY: the planes are `src`, a live device buffer of a whole frame; the null stream.
+    unsafe { p.publish_device_planes(&ptrs, &pitches, std::ptr::null_mut(), None) }.unwrap();
     check("publish_device_planes (DtoD, the library's stream)");
     drop(cp.next_frame(wait).unwrap());
     check("COPY read and drop");
@@ -620,8 +621,8 @@ fn no_call_replaces_the_callers_current_context() {
     // Null-stream publish (synchronises the ring's legacy stream).
     let slot = p.acquire().unwrap();
     check("acquire");
-    p.publish_after_stream(slot, std::ptr::null_mut(), None)
-        .unwrap();
+    // SAFETY: the null (legacy default) stream.
+    unsafe { p.publish_after_stream(slot, std::ptr::null_mut(), None) }.unwrap();
     check("publish_after_stream(NULL)");
     drop(cp.next_frame(wait).unwrap());
     let z = zc.next_frame(wait).unwrap();

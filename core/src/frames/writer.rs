@@ -420,7 +420,10 @@ impl FrameWriter {
     /// it is published. A caller's stream belongs to the caller's context, which must be
     /// current on this thread (FFmpeg: `cuCtxPushCurrent(hwctx->cuda_ctx)`); only for a null
     /// stream is the ring's own context pushed, for the synchronize, and popped again.
-    pub(crate) fn sync_stream(&self, stream: *mut std::ffi::c_void) -> Result<()> {
+    ///
+    /// # Safety
+    /// `stream` is null or a live `CUstream` of the current context.
+    pub(crate) unsafe fn sync_stream(&self, stream: *mut std::ffi::c_void) -> Result<()> {
         let (dev, _) = self.cuda()?;
         let _current = if stream.is_null() {
             dev.push_current()?
@@ -428,10 +431,7 @@ impl FrameWriter {
             crate::cuda::ContextGuard::none()
         };
         // SAFETY: null is the legacy default stream (of the ring's context, pushed above);
-        // otherwise a live CUstream of the current context, as the C entry point
-        // (`cuframes_publisher_publish_after_stream`) requires of its caller. Caveat:
-        // `Publisher::publish_after_stream` is still a safe fn passing a raw stream through; it
-        // should become `unsafe fn` with this requirement as its contract.
+        // otherwise a live CUstream of the current context: this function's contract.
         let stream = unsafe { crate::cuda::Stream::from_raw(stream) };
         stream.synchronize()
     }
@@ -440,7 +440,12 @@ impl FrameWriter {
     /// `stream` (null: the ring's own stream), ordered after the caller's earlier work on it.
     /// With a caller's stream, the caller's context must be current on this thread (VMM
     /// memory is addressable from every context of the device).
-    pub(crate) fn write_device_planes(
+    ///
+    /// # Safety
+    /// `stream` is null or a live `CUstream` of the current context; each `planes[i]` is
+    /// device memory of this device, readable for plane i's rows at `pitches[i]` until this
+    /// returns.
+    pub(crate) unsafe fn write_device_planes(
         &self,
         slot: &AcquiredSlot,
         planes: &[u64],
@@ -456,9 +461,7 @@ impl FrameWriter {
         let stream = if stream.is_null() {
             own
         } else {
-            // SAFETY: a live CUstream of the current context, as the C entry point requires of
-            // its caller (same caveat as in `sync_stream`: `Publisher::publish_device_planes`
-            // is still a safe fn passing it through).
+            // SAFETY: a live CUstream of the current context: this function's contract.
             borrowed = unsafe { crate::cuda::Stream::from_raw(stream) };
             &borrowed
         };
@@ -478,9 +481,7 @@ impl FrameWriter {
             // SAFETY: the destination is plane `p` of the acquired slot (a VMM mapping of ours
             // that outlives the copy, which completes before this returns: synchronize
             // below). The source planes are the caller's device memory, valid for their rows
-            // at `pitch` until the copy completes: what the C entry point
-            // (`cuframes_publisher_publish_device_planes`) requires; `Publisher::
-            // publish_device_planes` is still a safe fn taking raw pointers (see `sync_stream`).
+            // at `pitch` until the copy completes: this function's contract.
             unsafe {
                 crate::cuda::copy_2d_async(
                     base + p.offset as u64,

@@ -283,14 +283,19 @@ impl Publisher {
     /// CUDA: publish a slot written by GPU work on `stream` (raw `CUstream`, null = legacy
     /// default stream): the stream is synchronised first, so no frame is visible before its
     /// data is complete (§5).
-    pub fn publish_after_stream(
+    ///
+    /// # Safety
+    /// `stream` is null or a live `CUstream` of the context current on this thread (a
+    /// context of the ring's device).
+    pub unsafe fn publish_after_stream(
         &self,
         slot: AcquiredSlot,
         stream: *mut std::ffi::c_void,
         pts_ns: Option<i64>,
     ) -> Result<u64> {
         let ring = self.ring()?;
-        if let Err(e) = ring.sync_stream(stream) {
+        // SAFETY: our contract is sync_stream's.
+        if let Err(e) = unsafe { ring.sync_stream(stream) } {
             ring.abandon(slot);
             return Err(e);
         }
@@ -299,7 +304,12 @@ impl Publisher {
 
     /// CUDA: copy a frame from other device memory (ordered after the caller's work on
     /// `stream`) and publish it.
-    pub fn publish_device_planes(
+    ///
+    /// # Safety
+    /// `stream` is null or a live `CUstream` of the context current on this thread; each
+    /// `planes[i]` is device memory of the ring's device, readable for plane i's rows at
+    /// `pitches[i]` until this returns.
+    pub unsafe fn publish_device_planes(
         &self,
         planes: &[u64],
         pitches: &[usize],
@@ -308,7 +318,8 @@ impl Publisher {
     ) -> Result<u64> {
         let ring = self.ring()?;
         let slot = ring.acquire(&*self.inner)?;
-        if let Err(e) = ring.write_device_planes(&slot, planes, pitches, stream) {
+        // SAFETY: our contract is write_device_planes'.
+        if let Err(e) = unsafe { ring.write_device_planes(&slot, planes, pitches, stream) } {
             ring.abandon(slot);
             return Err(e);
         }
