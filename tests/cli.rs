@@ -127,7 +127,7 @@ fn dead_publisher(env: &TestEnv, mode: &str) -> u32 {
     pid
 }
 
-// --- a small JSON parser, to check that the output is JSON and read values from it -------
+// --- the JSON output, read as a tree ---------------------------------------------------------
 
 #[derive(Debug, Clone, PartialEq)]
 enum V {
@@ -166,136 +166,26 @@ impl V {
     }
 }
 
+/// Parse the tool's JSON output with a real parser (serde_json), into the small tree the
+/// checks below read with panicking accessors.
 fn parse_json(s: &str) -> V {
-    let b = s.trim().as_bytes();
-    let mut i = 0;
-    let v = value(b, &mut i);
-    assert_eq!(i, b.len(), "trailing bytes after JSON in {s}");
-    v
+    let v: serde_json::Value =
+        serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"));
+    V::from(v)
 }
 
-fn ws(b: &[u8], i: &mut usize) {
-    while *i < b.len() && b[*i].is_ascii_whitespace() {
-        *i += 1;
+impl From<serde_json::Value> for V {
+    fn from(v: serde_json::Value) -> V {
+        use serde_json::Value as J;
+        match v {
+            J::Null => V::Null,
+            J::Bool(b) => V::Bool(b),
+            J::Number(n) => V::Num(n.as_f64().expect("a finite number")),
+            J::String(s) => V::Str(s),
+            J::Array(a) => V::Arr(a.into_iter().map(V::from).collect()),
+            J::Object(m) => V::Obj(m.into_iter().map(|(k, v)| (k, V::from(v))).collect()),
+        }
     }
-}
-
-fn value(b: &[u8], i: &mut usize) -> V {
-    ws(b, i);
-    let v = match b[*i] {
-        b'{' => {
-            *i += 1;
-            let mut m = BTreeMap::new();
-            ws(b, i);
-            if b[*i] == b'}' {
-                *i += 1;
-                return V::Obj(m);
-            }
-            loop {
-                ws(b, i);
-                let V::Str(k) = value(b, i) else {
-                    panic!("object key")
-                };
-                ws(b, i);
-                assert_eq!(b[*i], b':');
-                *i += 1;
-                m.insert(k, value(b, i));
-                ws(b, i);
-                *i += 1;
-                match b[*i - 1] {
-                    b',' => continue,
-                    b'}' => break,
-                    c => panic!("unexpected {}", c as char),
-                }
-            }
-            V::Obj(m)
-        }
-        b'[' => {
-            *i += 1;
-            let mut a = Vec::new();
-            ws(b, i);
-            if b[*i] == b']' {
-                *i += 1;
-                return V::Arr(a);
-            }
-            loop {
-                a.push(value(b, i));
-                ws(b, i);
-                *i += 1;
-                match b[*i - 1] {
-                    b',' => continue,
-                    b']' => break,
-                    c => panic!("unexpected {}", c as char),
-                }
-            }
-            V::Arr(a)
-        }
-        b'"' => {
-            *i += 1;
-            let mut s = String::new();
-            loop {
-                let c = b[*i];
-                *i += 1;
-                match c {
-                    b'"' => break,
-                    b'\\' => {
-                        let e = b[*i];
-                        *i += 1;
-                        match e {
-                            b'"' => s.push('"'),
-                            b'\\' => s.push('\\'),
-                            b'/' => s.push('/'),
-                            b'n' => s.push('\n'),
-                            b'r' => s.push('\r'),
-                            b't' => s.push('\t'),
-                            b'b' => s.push('\u{8}'),
-                            b'f' => s.push('\u{c}'),
-                            b'u' => {
-                                let h = std::str::from_utf8(&b[*i..*i + 4]).unwrap();
-                                s.push(
-                                    char::from_u32(u32::from_str_radix(h, 16).unwrap()).unwrap(),
-                                );
-                                *i += 4;
-                            }
-                            _ => panic!("bad escape"),
-                        }
-                    }
-                    c if c < 0x20 => panic!("raw control character in a JSON string"),
-                    _ => {
-                        // Copy one UTF-8 sequence.
-                        let start = *i - 1;
-                        let mut end = *i;
-                        while end < b.len() && (b[end] & 0xC0) == 0x80 {
-                            end += 1;
-                        }
-                        s.push_str(std::str::from_utf8(&b[start..end]).unwrap());
-                        *i = end;
-                    }
-                }
-            }
-            V::Str(s)
-        }
-        b't' => {
-            *i += 4;
-            V::Bool(true)
-        }
-        b'f' => {
-            *i += 5;
-            V::Bool(false)
-        }
-        b'n' => {
-            *i += 4;
-            V::Null
-        }
-        _ => {
-            let start = *i;
-            while *i < b.len() && matches!(b[*i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
-                *i += 1;
-            }
-            V::Num(std::str::from_utf8(&b[start..*i]).unwrap().parse().unwrap())
-        }
-    };
-    v
 }
 
 // --- tests --------------------------------------------------------------------------------
