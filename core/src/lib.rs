@@ -11,14 +11,15 @@
 //!    meaning of "alive": zombies are dead).
 //! 3. Frames and devices: [`format`] (plane geometry), [`cuda`] (devices, streams, VMM
 //!    memory, pitched copies), [`codec`] (parameter sets of encoded streams).
-//! 4. Rings: [`frames`] (the frame SHM and its ACK pages), [`memory`] (slot memory, host or
-//!    CUDA), [`packet`] (the packet ring: writer, reader, header checks).
+//! 4. Rings: [`packet`] (the packet ring: writer, reader, header checks); the frame ring
+//!    (`frames`: its SHM, writer, reader and ACK pages) and its slot memory (`memory`, host or
+//!    CUDA) are crate-private, reached through [`publisher`] and [`subscriber`].
 //! 5. Endpoints: [`publisher`] and [`subscriber`], what the C ABI of the root package wraps.
 //! 6. Operations: [`inspect`] (the `cuframes` tool: ls / stat / clean), built on the layers
 //!    below rather than on copies of them.
 //!
-//! Crate-private: `futex` (R13/R28 waits), `sock` (SCM_RIGHTS message I/O), `util` (clocks,
-//! C strings). With the feature `testing` (off by default), `testing` adds the GPU test
+//! Crate-private: `frames`, `memory`, `futex` (R13/R28 waits), `sock` (SCM_RIGHTS message
+//! I/O), `util` (clocks, C strings), `subscriber::deferred` (the CUDA release thread). With the feature `testing` (off by default), `testing` adds the GPU test
 //! kernels and re-exports of those internals for tests and benchmarks.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -28,11 +29,11 @@ pub mod codec;
 pub mod cuda;
 mod error;
 pub mod format;
-pub mod frames;
+pub(crate) mod frames;
 pub(crate) mod futex;
 pub mod inspect;
 pub mod liveness;
-pub mod memory;
+pub(crate) mod memory;
 pub mod packet;
 pub mod paths;
 pub mod publisher;

@@ -1154,7 +1154,7 @@ fn zombie_session(
     else {
         return;
     };
-    let shm = cuframes_core::frames::layout::FrameShm::new(map).unwrap();
+    let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
     let until = Instant::now() + rng.ms(300, 800);
     while Instant::now() < until {
         for k in 0..RING_SIZE {

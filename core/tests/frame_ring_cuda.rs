@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use common::TestEnv;
 use cuframes_core::cuda::{self, CudaDevice, DeviceBuffer, Event, Stream};
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
-use cuframes_core::subscriber::{deferred, Subscriber, SubscriberOptions};
+use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::testing;
+use cuframes_core::testing::deferred;
 use cuframes_core::wire::{Format, MemoryKind, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
 

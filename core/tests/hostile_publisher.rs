@@ -118,10 +118,10 @@ fn garbage_instead_of_hello_resp_is_a_protocol_error() {
 
 /// A valid frame SHM for the fake publisher's key (so that the refusal under test is the
 /// one the case is about); removed by TestEnv.
-fn valid_frame_shm(key: &str) -> cuframes_core::frames::layout::FrameShm {
+fn valid_frame_shm(key: &str) -> cuframes_core::testing::FrameShm {
     let (_fd, map) =
         cuframes_core::shm::create(&format!("cuframes-{key}"), FRAME_SHM_SIZE, 0o600).unwrap();
-    let shm = cuframes_core::frames::layout::FrameShm::new(map).unwrap();
+    let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
     shm.initialise(
         &good_hello(key).meta,
         2,

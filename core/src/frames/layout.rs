@@ -148,12 +148,6 @@ impl FrameShm {
         Policy::from_u64(self.u64_at(offset_of!(SharedHeader, policy)))
     }
 
-    /// The memory kind recorded by the publisher (extension), if any.
-    pub fn memory_kind(&self) -> Option<MemoryKind> {
-        let v = self.u32_at(FRAME_MEMORY_KIND_OFFSET);
-        v.checked_sub(1).and_then(MemoryKind::from_u32)
-    }
-
     pub fn global_seq(&self) -> Shared64<'_> {
         self.map.atomic_u64(offset_of!(SharedHeader, global_seq))
     }

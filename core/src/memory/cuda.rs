@@ -36,9 +36,6 @@ impl SlotStore for CudaSlots {
     fn kind(&self) -> MemoryKind {
         MemoryKind::CudaVmm
     }
-    fn slot_count(&self) -> usize {
-        self.allocs.len()
-    }
     fn mapped_size(&self) -> usize {
         self.allocs[0].size()
     }
@@ -79,9 +76,6 @@ impl CudaImport {
 impl SlotImport for CudaImport {
     fn kind(&self) -> MemoryKind {
         MemoryKind::CudaVmm
-    }
-    fn slot_count(&self) -> usize {
-        self.imports.len()
     }
     fn mapped_size(&self) -> usize {
         self.size

@@ -62,9 +62,6 @@ impl SlotStore for HostSlots {
     fn kind(&self) -> MemoryKind {
         MemoryKind::HostMemfd
     }
-    fn slot_count(&self) -> usize {
-        self.fds.len()
-    }
     fn mapped_size(&self) -> usize {
         self.size
     }
@@ -120,18 +117,11 @@ impl HostImport {
         }
         Ok(HostImport { maps, size })
     }
-
-    pub fn mapping(&self, index: usize) -> &Mapping {
-        &self.maps[index]
-    }
 }
 
 impl SlotImport for HostImport {
     fn kind(&self) -> MemoryKind {
         MemoryKind::HostMemfd
-    }
-    fn slot_count(&self) -> usize {
-        self.maps.len()
     }
     fn mapped_size(&self) -> usize {
         self.size

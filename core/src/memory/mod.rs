@@ -15,7 +15,6 @@ use crate::wire::MemoryKind;
 /// Publisher side: the slots it writes into.
 pub trait SlotStore: Send + Sync {
     fn kind(&self) -> MemoryKind;
-    fn slot_count(&self) -> usize;
     /// Bytes of one slot mapping, rounded up to the granularity (R20).
     fn mapped_size(&self) -> usize;
     /// VMM granularity, or the page size for host memory.
@@ -33,7 +32,6 @@ pub trait SlotStore: Send + Sync {
 /// Subscriber side: the slots it reads from, imported once.
 pub trait SlotImport: Send + Sync {
     fn kind(&self) -> MemoryKind;
-    fn slot_count(&self) -> usize;
     fn mapped_size(&self) -> usize;
     fn slot_address(&self, index: usize) -> u64;
     /// The device of CUDA slots.

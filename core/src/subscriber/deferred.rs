@@ -21,7 +21,8 @@ use crate::error::{Error, ErrorCode, Result};
 enum Job {
     /// Drop this value here.
     Drop(Box<dyn Send>),
-    /// Everything handed over earlier has been dropped: tell the sender.
+    /// Everything handed over earlier has been dropped: tell the sender (only tests wait).
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     Flush(mpsc::SyncSender<()>),
 }
 
@@ -82,7 +83,8 @@ pub fn drop_later<T: Send + 'static>(value: T) {
 
 /// Waits until everything handed to [`drop_later`] before this call has been dropped (for a
 /// ring: unmapped and released). Returns at once when the thread never started. Do not call
-/// it from a `Drop` that runs on the release thread.
+/// it from a `Drop` that runs on the release thread. Tests only (`testing::deferred`).
+#[cfg(any(test, feature = "testing"))]
 pub fn flush() {
     if let Some(Ok(tx)) = QUEUE.get() {
         let (done_tx, done_rx) = mpsc::sync_channel(1);

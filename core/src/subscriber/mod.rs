@@ -1,7 +1,7 @@
 //! The subscriber: connects to a publisher, imports its slots once, and reads frames (and,
 //! with packets enabled, packets) without copies where the mode allows.
 
-pub mod deferred;
+pub(crate) mod deferred;
 mod frames;
 mod handshake;
 

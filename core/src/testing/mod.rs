@@ -12,3 +12,9 @@ pub use kernels::{busy, fill_pattern, pattern_byte, pattern_host, verify_pattern
 
 pub use crate::sock::{recv, send};
 pub use crate::util::{monotonic_ns, unique_suffix};
+// Internals tests drive directly (the frame SHM's typed view; the deferred-release queue).
+pub use crate::frames::layout::FrameShm;
+/// The deferred-release queue of CUDA subscribers.
+pub mod deferred {
+    pub use crate::subscriber::deferred::flush;
+}
