@@ -253,8 +253,9 @@ impl FrameWriter {
         let start = Instant::now();
         loop {
             let required = acks.required_acks(old_seq);
-            let word = self.shm.slot_ack_word(index);
-            let seen = word.load(Ordering::Acquire);
+            // The whole 64-bit field, as the subscribers store it (never a 32-bit atomic view
+            // of a 64-bit field: mixed-size atomics); its low half is only the futex address.
+            let seen = self.shm.slot_ack(index).load(Ordering::Acquire);
             let mut missing = 0u64;
             // The first page subscriber still missing, with its ACK counter read before its
             // ACK was looked at: sleeping on that value cannot miss its ACK.
@@ -272,7 +273,7 @@ impl FrameWriter {
                         }
                         acked
                     }
-                    None => seen as u64 & (1u64 << bit) != 0,
+                    None => seen & (1u64 << bit) != 0,
                 };
                 if !acked {
                     missing |= 1u64 << bit;
@@ -292,7 +293,8 @@ impl FrameWriter {
             let slice = (self.ack_timeout - elapsed).min(Duration::from_millis(5));
             match wait_on {
                 Some((page, count)) => page.wait_for_ack(count, slice),
-                None => futex::wait(word, seen, Some(slice)),
+                // Every usable bit (1..31) is in the low half the futex compares.
+                None => futex::wait(self.shm.slot_ack_word(index), seen as u32, Some(slice)),
             }
         }
     }

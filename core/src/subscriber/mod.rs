@@ -306,13 +306,18 @@ impl Subscriber {
                 None => WAIT_SLICE,
             };
             let ring = &source.ring;
-            let word = ring.shm.global_seq_word();
             if ring.counts_waiters() {
                 ring.shm.waiters().fetch_add(1, Ordering::SeqCst);
             }
-            let seen = word.load(Ordering::SeqCst);
-            if seen as u64 == source.reader.last_seq & 0xFFFF_FFFF {
-                crate::futex::wait(word, seen, Some(left.min(WAIT_SLICE)));
+            // The 64-bit field as the publisher stores it (no 32-bit atomic view of it); the
+            // futex compares its low half, which changes with every publish.
+            let seen = ring.shm.global_seq().load(Ordering::SeqCst);
+            if seen == source.reader.last_seq {
+                crate::futex::wait(
+                    ring.shm.global_seq_word(),
+                    seen as u32,
+                    Some(left.min(WAIT_SLICE)),
+                );
             }
             if ring.counts_waiters() {
                 ring.shm.waiters().fetch_sub(1, Ordering::SeqCst);
