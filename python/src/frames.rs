@@ -199,6 +199,7 @@ impl Subscriber {
     #[new]
     #[pyo3(signature = (key, name="python", mode="copy", runtime_dir=None, connect_timeout=5.0,
                         accept_zero_copy_overwrite=false, device=0))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         key: &str,

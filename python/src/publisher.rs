@@ -70,7 +70,7 @@ fn plane_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
             "a plane's elements must be bytes or 16-bit unsigned integers, not format {format:?}"
         )));
     }
-    Ok(view.call_method0("tobytes")?.extract::<Vec<u8>>()?)
+    view.call_method0("tobytes")?.extract::<Vec<u8>>()
 }
 
 fn is_cuda_dlpack(obj: &Bound<'_, PyAny>) -> bool {
