@@ -134,6 +134,8 @@ pub struct Subscriber {
     closed: Arc<AtomicBool>,
     device: i32,
     key: String,
+    /// Granted at the handshake, fixed for the subscription.
+    zero_copy: bool,
 }
 
 impl Subscriber {
@@ -234,6 +236,7 @@ impl Subscriber {
             .allow_threads(|| CoreSubscriber::connect(key, &options))
             .map_err(to_py)?;
         Ok(Subscriber {
+            zero_copy: sub.is_zero_copy(),
             inner: Mutex::new(Some(sub)),
             closed: Arc::new(AtomicBool::new(false)),
             device,
@@ -270,9 +273,7 @@ impl Subscriber {
     /// True when frames come without a copy (zero_copy granted).
     #[getter]
     fn zero_copy(&self) -> bool {
-        lock(&self.inner)
-            .as_ref()
-            .is_some_and(CoreSubscriber::is_zero_copy)
+        self.zero_copy
     }
 
     #[getter]

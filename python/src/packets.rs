@@ -1,6 +1,6 @@
 //! `PacketPublisher`, `PacketSubscriber` and `Packet`: the encoded-packet ring.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cuframes_core::packet::PacketRingConfig;
@@ -54,12 +54,19 @@ fn codec_name(id: u32) -> String {
 /// Publishes encoded packets (Annex B H.264/HEVC, AV1 OBUs).
 #[pyclass(module = "cuframes", frozen)]
 pub struct PacketPublisher {
-    inner: Mutex<Option<CorePublisher>>,
+    /// As in `Publisher`: calls work on a clone, the lock is never held across a wait.
+    inner: Mutex<Option<Arc<CorePublisher>>>,
     #[pyo3(get)]
     codec_id: u32,
 }
 
 impl PacketPublisher {
+    fn get(&self) -> PyResult<Arc<CorePublisher>> {
+        lock(&self.inner)
+            .clone()
+            .ok_or_else(|| error(ErrorCode::InvalidArg, "the publisher is closed"))
+    }
+
     fn close_impl(&self, py: Python<'_>) {
         let p = py.allow_threads(|| lock(&self.inner).take());
         py.allow_threads(move || drop(p));
@@ -102,7 +109,7 @@ impl PacketPublisher {
             })
             .map_err(to_py)?;
         Ok(PacketPublisher {
-            inner: Mutex::new(Some(p)),
+            inner: Mutex::new(Some(Arc::new(p))),
             codec_id,
         })
     }
@@ -114,10 +121,7 @@ impl PacketPublisher {
 
     /// Set the extradata once, before the first packet, when it was not given at creation.
     fn set_extradata(&self, extradata: &[u8]) -> PyResult<()> {
-        match lock(&self.inner).as_ref() {
-            Some(p) => p.set_packet_extradata(extradata).map_err(to_py),
-            None => Err(error(ErrorCode::InvalidArg, "the publisher is closed")),
-        }
+        self.get()?.set_packet_extradata(extradata).map_err(to_py)
     }
 
     /// Publish one packet; returns its seq. None timestamps are "unknown".
@@ -130,10 +134,7 @@ impl PacketPublisher {
         dts_ns: Option<i64>,
         keyframe: bool,
     ) -> PyResult<u64> {
-        let guard = lock(&self.inner);
-        let p = guard
-            .as_ref()
-            .ok_or_else(|| error(ErrorCode::InvalidArg, "the publisher is closed"))?;
+        let p = self.get()?;
         let flags = if keyframe { PACKET_FLAG_KEY } else { 0 };
         py.allow_threads(|| {
             p.publish_packet(
@@ -150,7 +151,7 @@ impl PacketPublisher {
     fn subscriber_count(&self) -> usize {
         lock(&self.inner)
             .as_ref()
-            .map_or(0, CorePublisher::subscriber_count)
+            .map_or(0, |p| p.subscriber_count())
     }
 
     /// Wait until at least `count` subscribers are connected; False on timeout.

@@ -1,6 +1,6 @@
 //! `Publisher`: a frame ring fed from host buffers.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cuframes_core::publisher::{
@@ -80,18 +80,24 @@ fn is_cuda_dlpack(obj: &Bound<'_, PyAny>) -> bool {
 }
 
 /// A frame publisher (host sources; the ring in host memory or CUDA VMM).
+///
+/// The lock only guards taking the publisher out (close); every call works on a clone of the
+/// Arc, so no thread holds the lock while it waits for the GIL (or the GIL while it waits).
 #[pyclass(module = "cuframes", frozen)]
 pub struct Publisher {
-    inner: Mutex<Option<CorePublisher>>,
+    inner: Mutex<Option<Arc<CorePublisher>>>,
     key: String,
 }
 
 impl Publisher {
+    fn get(&self) -> PyResult<Arc<CorePublisher>> {
+        lock(&self.inner)
+            .clone()
+            .ok_or_else(|| error(ErrorCode::InvalidArg, "the publisher is closed"))
+    }
+
     fn with<R>(&self, f: impl FnOnce(&CorePublisher) -> PyResult<R>) -> PyResult<R> {
-        match lock(&self.inner).as_ref() {
-            Some(p) => f(p),
-            None => Err(error(ErrorCode::InvalidArg, "the publisher is closed")),
-        }
+        f(&*self.get()?)
     }
 
     fn close_impl(&self, py: Python<'_>) {
@@ -161,7 +167,7 @@ impl Publisher {
             })
             .map_err(to_py)?;
         Ok(Publisher {
-            inner: Mutex::new(Some(p)),
+            inner: Mutex::new(Some(Arc::new(p))),
             key: key.to_string(),
         })
     }
@@ -220,10 +226,7 @@ impl Publisher {
             data.push(bytes);
             pitches.push(stride);
         }
-        let guard = lock(&self.inner);
-        let p = guard
-            .as_ref()
-            .ok_or_else(|| error(ErrorCode::InvalidArg, "the publisher is closed"))?;
+        let p = self.get()?;
         let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
         py.allow_threads(|| p.publish_host_planes(&refs, &pitches, pts_ns))
             .map_err(to_py)

@@ -251,3 +251,80 @@ def test_bad_inputs(runtime_dir, key):
             f.release()
     with pytest.raises(cuframes.Error):
         pub.publish([y, uv])
+
+
+class LegacyOnly:
+    """Hands out the legacy "dltensor" capsule whatever the consumer asks for."""
+
+    def __init__(self, plane):
+        self.plane = plane
+
+    def __dlpack__(self, **kwargs):
+        return self.plane.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.plane.__dlpack_device__()
+
+
+def test_legacy_and_unconsumed_capsules(runtime_dir, key):
+    import gc
+
+    with cuframes.Publisher(
+        key, format="nv12", width=W, height=H, policy="strict_wait", ring_size=1, ack_timeout=0.3
+    ) as pub:
+        with cuframes.Subscriber(key, mode="zero_copy") as sub:
+            pub.publish(nv12_planes(5))
+            f = sub.next(timeout=5)
+            legacy = np.from_dlpack(LegacyOnly(f.plane(1)))
+            assert legacy.shape == (H // 2, W // 2, 2)
+            np.testing.assert_array_equal(legacy.reshape(H // 2, W), nv12_planes(5)[1])
+            unused = f.plane(0).__dlpack__(max_version=(1, 0))
+            assert "dltensor_versioned" in repr(unused)
+            f.release()
+            del legacy
+            gc.collect()
+            # The unconsumed capsule still holds the slot: the next publish waits the whole
+            # ack_timeout, then gives up on this subscriber.
+            import time
+
+            t0 = time.monotonic()
+            pub.publish(nv12_planes(6))
+            assert time.monotonic() - t0 >= 0.25
+            # Whether frame 2 still arrives before the publisher's ERROR is a race; either way
+            # the subscriber ends up dropped.
+            try:
+                late = sub.next(timeout=1)
+                if late is not None:
+                    late.release()
+            except cuframes.Error as e:
+                assert e.name == "CUFRAMES_ERR_DISCONNECTED"
+            # The subscriber was dropped by the timeout; the capsule's destructor must still
+            # free its export without touching freed memory.
+            del unused
+            gc.collect()
+
+
+def test_publish_wait_does_not_block_other_threads(runtime_dir, key):
+    """A strict_wait publish waiting for an ACK leaves the GIL and the publisher's lock free."""
+    with cuframes.Publisher(
+        key, format="nv12", width=W, height=H, policy="strict_wait", ring_size=1, ack_timeout=2.0
+    ) as pub:
+        with cuframes.Subscriber(key, mode="zero_copy") as sub:
+            pub.publish(nv12_planes(0))
+            f = sub.next(timeout=5)
+            done = threading.Event()
+
+            def second():
+                pub.publish(nv12_planes(1))  # waits for f's ACK
+                done.set()
+
+            t = threading.Thread(target=second)
+            t.start()
+            assert not done.wait(0.2)
+            assert pub.subscriber_count == 1  # neither deadlocks nor waits for the publish
+            f.release()
+            assert done.wait(5)
+            t.join(5)
+            g = sub.next(timeout=5)
+            assert g.seq == 2
+            g.release()
