@@ -52,7 +52,7 @@ fn codec_name(id: u32) -> String {
 }
 
 /// Publishes encoded packets (Annex B H.264/HEVC, AV1 OBUs).
-#[pyclass(module = "cuframes", frozen)]
+#[pyclass(module = "cuframes", frozen, subclass, weakref)]
 pub struct PacketPublisher {
     /// As in `Publisher`: calls work on a clone, the lock is never held across a wait.
     inner: Mutex<Option<Arc<CorePublisher>>>,

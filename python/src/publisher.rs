@@ -83,7 +83,7 @@ fn is_cuda_dlpack(obj: &Bound<'_, PyAny>) -> bool {
 ///
 /// The lock only guards taking the publisher out (close); every call works on a clone of the
 /// Arc, so no thread holds the lock while it waits for the GIL (or the GIL while it waits).
-#[pyclass(module = "cuframes", frozen)]
+#[pyclass(module = "cuframes", frozen, subclass, weakref)]
 pub struct Publisher {
     inner: Mutex<Option<Arc<CorePublisher>>>,
     key: String,

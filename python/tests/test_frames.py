@@ -328,3 +328,20 @@ def test_publish_wait_does_not_block_other_threads(runtime_dir, key):
             g = sub.next(timeout=5)
             assert g.seq == 2
             g.release()
+
+
+def test_unclosed_publishers_are_closed_at_exit(runtime_dir, key):
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import cuframes, sys\n"
+        f"p = cuframes.Publisher({key!r}, width=64, height=48)\n"
+        f"q = cuframes.PacketPublisher({key!r} + '-p')\n"
+        "p.publish([bytes(64 * 48), bytes(64 * 24)])\n"
+        "sys.exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+    assert [n for n in os.listdir("/dev/shm") if key in n] == []
+    assert os.listdir(runtime_dir) == []
