@@ -565,8 +565,9 @@ impl Plane {
             itemsize: self.itemsize,
             shape: self.shape.clone(),
             strides: self.strides.clone(),
-            // Zero-copy host slots are mapped read-only: a write would fault.
-            read_only: self.frame().zero_copy,
+            // Zero-copy host slots are mapped read-only: a write would fault. CUDA slots are
+            // mapped read-write and not flagged: CuPy and torch refuse read-only imports.
+            read_only: self.frame().zero_copy && !self.is_cuda(),
         }
     }
 
