@@ -10,6 +10,9 @@ export PATH="$HOME/.cargo/bin:$PATH"
 echo "== building the workspace (release)"
 cargo build --workspace --release --bins
 
+echo "== the Python package (build/venv, wheel in build/wheels)"
+scripts/build-python.sh
+
 echo "== installing libcuframes into build/prefix"
 scripts/install.sh "$root/build/prefix"
 

@@ -32,6 +32,9 @@ PKG_CONFIG_PATH="$PWD/build/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_
 shm_before=$(ls /dev/shm | grep -E '^cuframes-' || true)
 echo "== cargo test (release: the stress tests push millions of packets)"
 cargo test --workspace --release -- --test-threads=2 2>&1 | tee /tmp/cuframes-test.log
+echo "== Python package (scripts/build-python.sh: rebuilt only when its inputs changed) and pytest"
+scripts/build-python.sh
+build/venv/bin/python -m pytest python/tests -q -p no:cacheprovider
 echo "== GPU tests (they run on a GPU machine through scripts/gpu-check.sh; here they say why not)"
 cargo test --release -p cuframes-core --test cuda_vmm --test frame_ring_cuda -- --nocapture 2>&1 | grep -E 'SKIPPED' | sort | uniq -c || true
 leftovers=$(comm -13 <(echo "$shm_before" | sort) <(ls /dev/shm | grep -E '^cuframes-' | sort) || true)

@@ -1,0 +1,279 @@
+"""cuframes: share decoded video frames (CUDA VMM or host memory) and encoded packets between
+processes on one machine.
+
+Frame ownership: a Frame holds its ring slot (zero-copy) or its private copy until it is
+released (``frame.release()``, ``with frame:``, or when the Frame and all its Planes are
+garbage). After ``release()`` no new export of its planes is allowed (``cuframes.Error``).
+Exports made before it (DLPack capsules and the tensors imported from them, NumPy / CuPy
+arrays made through ``__array_interface__`` / ``__cuda_array_interface__``) keep the memory
+mapped, and the frame is ACKed to the publisher only when the last of them is gone: a held
+NumPy view therefore holds the slot (under ``strict_wait`` the publisher waits for it).
+"""
+
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+PROTOCOL_VERSION: int
+#: C names of the cuframes error codes, e.g. ``ERROR_CODES["CUFRAMES_ERR_NOT_FOUND"] == -5``.
+ERROR_CODES: Dict[str, int]
+
+class Error(Exception):
+    """A cuframes error. ``str(e)`` is the message."""
+
+    #: The cuframes error code (negative int, see ``ERROR_CODES``).
+    code: int
+    #: Its C name, e.g. ``"CUFRAMES_ERR_NOT_FOUND"``.
+    name: str
+
+class Plane:
+    """One plane of a frame, exportable without a copy.
+
+    Shape (elements): ``(rows, columns)``, or ``(rows, columns, channels)`` for interleaved
+    planes (NV12/P010/P016 plane 1: ``(H/2, W/2, 2)``; RGBA/BGRA: ``(H, W, 4)``). dtype
+    uint8, uint16 for P010/P016. Rows are ``pitch`` bytes apart.
+
+    - ``__dlpack__`` / ``__dlpack_device__``: kDLCPU (1) for host rings, kDLCUDA (2, device)
+      for CUDA rings. A legacy ``"dltensor"`` capsule, or ``"dltensor_versioned"`` when the
+      consumer passes ``max_version >= (1, 0)`` (zero-copy host planes are flagged read-only).
+    - ``__array_interface__`` (host planes): ``numpy.asarray(plane)`` is a read-only view.
+    - ``__cuda_array_interface__`` v3 (CUDA planes), with strides.
+
+    Zero-copy host slots are mapped read-only: writing through a legacy DLPack import (which
+    cannot say read-only) faults. Do not write into zero-copy CUDA planes either: the memory
+    is the publisher's, shared with every subscriber.
+    """
+
+    index: int
+    pitch: int
+    row_bytes: int
+    rows: int
+    itemsize: int
+    @property
+    def shape(self) -> Tuple[int, ...]: ...
+    @property
+    def strides(self) -> Tuple[int, ...]:
+        """In bytes (as NumPy's)."""
+    @property
+    def dtype(self) -> str:
+        """"uint8" or "uint16"."""
+    def tobytes(self) -> bytes:
+        """The rows copied densely (host frames; ``cuframes.Error`` for CUDA frames)."""
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[Any] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any:
+        """A DLPack capsule. ``stream`` is not waited on (the bytes are complete when the frame
+        is delivered); ``copy=True`` raises BufferError. ``cuframes.Error`` once released."""
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    @property
+    def __array_interface__(self) -> Dict[str, Any]:
+        """Host planes only (AttributeError for CUDA). Pins the frame while this Plane lives."""
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        """CUDA planes only (AttributeError for host). Pins the frame while this Plane lives."""
+
+class Frame:
+    """One delivered frame; a context manager that releases it on exit."""
+
+    seq: int
+    #: Presentation time in ns (the publisher's clock when it gave none); None if unknown.
+    pts_ns: Optional[int]
+    #: True when the bytes are the ring's own slot (no copy was made).
+    zero_copy: bool
+    #: CUDA device ordinal of a "cuda" frame.
+    device: int
+    @property
+    def format(self) -> str:
+        """"nv12", "p010", "p016", "yuv420p", "yuv444p", "rgba" or "bgra"."""
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def pitches(self) -> Tuple[int, ...]:
+        """Bytes between rows, per plane."""
+    @property
+    def num_planes(self) -> int: ...
+    @property
+    def memory(self) -> str:
+        """"cuda" or "host"."""
+    @property
+    def released(self) -> bool: ...
+    @property
+    def planes(self) -> List[Plane]: ...
+    def plane(self, i: int) -> Plane:
+        """Plane ``i`` (IndexError past the last). ``cuframes.Error`` once released or once the
+        subscriber is closed."""
+    def release(self, stream: Optional[Any] = None) -> None:
+        """Release the frame (idempotent).
+
+        ``stream``: for CUDA frames, an int CUstream or a stream object (torch ``.cuda_stream``,
+        CuPy ``.ptr``, or ``__cuda_stream__``): the ACK waits for the work queued on it. It
+        must be a live stream of the frame's device (not checked). None: released now; a
+        zero-copy CUDA frame then waits for the device's primary context (``cuCtxSynchronize``).
+        With exports alive the release happens when the last one is gone (without the stream).
+        """
+    def __enter__(self) -> "Frame": ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+class Subscriber:
+    """Subscribe to the frames of the publisher of ``key``.
+
+    ``mode="zero_copy"`` is granted under ``strict_wait`` publishers; under ``drop_oldest``
+    only with ``accept_zero_copy_overwrite=True`` (the publisher may then rewrite a held
+    frame), otherwise frames are copied (``frame.zero_copy`` says which).
+    ``runtime_dir``: the socket directory (default ``$CUFRAMES_RUNTIME_DIR`` or /run/cuframes).
+    Waiting releases the GIL; Ctrl-C interrupts a wait.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        name: str = "python",
+        mode: str = "copy",
+        runtime_dir: Optional[str] = None,
+        connect_timeout: float = 5.0,
+        accept_zero_copy_overwrite: bool = False,
+        device: int = 0,
+    ) -> None: ...
+    def next(self, timeout: Optional[float] = None) -> Optional[Frame]:
+        """The next frame, or None after ``timeout`` seconds. At the end of the stream
+        ``cuframes.Error`` with code DISCONNECTED."""
+    def __iter__(self) -> Iterator[Frame]:
+        """Frames until the publisher shuts down."""
+    def __next__(self) -> Frame: ...
+    @property
+    def zero_copy(self) -> bool: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None:
+        """Unsubscribe. Held frames can no longer be exported afterwards."""
+    def __enter__(self) -> "Subscriber": ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+class Publisher:
+    """Publish frames of one format and size under ``key``, copied from host buffers.
+
+    ``memory``: "host" (memfd slots) or "cuda" (VMM on ``device``; host sources are uploaded).
+    ``policy``: "drop_oldest" or "strict_wait" (a publish waits up to ``ack_timeout`` seconds
+    for every subscriber to release the slot it reuses). ``ring_size``: 1..16 slots.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        format: str = "nv12",
+        width: Optional[int] = None,
+        height: Optional[int] = None,
+        memory: str = "host",
+        policy: str = "drop_oldest",
+        ring_size: int = 4,
+        runtime_dir: Optional[str] = None,
+        device: int = 0,
+        ack_timeout: float = 1.0,
+    ) -> None: ...
+    def publish(
+        self,
+        planes: Sequence[Any],
+        pts_ns: Optional[int] = None,
+        strides: Optional[Sequence[int]] = None,
+    ) -> int:
+        """Copy one frame (one buffer per plane) and publish it; returns its seq.
+
+        A plane is bytes, bytearray or a buffer-protocol object (NumPy arrays: any strides,
+        read in C order; uint8, or uint16 for P010/P016) with the plane's rows densely, or,
+        bytes-like, ``strides[i]`` bytes apart. CUDA sources raise NotImplementedError (not
+        implemented yet). Wrong sizes: ValueError; objects without a buffer: TypeError.
+        ``pts_ns`` None: the publisher's clock.
+        """
+    @property
+    def subscriber_count(self) -> int: ...
+    def wait_for_subscribers(self, count: int = 1, timeout: float = 5.0) -> bool: ...
+    @property
+    def pitches(self) -> Tuple[int, ...]: ...
+    @property
+    def key(self) -> str: ...
+    def close(self) -> None:
+        """Shut down: subscribers read what was published, then their iteration ends."""
+    def __enter__(self) -> "Publisher": ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+class Packet:
+    """One encoded packet."""
+
+    data: bytes
+    seq: int
+    pts_ns: Optional[int]
+    dts_ns: Optional[int]
+    flags: int
+    @property
+    def keyframe(self) -> bool: ...
+    @property
+    def discontinuity(self) -> bool:
+        """First packet after lost packets (an overrun): decoding restarts here."""
+    @property
+    def corrupt(self) -> bool: ...
+    def __len__(self) -> int: ...
+
+class PacketPublisher:
+    """Publish encoded packets: Annex B H.264/HEVC or AV1 OBUs. ``codec``: "h264", "hevc",
+    "av1" or an ``AV_CODEC_ID_*`` int. ``extradata``: Annex B parameter sets or the AV1
+    sequence header (may be empty, then ``set_extradata`` once before the first packet)."""
+
+    codec_id: int
+    def __init__(
+        self,
+        key: str,
+        codec: Union[str, int] = "h264",
+        extradata: bytes = b"",
+        ring_slots: int = 64,
+        data_size: int = 8 << 20,
+        runtime_dir: Optional[str] = None,
+    ) -> None: ...
+    @property
+    def codec(self) -> str: ...
+    def set_extradata(self, extradata: bytes) -> None: ...
+    def publish(
+        self,
+        data: bytes,
+        pts_ns: Optional[int] = None,
+        dts_ns: Optional[int] = None,
+        keyframe: bool = False,
+    ) -> int:
+        """Publish one packet; returns its seq."""
+    @property
+    def subscriber_count(self) -> int: ...
+    def wait_for_subscribers(self, count: int = 1, timeout: float = 5.0) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "PacketPublisher": ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+class PacketSubscriber:
+    """Subscribe to the packets of the publisher of ``key``."""
+
+    codec_id: int
+    def __init__(
+        self,
+        key: str,
+        name: str = "python",
+        runtime_dir: Optional[str] = None,
+        connect_timeout: float = 5.0,
+    ) -> None: ...
+    @property
+    def codec(self) -> str:
+        """"h264", "hevc", "av1" (or "codec-N")."""
+    @property
+    def extradata(self) -> bytes: ...
+    def next(self, timeout: Optional[float] = None) -> Optional[Packet]:
+        """The next packet, or None after ``timeout`` seconds; ``cuframes.Error``
+        (DISCONNECTED) at the end of the stream."""
+    def __iter__(self) -> Iterator[Packet]: ...
+    def __next__(self) -> Packet: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "PacketSubscriber": ...
+    def __exit__(self, *args: Any) -> bool: ...
