@@ -5,6 +5,7 @@
 #   scripts/gpu-check.sh run     # on the GPU machine (no cargo needed): run them all
 #   scripts/gpu-check.sh         # both, on a machine that has cargo and a GPU
 #   GPU_CHECK_ONLY=ffmpeg scripts/gpu-check.sh run   # only the FFmpeg frame-path steps
+#   GPU_CHECK_ONLY=python scripts/gpu-check.sh run   # only the Python package step
 #   GPU_CHURN_SECS=30 / GPU_CHURN_MAX=8                # churn soak length, subscriber processes
 #   CUFRAMES_RELEASE_CYCLES=1000                       # release-then-destroy cycles
 #   GPU_HOSTILE_SECS=10                                # hostile-subscriber run, per policy
@@ -36,6 +37,10 @@ for l in sys.stdin:
   cp target/release/examples/frame_bench target/release/cuframes-demo "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
   cp scripts/gpu-check.sh "$out/"
+  # The Python package: the abi3 wheel (any CPython >= 3.9) and its GPU check.
+  scripts/build-python.sh
+  cp "$(ls -t build/wheels/cuframes-*-abi3-*.whl | head -1)" "$out/"
+  cp python/tests/gpu_check.py "$out/"
   # FFmpeg frame path (hwupload_cuframes, -f cuframes): the cuframes FFmpeg build, the real
   # sample, and a 1080p H.264 clip for the decode-pipeline benchmark (made here with libx264).
   if [ -x build/ffmpeg/bin/ffmpeg ]; then
@@ -103,6 +108,26 @@ ff_bench() {
   done
   rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
 }
+# The Python package on the GPU (python/tests/gpu_check.py): FFmpeg decodes the sample with
+# nvdec into hwupload_cuframes, a zero-copy Python subscriber imports every plane with
+# torch.from_dlpack and cupy.from_dlpack, bit-exact against hwdownload. The wheel is unpacked
+# onto PYTHONPATH (no network there for pip); a SKIPPED here (no torch/cupy) is a failure.
+python_gpu() {
+  local d whl log rc
+  whl=$(ls "$out"/cuframes-*-abi3-*.whl 2>/dev/null | head -1)
+  [ -n "$whl" ] && [ -x "$out/ffmpeg" ] || { echo "no wheel or no ffmpeg in $out"; return 1; }
+  d=$(mktemp -d /tmp/cuframes-py.XXXXXX)
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$whl" "$d"
+  log=$(mktemp /tmp/cuframes-py-log.XXXXXX)
+  PYTHONPATH="$d${PYTHONPATH:+:$PYTHONPATH}" python3 "$out/gpu_check.py" "$out/ffmpeg" "$out/sample.h264" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  grep -q '^PASS' "$log" || rc=1
+  rm -rf "$d" "$log"
+  return "$rc"
+}
+python_steps() {
+  step "Python: zero-copy CUDA frames into torch and cupy through DLPack, bit-exact vs hwdownload" python_gpu
+}
 ffmpeg_steps() {
   [ -x "$out/ffmpeg" ] || { echo "=== FFmpeg frame checks: SKIPPED (no $out/ffmpeg: build/ffmpeg missing at build time)"; return 0; }
   step "FFmpeg: -hwaccel cuda into hwupload_cuframes, 1 reader, hwdownload = direct decode, no host copy" \
@@ -167,7 +192,8 @@ run() {
     if "$@"; then pass=$((pass + 1)); echo "--- $name: PASS"; else fail=$((fail + 1)); failed+=("$name"); echo "--- $name: FAIL"; fi
   }
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  if [ "${GPU_CHECK_ONLY:-}" = ffmpeg ]; then ffmpeg_steps; else
+  if [ "${GPU_CHECK_ONLY:-}" = ffmpeg ]; then ffmpeg_steps
+  elif [ "${GPU_CHECK_ONLY:-}" = python ]; then python_steps; else
   step "CUDA VMM layer (alloc/export/import across processes, copies, events)" gpu_test "$out/cuda_vmm" --test-threads=1 --nocapture
   step "frame ring on CUDA VMM (both policies, COPY/ZERO_COPY, 8 subscribers, bit-exact)" gpu_test "$out/frame_ring_cuda" --test-threads=1 --nocapture "${skips[@]}"
   step "release on a stream, then subscriber destroy, x${CUFRAMES_RELEASE_CYCLES:-1000}: torn down on our thread, no failed driver release, memory and mappings flat" \
@@ -189,6 +215,7 @@ run() {
   step "demo on CUDA (4 subscriber processes, 1080p)" "$out/cuframes-demo" --frames 120 --subscribers 4 --cuda 0
   step "frame ring benchmark" "$out/frame_bench" --frames "${GPU_BENCH_FRAMES:-300}"
   ffmpeg_steps
+  python_steps
   fi
   rm -rf "$CUFRAMES_RUNTIME_DIR"
   echo
