@@ -33,13 +33,14 @@ class Plane:
 
     - ``__dlpack__`` / ``__dlpack_device__``: kDLCPU (1) for host rings, kDLCUDA (2, device)
       for CUDA rings. A legacy ``"dltensor"`` capsule, or ``"dltensor_versioned"`` when the
-      consumer passes ``max_version >= (1, 0)`` (zero-copy host planes are flagged read-only).
+      consumer passes ``max_version >= (1, 0)``. Zero-copy host planes are mapped read-only:
+      they are exported only as versioned capsules flagged read-only (a legacy request raises
+      ``BufferError``, since a writable import would fault on its first write).
     - ``__array_interface__`` (host planes): ``numpy.asarray(plane)`` is a read-only view.
     - ``__cuda_array_interface__`` v3 (CUDA planes), with strides.
 
-    Zero-copy host slots are mapped read-only: writing through a legacy DLPack import (which
-    cannot say read-only) faults. Do not write into zero-copy CUDA planes either: the memory
-    is the publisher's, shared with every subscriber.
+    Do not write into zero-copy CUDA planes: the memory is the publisher's, shared with every
+    subscriber (CUDA VMM has no read-only export).
     """
 
     index: int

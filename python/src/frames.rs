@@ -684,6 +684,15 @@ impl Plane {
         let guard = self.frame().shared.export()?;
         let t = self.tensor(&guard);
         let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        if t.read_only && !versioned {
+            // The legacy capsule has no read-only flag: a consumer would get a writable array
+            // over a slot mapped read-only, and its first write would kill the process.
+            return Err(pyo3::exceptions::PyBufferError::new_err(
+                "this plane is read-only (a zero-copy host slot): ask for a versioned DLPack \
+                 capsule (max_version >= (1, 0), which carries the read-only flag), or use a \
+                 copy-mode subscriber",
+            ));
+        }
         dlpack::capsule(py, &t, guard, versioned)
     }
 

@@ -266,6 +266,17 @@ class LegacyOnly:
         return self.plane.__dlpack_device__()
 
 
+def test_legacy_capsules_of_copies(runtime_dir, key):
+    with cuframes.Publisher(key, format="nv12", width=W, height=H) as pub:
+        with cuframes.Subscriber(key, mode="copy") as sub:
+            assert pub.wait_for_subscribers(1, timeout=5)
+            pub.publish(nv12_planes(3))
+            with sub.next(timeout=5) as f:
+                a = np.from_dlpack(LegacyOnly(f.plane(1)))
+                np.testing.assert_array_equal(a.reshape(H // 2, W), nv12_planes(3)[1])
+                del a
+
+
 def test_legacy_and_unconsumed_capsules(runtime_dir, key):
     import gc
 
@@ -275,7 +286,14 @@ def test_legacy_and_unconsumed_capsules(runtime_dir, key):
         with cuframes.Subscriber(key, mode="zero_copy") as sub:
             pub.publish(nv12_planes(5))
             f = sub.next(timeout=5)
-            legacy = np.from_dlpack(LegacyOnly(f.plane(1)))
+            # A zero-copy host slot is mapped read-only: the legacy capsule (no read-only flag)
+            # is refused, the versioned one gives a read-only array.
+            with pytest.raises(BufferError, match="read-only"):
+                np.from_dlpack(LegacyOnly(f.plane(1)))
+            legacy = np.from_dlpack(f.plane(1))
+            assert not legacy.flags.writeable
+            with pytest.raises(ValueError):
+                legacy[0, 0, 0] = 1
             assert legacy.shape == (H // 2, W // 2, 2)
             np.testing.assert_array_equal(legacy.reshape(H // 2, W), nv12_planes(5)[1])
             unused = f.plane(0).__dlpack__(max_version=(1, 0))
