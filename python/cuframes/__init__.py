@@ -17,6 +17,7 @@ from ._cuframes import (  # noqa: F401
     PacketSubscriber,
     Plane,
     Subscriber,
+    host_copy_count,
 )
 
 # Publishers own SHM objects and a socket, removed when they are closed or collected. Objects

@@ -58,6 +58,12 @@ pub(crate) fn opt_ts(ts: i64) -> Option<i64> {
     (ts != cuframes_core::wire::NO_PTS).then_some(ts)
 }
 
+/// Host<->device copies this process's cuframes has made (0 on a zero-copy CUDA path).
+#[pyfunction]
+fn host_copy_count() -> u64 {
+    cuframes_core::cuda::host_copy_count()
+}
+
 #[pymodule]
 fn _cuframes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", m.py().get_type::<Error>())?;
@@ -74,5 +80,6 @@ fn _cuframes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("ERROR_CODES", codes)?;
     m.add("PROTOCOL_VERSION", cuframes_core::wire::PROTOCOL_VERSION)?;
+    m.add_function(wrap_pyfunction!(host_copy_count, m)?)?;
     Ok(())
 }

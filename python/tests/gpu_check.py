@@ -40,11 +40,14 @@ def main():
          "-vf", "hwdownload,format=nv12", "-f", "rawvideo", "-"],
         check=True, capture_output=True,
     ).stdout
+    # The publisher's log goes to a file (a pipe nobody reads while frames flow could fill up
+    # and stall the publisher); its last line counts the host copies.
+    pub_err = open(os.path.join(run_dir, "publisher.log"), "w+")
     pub = subprocess.Popen(
-        [ffmpeg, "-v", "error", "-hwaccel", "cuda", "-hwaccel_output_format", "cuda", "-i", sample,
+        [ffmpeg, "-v", "info", "-nostats", "-hwaccel", "cuda", "-hwaccel_output_format", "cuda", "-i", sample,
          "-vf", f"hwupload_cuframes=key={key}:policy=strict_wait:wait_subscribers=1:wait_timeout=30000",
          "-f", "null", "-"],
-        env=env,
+        env=env, stderr=pub_err,
     )
     os.environ["CUFRAMES_RUNTIME_DIR"] = run_dir
     sub = None
@@ -92,6 +95,12 @@ def main():
             f.release(stream)
             frames += 1
     pub.wait(60)
+    pub_err.seek(0)
+    pub_log = pub_err.read()
+    if "cuframes host copies: 0" not in pub_log:
+        failures.append("the FFmpeg publisher made host copies (or did not say)")
+    if cuframes.host_copy_count() != 0:
+        failures.append(f"the Python subscriber made {cuframes.host_copy_count()} host copies")
     if frames == 0:
         failures.append("no frame received")
     elif frames * size != len(ref):
@@ -109,7 +118,7 @@ def main():
     if failures:
         print(f"FAIL: python zero-copy CUDA, {frames} frames: {'; '.join(failures[:5])} ({stats})")
         sys.exit(1)
-    print(f"PASS: python zero-copy CUDA, {frames} frames bit-exact via torch and cupy ({stats})")
+    print(f"PASS: python zero-copy CUDA, {frames} frames bit-exact via torch and cupy, 0 host copies in publisher and subscriber ({stats})")
 
 
 if __name__ == "__main__":

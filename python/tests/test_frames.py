@@ -363,3 +363,15 @@ def test_unclosed_publishers_are_closed_at_exit(runtime_dir, key):
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
     assert [n for n in os.listdir("/dev/shm") if key in n] == []
     assert os.listdir(runtime_dir) == []
+
+
+def test_host_copy_count_counts_only_device_host_copies(runtime_dir, key):
+    # Host rings copy host memory only: the counter of host<->device copies stays 0.
+    before = cuframes.host_copy_count()
+    with cuframes.Publisher(key, format="nv12", width=W, height=H) as pub:
+        with cuframes.Subscriber(key, mode="copy") as sub:
+            assert pub.wait_for_subscribers(1, timeout=5)
+            pub.publish(nv12_planes(4))
+            with sub.next(timeout=5) as f:
+                np.testing.assert_array_equal(np.asarray(f.plane(0)), nv12_planes(4)[0])
+    assert isinstance(before, int) and cuframes.host_copy_count() == before == 0
