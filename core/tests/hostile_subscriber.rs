@@ -993,14 +993,17 @@ fn run(policy: Policy) {
         assert_eq!(g("misordered"), 0, "honest {i}: frames out of order");
         assert_eq!(g("held_changed"), 0, "honest {i}: a held frame changed");
         assert_eq!(g("dropped"), 0, "honest {i} was given up on");
-        if policy == Policy::StrictWait || !cuda {
-            assert_eq!(g("torn"), 0, "honest {i}: torn frames");
+        if policy == Policy::StrictWait {
+            assert_eq!(g("torn"), 0, "honest {i}: torn frames under STRICT_WAIT");
         }
-        // CUDA VMM under DROP_OLDEST: the seqlock rejects frames overwritten while a reader
-        // copied them (counted as torn, never delivered; `corrupt` above stays 0). Measured on
-        // the H200: ~30 % of reads, because a reader's device copy and checks (~0.8 ms a frame,
-        // six processes sharing the GPU) take about as long as the publisher needs to lap the
-        // 4 slots (~1.4 ms at ~2.9 k frames/s).
+        // DROP_OLDEST: the seqlock rejects frames overwritten while a reader copied them
+        // (counted as torn, never delivered; `corrupt` above stays 0), which is the policy
+        // working, not an attack getting through: the header is read-only to every subscriber,
+        // so only the publisher's own laps can tear a read. How often depends on the reader's
+        // speed against the lap: on the H200's CUDA VMM ~30 % of reads (a device copy and its
+        // check, ~0.8 ms a frame with six processes sharing the GPU, against a 4-slot lap of
+        // ~1.4 ms); on a loaded 2-core CI machine with host memory, 0 to a few in 30 s (a
+        // reader preempted mid-copy).
         if policy == Policy::StrictWait {
             assert_eq!(g("gaps"), 0, "honest {i}: STRICT_WAIT lost frames");
             assert_eq!(g("overrun"), 0, "honest {i}: STRICT_WAIT overran");
