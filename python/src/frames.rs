@@ -1,8 +1,7 @@
 //! `Subscriber`, `Frame` and `Plane`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
 
 use cuframes_core::format::FrameLayout;
 use cuframes_core::subscriber::{Subscriber as CoreSubscriber, SubscriberOptions};
@@ -13,14 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::dlpack::{self, DLDevice, Tensor, KDL_CPU, KDL_CUDA};
-use crate::{duration, error, to_py};
-
-/// How long one wait without the GIL lasts before signals (Ctrl-C) are looked at.
-const SLICE: Duration = Duration::from_millis(100);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::{duration, error, lock, to_py, until_disconnected, wait_in_slices};
 
 /// A frame's state, shared by the Python `Frame`, its exports and the capsule deleters
 /// (which may run on any thread, without the GIL).
@@ -162,31 +154,12 @@ impl Subscriber {
 
     /// The next frame; Ok(None) on timeout. `end_ok`: DISCONNECTED is Ok(None) too.
     fn next_impl(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Frame>> {
-        let deadline = match timeout {
-            Some(t) => Some(Instant::now() + duration("timeout", t)?),
-            None => None,
-        };
-        loop {
-            let slice = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
-                None => SLICE,
-            };
-            let got = py.allow_threads(|| match lock(&self.inner).as_mut() {
-                Some(s) => Ok(s.next_frame(Some(slice))),
-                None => Err(()),
-            });
-            match got {
-                Err(()) => return Err(error(ErrorCode::Disconnected, "the subscriber is closed")),
-                Ok(Ok(f)) => return Ok(Some(self.wrap(f))),
-                Ok(Err(e)) if e.code() == ErrorCode::Timeout => {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(None);
-                    }
-                    py.check_signals()?;
-                }
-                Ok(Err(e)) => return Err(to_py(e)),
-            }
-        }
+        let f = wait_in_slices(py, timeout, |slice| {
+            lock(&self.inner)
+                .as_mut()
+                .map(|s| s.next_frame(Some(slice)))
+        })?;
+        Ok(f.map(|f| self.wrap(f)))
     }
 
     fn close_impl(&self, py: Python<'_>) {
@@ -256,18 +229,7 @@ impl Subscriber {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Frame>> {
-        match self.next_impl(py, None) {
-            Err(e)
-                if e.value(py)
-                    .getattr("code")
-                    .and_then(|c| c.extract::<i32>())
-                    .ok()
-                    == Some(ErrorCode::Disconnected as i32) =>
-            {
-                Ok(None)
-            }
-            other => other,
-        }
+        until_disconnected(py, self.next_impl(py, None))
     }
 
     /// True when frames come without a copy (zero_copy granted).

@@ -53,6 +53,64 @@ pub(crate) fn duration(what: &str, seconds: f64) -> PyResult<std::time::Duration
     })
 }
 
+/// A mutex of this module, poisoned or not: its state stays consistent (no code panics
+/// half-way through an update of it).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How long one wait without the GIL lasts before signals (Ctrl-C) are looked at.
+const WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The next item of a subscriber, waiting at most `timeout` seconds (None: until one comes):
+/// `attempt` waits for one at most the slice it is given, without the GIL, and returns None
+/// when the subscriber is closed. Ok(None) on timeout; signals are looked at between slices.
+pub(crate) fn wait_in_slices<T: Send>(
+    py: Python<'_>,
+    timeout: Option<f64>,
+    mut attempt: impl FnMut(std::time::Duration) -> Option<cuframes_core::Result<T>> + Send,
+) -> PyResult<Option<T>> {
+    use cuframes_core::ErrorCode;
+    use std::time::Instant;
+    let deadline = match timeout {
+        Some(t) => Some(Instant::now() + duration("timeout", t)?),
+        None => None,
+    };
+    loop {
+        let slice = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
+            None => WAIT_SLICE,
+        };
+        match py.allow_threads(|| attempt(slice)) {
+            None => return Err(error(ErrorCode::Disconnected, "the subscriber is closed")),
+            Some(Ok(item)) => return Ok(Some(item)),
+            Some(Err(e)) if e.code() == ErrorCode::Timeout => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(None);
+                }
+                py.check_signals()?;
+            }
+            Some(Err(e)) => return Err(to_py(e)),
+        }
+    }
+}
+
+/// `__next__` of a subscriber: the end of the stream (DISCONNECTED) ends the iteration.
+pub(crate) fn until_disconnected<T>(py: Python<'_>, r: PyResult<Option<T>>) -> PyResult<Option<T>> {
+    match r {
+        Err(e)
+            if e.value(py)
+                .getattr("code")
+                .and_then(|c| c.extract::<i32>())
+                .ok()
+                == Some(cuframes_core::ErrorCode::Disconnected as i32) =>
+        {
+            Ok(None)
+        }
+        other => other,
+    }
+}
+
 /// `i64::MIN` (`NO_PTS`) is None in Python.
 pub(crate) fn opt_ts(ts: i64) -> Option<i64> {
     (ts != cuframes_core::wire::NO_PTS).then_some(ts)

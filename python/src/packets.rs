@@ -1,10 +1,10 @@
 //! `PacketPublisher`, `PacketSubscriber` and `Packet`: the encoded-packet ring.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cuframes_core::packet::PacketRingConfig;
-use cuframes_core::publisher::{Publisher as CorePublisher, PublisherOptions};
+use cuframes_core::publisher::Publisher as CorePublisher;
 use cuframes_core::subscriber::{Subscriber as CoreSubscriber, SubscriberOptions};
 use cuframes_core::wire::{
     CODEC_ID_AV1, CODEC_ID_H264, CODEC_ID_HEVC, NO_PTS, PACKET_FLAG_CORRUPT,
@@ -15,13 +15,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::{duration, error, opt_ts, to_py};
-
-const SLICE: Duration = Duration::from_millis(100);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::publisher::create_publisher;
+use crate::{duration, error, lock, opt_ts, to_py, until_disconnected, wait_in_slices};
 
 fn codec_id(codec: &Bound<'_, PyAny>) -> PyResult<u32> {
     if let Ok(id) = codec.extract::<u32>() {
@@ -97,19 +92,9 @@ impl PacketPublisher {
             ring_slots,
             data_size,
         };
-        let options = PublisherOptions {
-            runtime_dir,
-            ..PublisherOptions::default()
-        };
-        let p = py
-            .allow_threads(|| {
-                let p = CorePublisher::create(key, options)?;
-                p.enable_packets(config)?;
-                Ok::<_, cuframes_core::Error>(p)
-            })
-            .map_err(to_py)?;
+        let p = create_publisher(py, key, runtime_dir, |p| p.enable_packets(config))?;
         Ok(PacketPublisher {
-            inner: Mutex::new(Some(Arc::new(p))),
+            inner: Mutex::new(Some(p)),
             codec_id,
         })
     }
@@ -244,39 +229,18 @@ pub struct PacketSubscriber {
 
 impl PacketSubscriber {
     fn next_impl(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Packet>> {
-        let deadline = match timeout {
-            Some(t) => Some(Instant::now() + duration("timeout", t)?),
-            None => None,
-        };
-        loop {
-            let slice = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
-                None => SLICE,
-            };
-            let got = py.allow_threads(|| match lock(&self.inner).as_mut() {
-                Some((s, buf)) => Ok(s.next_packet(Some(slice), buf).map(|i| (i, buf.clone()))),
-                None => Err(()),
-            });
-            match got {
-                Err(()) => return Err(error(ErrorCode::Disconnected, "the subscriber is closed")),
-                Ok(Ok((info, data))) => {
-                    return Ok(Some(Packet {
-                        data: PyBytes::new(py, &data).unbind(),
-                        seq: info.seq,
-                        pts_ns: opt_ts(info.pts_ns),
-                        dts_ns: opt_ts(info.dts_ns),
-                        flags: info.flags,
-                    }))
-                }
-                Ok(Err(e)) if e.code() == ErrorCode::Timeout => {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(None);
-                    }
-                    py.check_signals()?;
-                }
-                Ok(Err(e)) => return Err(to_py(e)),
-            }
-        }
+        let got = wait_in_slices(py, timeout, |slice| {
+            lock(&self.inner)
+                .as_mut()
+                .map(|(s, buf)| s.next_packet(Some(slice), buf).map(|i| (i, buf.clone())))
+        })?;
+        Ok(got.map(|(info, data)| Packet {
+            data: PyBytes::new(py, &data).unbind(),
+            seq: info.seq,
+            pts_ns: opt_ts(info.pts_ns),
+            dts_ns: opt_ts(info.dts_ns),
+            flags: info.flags,
+        }))
     }
 
     fn close_impl(&self, py: Python<'_>) {
@@ -343,18 +307,7 @@ impl PacketSubscriber {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Packet>> {
-        match self.next_impl(py, None) {
-            Err(e)
-                if e.value(py)
-                    .getattr("code")
-                    .and_then(|c| c.extract::<i32>())
-                    .ok()
-                    == Some(ErrorCode::Disconnected as i32) =>
-            {
-                Ok(None)
-            }
-            other => other,
-        }
+        until_disconnected(py, self.next_impl(py, None))
     }
 
     fn close(&self, py: Python<'_>) {

@@ -1,6 +1,6 @@
 //! `Publisher`: a frame ring fed from host buffers.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cuframes_core::publisher::{
@@ -12,10 +12,26 @@ use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyTuple};
 
-use crate::{duration, error, to_py};
+use crate::{duration, error, lock, to_py};
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// A core publisher of `key` with its ring enabled by `enable`, made without the GIL (creating
+/// binds a socket and may recover a dead predecessor's objects).
+pub(crate) fn create_publisher(
+    py: Python<'_>,
+    key: &str,
+    runtime_dir: Option<std::path::PathBuf>,
+    enable: impl FnOnce(&CorePublisher) -> cuframes_core::Result<()> + Send,
+) -> PyResult<Arc<CorePublisher>> {
+    let options = PublisherOptions {
+        runtime_dir,
+        ..PublisherOptions::default()
+    };
+    py.allow_threads(|| {
+        let p = CorePublisher::create(key, options)?;
+        enable(&p)?;
+        Ok(Arc::new(p))
+    })
+    .map_err(to_py)
 }
 
 pub(crate) fn parse_format(name: &str) -> PyResult<Format> {
@@ -155,19 +171,9 @@ impl Publisher {
             memory,
             ..FrameRingConfig::new(format, width, height)
         };
-        let options = PublisherOptions {
-            runtime_dir,
-            ..PublisherOptions::default()
-        };
-        let p = py
-            .allow_threads(|| {
-                let p = CorePublisher::create(key, options)?;
-                p.enable_frames(config)?;
-                Ok::<_, cuframes_core::Error>(p)
-            })
-            .map_err(to_py)?;
+        let p = create_publisher(py, key, runtime_dir, |p| p.enable_frames(config))?;
         Ok(Publisher {
-            inner: Mutex::new(Some(Arc::new(p))),
+            inner: Mutex::new(Some(p)),
             key: key.to_string(),
         })
     }
