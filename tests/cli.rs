@@ -11,7 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::TestEnv;
+use common::{publish_filler, OperatorScene, TestEnv, WEIRD_NAME};
 use cuframes_core::packet::{PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::Subscriber;
@@ -35,18 +35,6 @@ fn text(o: &Output) -> (String, String) {
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
-}
-
-fn publish(p: &Publisher) -> u64 {
-    let layout = p.frame_layout().unwrap().clone();
-    let planes: Vec<Vec<u8>> = layout
-        .planes()
-        .iter()
-        .map(|pl| vec![3u8; pl.row_bytes * pl.rows])
-        .collect();
-    let refs: Vec<&[u8]> = planes.iter().map(|v| v.as_slice()).collect();
-    let strides: Vec<usize> = layout.planes().iter().map(|pl| pl.row_bytes).collect();
-    p.publish_host_planes(&refs, &strides, None).unwrap()
 }
 
 fn shm_exists(name: &str) -> bool {
@@ -88,7 +76,7 @@ fn child_entry() {
     };
     let mut w = PacketRingWriter::create(&Key::new(&key).unwrap(), cfg, mode).unwrap();
     for n in 0..5u64 {
-        publish(&p);
+        publish_filler(&p);
         w.publish(&[9; 64], n as i64, n as i64, PACKET_FLAG_KEY)
             .unwrap();
     }
@@ -222,43 +210,13 @@ fn help_and_usage_errors() {
 #[test]
 fn ls_and_stat_show_a_live_publisher() {
     let env = TestEnv::new("cli-live");
-    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
-    let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 48);
-    cfg.ring_size = 8;
-    p.enable_frames(cfg).unwrap();
-    let weird = "we\"ird\\name";
-    let mut a = Subscriber::connect(&env.key, &env.subscriber_options("alpha")).unwrap();
-    let mut b = Subscriber::connect(&env.key, &env.subscriber_options(weird)).unwrap();
-    for _ in 0..6 {
-        publish(&p);
-    }
-    for _ in 0..6 {
-        a.next_frame(Some(Duration::from_secs(5))).unwrap();
-    }
-    for _ in 0..2 {
-        b.next_frame(Some(Duration::from_secs(5))).unwrap();
-    }
-    let cfg = PacketRingConfig {
-        codec_id: CODEC_ID_H264,
-        extradata: vec![0, 0, 0, 1, 0x67],
-        ring_slots: 32,
-        data_size: 1 << 20,
-    };
-    let mut w = PacketRingWriter::create(&Key::new(&env.key).unwrap(), cfg, 0o660).unwrap();
-    for n in 1..=5u64 {
-        let flags = if n == 3 { PACKET_FLAG_KEY } else { 0 };
-        w.publish(
-            &[1; 1000],
-            n as i64 * 20_000_000,
-            n as i64 * 20_000_000,
-            flags,
-        )
-        .unwrap();
-    }
-
-    // Subscribers report through their ACK pages; the publisher copies the counters into the
-    // header for operators every 250 ms.
-    std::thread::sleep(Duration::from_millis(600));
+    let OperatorScene {
+        publisher: p,
+        alpha: mut a,
+        weird: _b,
+        packets: mut w,
+    } = OperatorScene::start(&env);
+    let weird = WEIRD_NAME;
     // While nothing is published: exact numbers.
     let o = run(&env, &["stat", &env.key, "--interval", "0"]);
     let (out, err) = text(&o);
@@ -329,7 +287,7 @@ fn ls_and_stat_show_a_live_publisher() {
         s.spawn(|| {
             let mut n = 6;
             while !stop.load(Ordering::Relaxed) {
-                publish(&p);
+                publish_filler(&p);
                 n += 1;
                 w.publish(&[2; 10_000], n * 1_000_000, n * 1_000_000, 0)
                     .unwrap();

@@ -12,27 +12,13 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Children, TestEnv};
-use cuframes_core::packet::{PacketRingConfig, PacketRingWriter};
+use common::{publish_filler, Children, OperatorScene, TestEnv, WEIRD_NAME};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
-use cuframes_core::wire::{Format, CODEC_ID_H264, PACKET_FLAG_KEY};
-use cuframes_core::Key;
+use cuframes_core::wire::Format;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cuframes");
-
-fn publish(p: &Publisher) -> u64 {
-    let layout = p.frame_layout().unwrap().clone();
-    let planes: Vec<Vec<u8>> = layout
-        .planes()
-        .iter()
-        .map(|pl| vec![3u8; pl.row_bytes * pl.rows])
-        .collect();
-    let refs: Vec<&[u8]> = planes.iter().map(|v| v.as_slice()).collect();
-    let strides: Vec<usize> = layout.planes().iter().map(|pl| pl.row_bytes).collect();
-    p.publish_host_planes(&refs, &strides, None).unwrap()
-}
 
 /// The exporter of `env.dir` (through `CUFRAMES_RUNTIME_DIR`, as an operator would set it) on
 /// a free port, killed when the returned guard drops; and its /metrics URL.
@@ -216,42 +202,13 @@ impl Drop for StopOnDrop<'_> {
 fn metrics_agree_with_stat_json() {
     let env = TestEnv::new("exp-live");
     let key = env.key.as_str();
-    let p = Publisher::create(key, env.publisher_options()).unwrap();
-    let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 48);
-    cfg.ring_size = 8;
-    p.enable_frames(cfg).unwrap();
-    // A name that needs escaping in a label value.
-    let weird = "we\"ird\\name";
-    let mut a = Subscriber::connect(key, &env.subscriber_options("alpha")).unwrap();
-    let mut b = Subscriber::connect(key, &env.subscriber_options(weird)).unwrap();
-    for _ in 0..6 {
-        publish(&p);
-    }
-    for _ in 0..6 {
-        a.next_frame(Some(Duration::from_secs(5))).unwrap();
-    }
-    for _ in 0..2 {
-        b.next_frame(Some(Duration::from_secs(5))).unwrap();
-    }
-    let pcfg = PacketRingConfig {
-        codec_id: CODEC_ID_H264,
-        extradata: vec![0, 0, 0, 1, 0x67],
-        ring_slots: 32,
-        data_size: 1 << 20,
-    };
-    let mut w = PacketRingWriter::create(&Key::new(key).unwrap(), pcfg, 0o660).unwrap();
-    for n in 1..=5u64 {
-        let flags = if n == 3 { PACKET_FLAG_KEY } else { 0 };
-        w.publish(
-            &[1; 1000],
-            n as i64 * 20_000_000,
-            n as i64 * 20_000_000,
-            flags,
-        )
-        .unwrap();
-    }
-    // The publisher copies the subscribers' counters into the header every 250 ms.
-    std::thread::sleep(Duration::from_millis(600));
+    let OperatorScene {
+        publisher: p,
+        alpha: mut a,
+        weird: b,
+        packets: mut w,
+    } = OperatorScene::start(&env);
+    let weird = WEIRD_NAME;
 
     let (_kids, url) = start_exporter(&env, &[]);
     let agent = new_agent();
@@ -343,7 +300,7 @@ fn metrics_agree_with_stat_json() {
         s.spawn(|| {
             let mut n = 6;
             while !stop.load(Ordering::Relaxed) {
-                publish(&p);
+                publish_filler(&p);
                 n += 1;
                 w.publish(&[2; 10_000], n * 1_000_000, n * 1_000_000, 0)
                     .unwrap();
@@ -471,7 +428,7 @@ fn not_found_elsewhere_and_serving_through_vanishing_and_hostile_rings() {
             p.enable_frames(FrameRingConfig::new(Format::Bgra, 16, 16))
                 .unwrap();
             let mut sub = Subscriber::connect(key, &env.subscriber_options("churn")).unwrap();
-            let seq = publish(&p);
+            let seq = publish_filler(&p);
             sub.next_frame(Some(Duration::from_secs(5))).unwrap();
             let (status, _, body) = get(&agent, &url);
             assert_eq!(status, 200);

@@ -5,7 +5,8 @@
 //! - the frame pattern ([`planes_for`], [`publish_pattern`], [`verify_frame`]);
 //! - [`Rng`] (replayable), [`RunDelay`] (CPU starvation), [`Children`] (reaped children);
 //! - CUDA: [`no_cuda`], [`CudaCheck`], [`verify_any`];
-//! - [`ffmpeg`]: the FFmpeg end-to-end tests' world (finding the build, children, framemd5).
+//! - [`ffmpeg`]: the FFmpeg end-to-end tests' world (finding the build, children, framemd5);
+//! - [`OperatorScene`]: the live publisher the operator-tool tests read.
 //!
 //! Test code only: never a dependency of a production crate.
 
@@ -16,6 +17,7 @@ pub mod ffmpeg;
 mod pattern;
 mod rng;
 mod run_delay;
+mod scene;
 
 pub use children::Children;
 pub use cuda::{no_cuda, verify_any, CudaCheck};
@@ -23,3 +25,4 @@ pub use env::TestEnv;
 pub use pattern::{fill_pattern, pattern_byte, planes_for, publish_pattern, verify_frame};
 pub use rng::Rng;
 pub use run_delay::RunDelay;
+pub use scene::{publish_filler, OperatorScene, WEIRD_NAME};
