@@ -36,28 +36,6 @@ fn spawn_child(role: &str, env: &TestEnv, extra: &[(&str, String)]) -> Child {
     cmd.spawn().unwrap()
 }
 
-/// Parse "RESULT delivered=N corrupt=N misordered=N torn=N overrun=N" from a child's stdout.
-fn result_of(child: &mut Child) -> (i32, std::collections::HashMap<String, u64>) {
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let status = child.wait().unwrap();
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("RESULT "))
-        .unwrap_or_else(|| panic!("no RESULT in {out:?}"));
-    let fields = line[7..]
-        .split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.parse().unwrap()))
-        .collect();
-    (status.code().unwrap_or(-1), fields)
-}
-
 #[test]
 fn child_entry() {
     let Ok(role) = std::env::var(ROLE_ENV) else {
@@ -205,7 +183,11 @@ fn run_fanout(n: usize, policy: Policy, frames: u64, zero_copy_every: usize) {
     drop(p);
     let mut total = 0;
     for c in kids.0.iter_mut() {
-        let (code, r) = result_of(c);
+        let (code, r, out) = common::wait_for_result(c);
+        let (code, r) = (
+            code.unwrap_or(-1),
+            r.unwrap_or_else(|| panic!("no RESULT in {out:?}")),
+        );
         assert_eq!(code, 0, "subscriber failed: {r:?}");
         assert_eq!(r["corrupt"], 0);
         assert_eq!(r["misordered"], 0);
@@ -334,7 +316,11 @@ fn sigkilled_subscribers_do_not_stall_strict_wait() {
     );
     drop(p);
     for c in kids.0.iter_mut().skip(2) {
-        let (code, r) = result_of(c);
+        let (code, r, out) = common::wait_for_result(c);
+        let (code, r) = (
+            code.unwrap_or(-1),
+            r.unwrap_or_else(|| panic!("no RESULT in {out:?}")),
+        );
         assert_eq!(code, 0, "{r:?}");
         assert_eq!(r["delivered"], 400);
     }

@@ -81,30 +81,6 @@ fn spawn_child(role: &str, env: &TestEnv, extra: &[(&str, String)], as_hostile: 
     cmd.spawn().unwrap()
 }
 
-/// A child's exit status (None: killed by a signal) and its RESULT fields.
-fn result_of(child: &mut Child) -> (Option<i32>, HashMap<String, u64>, String) {
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let status = child.wait().unwrap();
-    let fields = out
-        .lines()
-        .find_map(|l| l.find("RESULT ").map(|i| &l[i..]))
-        .map(|line| {
-            line[7..]
-                .split_whitespace()
-                .filter_map(|kv| kv.split_once('='))
-                .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    (status.code(), fields, out)
-}
-
 fn policy_of_env() -> Policy {
     match std::env::var("CUFRAMES_TEST_POLICY").as_deref() {
         Ok("strict") => Policy::StrictWait,
@@ -926,7 +902,8 @@ fn run(policy: Policy) {
     let elapsed = start.elapsed();
     // The hostile child ends by itself after `secs`.
     let hostile_child = kids.0.last_mut().unwrap();
-    let (h_code, h, h_out) = result_of(hostile_child);
+    let (h_code, h, h_out) = common::wait_for_result(hostile_child);
+    let h = h.unwrap_or_default();
     if policy == Policy::StrictWait {
         // Every honest subscriber ACKs everything before we shut down.
         wait_until("final ACKs", Duration::from_secs(30), || {
@@ -942,7 +919,8 @@ fn run(policy: Policy) {
     drop(p);
     let mut honest_results = Vec::new();
     for c in kids.0.iter_mut().take(4) {
-        honest_results.push(result_of(c));
+        let (code, fields, out) = common::wait_for_result(c);
+        honest_results.push((code, fields.unwrap_or_default(), out));
     }
 
     // Report.

@@ -19,7 +19,7 @@ mod rng;
 mod run_delay;
 mod scene;
 
-pub use children::Children;
+pub use children::{wait_for_result, Children};
 pub use cuda::{no_cuda, verify_any, CudaCheck};
 pub use env::TestEnv;
 pub use pattern::{fill_pattern, pattern_byte, planes_for, publish_pattern, verify_frame};
