@@ -340,12 +340,10 @@ fn exported_functions() -> Vec<String> {
         include_str!("subscriber.rs"),
     ];
     let mut names = Vec::new();
+    const DECL: &str = "extern \"C\" fn ";
     for src in sources {
-        for (_, rest) in src
-            .match_indices("extern \"C\" fn ")
-            .map(|(i, _)| src.split_at(i))
-        {
-            let name: String = rest["extern \"C\" fn ".len()..]
+        for (at, _) in src.match_indices(DECL) {
+            let name: String = src[at + DECL.len()..]
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
