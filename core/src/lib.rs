@@ -26,6 +26,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod codec;
+pub mod convert;
 pub mod cuda;
 mod error;
 pub mod format;

@@ -61,6 +61,16 @@ impl Frame {
         }
     }
 
+    /// The device a CUDA frame's bytes are on (the ring's, or the copy buffer's); `None` for
+    /// host frames.
+    pub fn cuda_device(&self) -> Option<&Arc<crate::cuda::CudaDevice>> {
+        match &self.data {
+            FrameData::Owned(_) => None,
+            FrameData::Device { buf, .. } => buf.as_ref().map(DeviceBuffer::device),
+            FrameData::Borrowed { ring, .. } => ring.slots.cuda_device(),
+        }
+    }
+
     /// Address of plane 0 (host pointer, or device pointer for CUDA frames).
     pub fn address(&self) -> u64 {
         match &self.data {
