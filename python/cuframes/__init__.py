@@ -17,6 +17,7 @@ from ._cuframes import (  # noqa: F401
     PacketSubscriber,
     Plane,
     Subscriber,
+    Tensor,
     host_copy_count,
 )
 

@@ -1,16 +1,15 @@
 //! DLPack (https://dmlc.github.io/dlpack/latest/): the C structs, and capsules whose deleter
-//! holds an [`ExportGuard`] on the frame.
+//! drops what keeps the memory alive (an `ExportGuard` on a frame, a tensor's storage).
 
 use std::ffi::{c_void, CStr};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::frames::ExportGuard;
-
 pub const KDL_CPU: i32 = 1;
 pub const KDL_CUDA: i32 = 2;
 const KDL_UINT: u8 = 1;
+const KDL_FLOAT: u8 = 2;
 /// DLPack 1.x flag: the consumer must not write.
 const FLAG_READ_ONLY: u64 = 1 << 0;
 
@@ -65,21 +64,32 @@ struct DLManagedTensorVersioned {
     dl_tensor: DLTensor,
 }
 
+/// What keeps an export's memory valid until its consumer deletes it.
+pub type Keeper = Box<dyn Send>;
+
 /// What one export owns: the managed tensor first (its address is the export's), the shape
-/// and strides it points at, and the guard that keeps the frame from being released.
+/// and strides it points at, and what keeps the memory valid (the frame's export guard, a
+/// tensor's storage).
 #[repr(C)]
 struct Export<T> {
     managed: T,
     shape: [i64; 3],
     strides: [i64; 3],
-    _guard: ExportGuard,
+    _keeper: Keeper,
+}
+
+/// Element type: unsigned or IEEE float, of so many bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    Uint(u8),
+    Float(u8),
 }
 
 /// Geometry of one plane in DLPack terms.
 pub struct Tensor {
     pub data: u64,
     pub device: DLDevice,
-    pub itemsize: usize,
+    pub dtype: DType,
     pub shape: Vec<i64>,
     /// In elements.
     pub strides: Vec<i64>,
@@ -91,10 +101,17 @@ fn dl_tensor(t: &Tensor, shape: *mut i64, strides: *mut i64) -> DLTensor {
         data: t.data as *mut c_void,
         device: t.device,
         ndim: t.shape.len() as i32,
-        dtype: DLDataType {
-            code: KDL_UINT,
-            bits: (t.itemsize * 8) as u8,
-            lanes: 1,
+        dtype: match t.dtype {
+            DType::Uint(bytes) => DLDataType {
+                code: KDL_UINT,
+                bits: bytes * 8,
+                lanes: 1,
+            },
+            DType::Float(bytes) => DLDataType {
+                code: KDL_FLOAT,
+                bits: bytes * 8,
+                lanes: 1,
+            },
         },
         shape,
         strides,
@@ -148,12 +165,7 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
 }
 
 /// A DLPack capsule for `t`: versioned (DLPack 1.0) when the consumer asked for it.
-pub fn capsule(
-    py: Python<'_>,
-    t: &Tensor,
-    guard: ExportGuard,
-    versioned: bool,
-) -> PyResult<PyObject> {
+pub fn capsule(py: Python<'_>, t: &Tensor, keeper: Keeper, versioned: bool) -> PyResult<PyObject> {
     let (ptr, name): (*mut c_void, &CStr) = if versioned {
         let mut e = Box::new(Export {
             managed: DLManagedTensorVersioned {
@@ -165,7 +177,7 @@ pub fn capsule(
             },
             shape: dims(&t.shape),
             strides: dims(&t.strides),
-            _guard: guard,
+            _keeper: keeper,
         });
         // The Box does not move when leaked: the pointers into it stay valid.
         e.managed.dl_tensor.shape = e.shape.as_mut_ptr();
@@ -183,7 +195,7 @@ pub fn capsule(
             },
             shape: dims(&t.shape),
             strides: dims(&t.strides),
-            _guard: guard,
+            _keeper: keeper,
         });
         e.managed.dl_tensor.shape = e.shape.as_mut_ptr();
         e.managed.dl_tensor.strides = e.strides.as_mut_ptr();

@@ -11,7 +11,11 @@ use pyo3::exceptions::{PyAttributeError, PyIndexError, PyTypeError, PyValueError
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
+use cuframes_core::cuda::{Event, Stream};
+use cuframes_core::subscriber::Frame as CoreFrame;
+
 use crate::dlpack::{self, DLDevice, Tensor, KDL_CPU, KDL_CUDA};
+use crate::rgb::{self, RgbGpu};
 use crate::{duration, error, lock, to_py, until_disconnected, wait_in_slices};
 
 /// A frame's state, shared by the Python `Frame`, its exports and the capsule deleters
@@ -24,11 +28,61 @@ pub struct FrameShared {
 
 struct FrameState {
     /// The core frame, until it is released.
-    frame: Option<cuframes_core::subscriber::Frame>,
+    frame: Option<CoreFrame>,
     /// Live exports (capsules, pinned planes).
     exports: usize,
     /// `release()` was called (or the Python frame is gone): no new exports.
     released: bool,
+    /// Events behind the `to_rgb` conversions queued from this frame: the release waits for
+    /// them (they may run on a stream the release is not told about).
+    conversions: Vec<Arc<Event>>,
+}
+
+/// What releasing a frame needs once nothing exports it any more.
+pub(crate) struct Releasable {
+    frame: CoreFrame,
+    conversions: Vec<Arc<Event>>,
+}
+
+impl Releasable {
+    /// Releases the core frame after the conversions queued from it; with `stream` (a CUDA
+    /// frame's reader stream), after the work queued there too.
+    fn release(self, stream: Option<usize>) {
+        let Releasable { frame, conversions } = self;
+        let cuda = frame.memory_kind() == MemoryKind::CudaVmm;
+        match (stream, frame.cuda_device().cloned()) {
+            (Some(s), Some(dev)) if cuda && frame.is_zero_copy() => {
+                // The ACK follows `s`: make `s` wait for the conversions first (on the GPU).
+                // SAFETY: Frame.release(stream)'s contract: a live stream of the frame's
+                // device; borrowed, not destroyed.
+                let st = unsafe { Stream::from_raw_with_device(&dev, s as *mut std::ffi::c_void) };
+                for e in &conversions {
+                    if st.wait_event(e).is_err() {
+                        let _ = e.synchronize();
+                    }
+                }
+                // SAFETY: as above.
+                unsafe { frame.release_after_stream(s as *mut std::ffi::c_void) }
+            }
+            (s, _) => {
+                // A zero-copy CUDA frame's release waits for its device's primary context,
+                // where the conversions run; a copy's buffer goes back to the subscriber's pool
+                // at once, so wait for them here.
+                if !frame.is_zero_copy() {
+                    for e in &conversions {
+                        let _ = e.synchronize();
+                    }
+                }
+                match s {
+                    // SAFETY: as above.
+                    Some(s) if cuda => unsafe {
+                        frame.release_after_stream(s as *mut std::ffi::c_void)
+                    },
+                    _ => frame.release(),
+                }
+            }
+        }
+    }
 }
 
 /// One live export of a frame: while it lives the frame is not released.
@@ -40,7 +94,7 @@ impl Drop for ExportGuard {
             let mut s = lock(&self.0.state);
             s.exports -= 1;
             if s.exports == 0 && s.released {
-                s.frame.take()
+                s.take()
             } else {
                 None
             }
@@ -48,8 +102,17 @@ impl Drop for ExportGuard {
         // Released by the last export: ACKed now (for a CUDA ring after the device's
         // primary context finished its work, see the core's Frame::release).
         if let Some(f) = last {
-            f.release();
+            f.release(None);
         }
+    }
+}
+
+impl FrameState {
+    fn take(&mut self) -> Option<Releasable> {
+        Some(Releasable {
+            frame: self.frame.take()?,
+            conversions: std::mem::take(&mut self.conversions),
+        })
     }
 }
 
@@ -78,11 +141,11 @@ impl FrameShared {
     }
 
     /// Mark released; the core frame if nothing exports it any more.
-    fn mark_released(&self) -> Option<cuframes_core::subscriber::Frame> {
+    fn mark_released(&self) -> Option<Releasable> {
         let mut s = lock(&self.state);
         s.released = true;
         if s.exports == 0 {
-            s.frame.take()
+            s.take()
         } else {
             None
         }
@@ -128,7 +191,12 @@ pub struct Subscriber {
     key: String,
     /// Granted at the handshake, fixed for the subscription.
     zero_copy: bool,
+    /// `to_rgb`'s kernel and buffer pool, made by the first conversion of a CUDA frame.
+    rgb: RgbSlot,
 }
+
+/// Shared by a subscriber and its frames.
+type RgbSlot = Arc<Mutex<Option<Arc<RgbGpu>>>>;
 
 impl Subscriber {
     fn wrap(&self, f: cuframes_core::subscriber::Frame) -> Frame {
@@ -141,11 +209,13 @@ impl Subscriber {
             memory,
             zero_copy,
             device: self.device,
+            rgb: self.rgb.clone(),
             shared: Arc::new(FrameShared {
                 state: Mutex::new(FrameState {
                     frame: Some(f),
                     exports: 0,
                     released: false,
+                    conversions: Vec::new(),
                 }),
                 subscriber_closed: self.closed.clone(),
             }),
@@ -214,6 +284,7 @@ impl Subscriber {
             closed: Arc::new(AtomicBool::new(false)),
             device,
             key: key.to_string(),
+            rgb: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -285,6 +356,7 @@ pub struct Frame {
     zero_copy: bool,
     #[pyo3(get)]
     device: i32,
+    rgb: RgbSlot,
     shared: Arc<FrameShared>,
 }
 
@@ -300,13 +372,7 @@ impl Frame {
         let Some(f) = self.shared.mark_released() else {
             return;
         };
-        let cuda = self.memory == MemoryKind::CudaVmm;
-        py.allow_threads(move || match stream {
-            // SAFETY: the documented contract of Frame.release(stream): a live CUstream of a
-            // context of the frame's device, current on this thread.
-            Some(s) if cuda => unsafe { f.release_after_stream(s as *mut std::ffi::c_void) },
-            _ => f.release(),
-        });
+        py.allow_threads(move || f.release(stream));
     }
 }
 
@@ -432,6 +498,76 @@ impl Frame {
         Ok(())
     }
 
+    /// The frame as an RGB image (a `cuframes.Tensor`; `torch.from_dlpack` takes it without
+    /// a copy): `dtype` "uint8" (0..255), "float16" or "float32" (0..1); `layout` "chw"
+    /// (3, H, W) or "hwc" (H, W, 3); `matrix` "bt709" / "bt601" / "bt2020" and `range`
+    /// "limited" / "full" say how to read the YUV samples (None: BT.709 limited, until the
+    /// ring carries the frame's own). CUDA frames are converted on the GPU into a pooled
+    /// device buffer, queued on `stream` (an int CUstream or a torch/CuPy stream of the
+    /// frame's device, in its primary context; None: the legacy default stream); host frames
+    /// on the host. The frame stays usable; its release waits for the conversion.
+    #[pyo3(signature = (dtype="uint8", layout="chw", matrix=None, range=None, stream=None))]
+    fn to_rgb(
+        &self,
+        py: Python<'_>,
+        dtype: &str,
+        layout: &str,
+        matrix: Option<&str>,
+        range: Option<&str>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<rgb::Tensor> {
+        let spec = rgb::parse_spec(dtype, layout, matrix, range)?;
+        let stream = match stream {
+            Some(s) => stream_handle(s)?,
+            None => None,
+        };
+        let guard = self.shared.export()?;
+        if self.memory == MemoryKind::HostMemfd {
+            let s = lock(&guard.0.state);
+            let f = s.frame.as_ref().expect("an export guard keeps the frame");
+            return match f.bytes() {
+                Some(b) => rgb::host_tensor(b, &self.layout, &spec),
+                None => {
+                    // Zero-copy: a snapshot of the slot first (the conversion reads every
+                    // byte several times; the copy is one pass).
+                    let mut copy = vec![0u8; self.layout.frame_size];
+                    f.copy_to(&mut copy).map_err(to_py)?;
+                    rgb::host_tensor(&copy, &self.layout, &spec)
+                }
+            };
+        }
+        let (dev, src) = {
+            let s = lock(&guard.0.state);
+            let f = s.frame.as_ref().expect("an export guard keeps the frame");
+            let dev = f
+                .cuda_device()
+                .cloned()
+                .ok_or_else(|| error(ErrorCode::Cuda, "to_rgb: the CUDA frame has no device"))?;
+            (dev, f.address())
+        };
+        let gpu = {
+            let mut slot = lock(&self.rgb);
+            match &*slot {
+                Some(g) => g.clone(),
+                None => {
+                    let g = Arc::new(
+                        py.allow_threads(|| RgbGpu::new(&dev))
+                            .map_err(rgb::no_gpu)?,
+                    );
+                    *slot = Some(g.clone());
+                    g
+                }
+            }
+        };
+        // SAFETY: `src` is the frame's device address (its slot, or its copy buffer), kept
+        // valid by `guard` now and, after, by the release: it waits for the event recorded
+        // below (Releasable::release). `stream` is to_rgb's documented contract.
+        let (tensor, done) =
+            unsafe { rgb::device_tensor(&gpu, src, &self.layout, &spec, stream.unwrap_or(0)) }?;
+        lock(&guard.0.state).conversions.push(done);
+        Ok(tensor)
+    }
+
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
@@ -458,7 +594,7 @@ impl Frame {
 impl Drop for Frame {
     fn drop(&mut self) {
         if let Some(f) = self.shared.mark_released() {
-            f.release();
+            f.release(None);
         }
     }
 }
@@ -524,7 +660,7 @@ impl Plane {
         Tensor {
             data: self.address(guard),
             device: self.dl_device(),
-            itemsize: self.itemsize,
+            dtype: dlpack::DType::Uint(self.itemsize as u8),
             shape: self.shape.clone(),
             strides: self.strides.clone(),
             // Zero-copy host slots are mapped read-only: a write would fault. CUDA slots are
@@ -655,7 +791,7 @@ impl Plane {
                  copy-mode subscriber",
             ));
         }
-        dlpack::capsule(py, &t, guard, versioned)
+        dlpack::capsule(py, &t, Box::new(guard), versioned)
     }
 
     #[getter]

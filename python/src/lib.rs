@@ -15,6 +15,7 @@ mod dlpack;
 mod frames;
 mod packets;
 mod publisher;
+mod rgb;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -128,6 +129,7 @@ fn _cuframes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<frames::Subscriber>()?;
     m.add_class::<frames::Frame>()?;
     m.add_class::<frames::Plane>()?;
+    m.add_class::<rgb::Tensor>()?;
     m.add_class::<publisher::Publisher>()?;
     m.add_class::<packets::PacketPublisher>()?;
     m.add_class::<packets::PacketSubscriber>()?;
