@@ -40,7 +40,8 @@ for l in sys.stdin:
   # The Python package: the abi3 wheel (any CPython >= 3.9) and its GPU check.
   scripts/build-python.sh
   cp "$(ls -t build/wheels/cuframes-*-abi3-*.whl | head -1)" "$out/"
-  cp python/tests/gpu_check.py "$out/"
+  cp python/tests/gpu_check.py python/tests/rgb_reference.py python/benches/gpu_bench.py \
+    examples/python/motion_stats.py "$out/"
   # FFmpeg frame path (hwupload_cuframes, -f cuframes): the cuframes FFmpeg build, the real
   # sample, and a 1080p H.264 clip for the decode-pipeline benchmark (made here with libx264).
   if [ -x build/ffmpeg/bin/ffmpeg ]; then
@@ -122,11 +123,47 @@ python_gpu() {
   PYTHONPATH="$d${PYTHONPATH:+:$PYTHONPATH}" python3 "$out/gpu_check.py" "$out/ffmpeg" "$out/sample.h264" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   grep -q '^PASS' "$log" || rc=1
+  grep -q '^FAIL' "$log" && rc=1
   rm -rf "$d" "$log"
   return "$rc"
 }
+# Unpack the wheel into a temporary directory and run python3 with it on PYTHONPATH.
+with_wheel() {
+  local d whl rc
+  whl=$(ls "$out"/cuframes-*-abi3-*.whl 2>/dev/null | head -1)
+  [ -n "$whl" ] || { echo "no wheel in $out"; return 1; }
+  d=$(mktemp -d /tmp/cuframes-py.XXXXXX)
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$whl" "$d"
+  PYTHONPATH="$d${PYTHONPATH:+:$PYTHONPATH}" python3 "$@"; rc=$?
+  rm -rf "$d"
+  return "$rc"
+}
+# examples/python/motion_stats.py beside an FFmpeg recorder, both on one camera ring fed by
+# nvdec: the example sees every frame (strict_wait) and the recording has every frame too.
+python_example() {
+  local ff="$out/ffmpeg" d key n ok=0 pid rec
+  d=$(mktemp -d /tmp/cuframes-ex.XXXXXX); key="gpuex-$$"
+  n=$("$ff" -hide_banner -nostdin -i "$out/sample.h264" -f framemd5 - 2>/dev/null | grep -vc '^#')
+  with_wheel "$out/motion_stats.py" "$key" --grid 4x4 --connect-timeout 30 >"$d/example.log" 2>&1 & pid=$!
+  "$ff" -hide_banner -nostdin -y -f cuframes -framerate 25 -connect_timeout 30000 -timeout 30000 -name recorder \
+    -i "$key" -vf hwdownload,format=nv12 -f framemd5 "$d/rec.md5" 2>"$d/rec.log" & rec=$!
+  "$ff" -hide_banner -nostdin -y -hwaccel cuda -hwaccel_output_format cuda -readrate 4 -i "$out/sample.h264" \
+    -vf "hwupload_cuframes=key=$key:policy=strict_wait:wait_subscribers=2:wait_timeout=30000" \
+    -f null - 2>"$d/pub.log" || { echo "publisher failed"; tail -5 "$d/pub.log"; ok=1; }
+  wait "$pid" || { echo "the example failed"; ok=1; }
+  wait "$rec" || { echo "the recorder failed"; tail -5 "$d/rec.log"; ok=1; }
+  cat "$d/example.log"
+  grep -q "^total $n frames" "$d/example.log" || { echo "the example did not see all $n frames"; ok=1; }
+  [ "$(grep -vc '^#' "$d/rec.md5")" = "$n" ] || { echo "the recording lacks frames"; ok=1; }
+  grep -q "zero copy True" "$d/example.log" || { echo "the example was not zero-copy"; ok=1; }
+  rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
+  return "$ok"
+}
 python_steps() {
-  step "Python: zero-copy CUDA frames into torch and cupy through DLPack, bit-exact vs hwdownload" python_gpu
+  step "Python: zero-copy CUDA frames into torch and cupy through DLPack, bit-exact vs hwdownload; to_rgb vs reference; publish from device memory" python_gpu
+  step "Python example (examples/python/motion_stats.py) beside an FFmpeg recorder on one camera" python_example
+  step "Python benchmark (python/benches/gpu_bench.py: import overhead, consumer fps, to_rgb vs D2D copy)" \
+    with_wheel "$out/gpu_bench.py" --frames "${GPU_PY_BENCH_FRAMES:-3000}"
 }
 ffmpeg_steps() {
   [ -x "$out/ffmpeg" ] || { echo "=== FFmpeg frame checks: SKIPPED (no $out/ffmpeg: build/ffmpeg missing at build time)"; return 0; }
@@ -179,6 +216,7 @@ hostile_cuda() {
 # Tests of frame_ring_cuda that get a summary line of their own (and are skipped in its main step).
 ring_own_steps=(release_then_destroy_cycles_tear_down_on_our_thread
   dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before
+  dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reused
   no_call_replaces_the_callers_current_context)
 
 run() {
@@ -200,6 +238,8 @@ run() {
     gpu_test "$out/frame_ring_cuda" --exact release_then_destroy_cycles_tear_down_on_our_thread --test-threads=1 --nocapture
   step "dropping a zero-copy CUDA frame waits for the GPU work queued before it (R12)" \
     gpu_test "$out/frame_ring_cuda" --exact dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before --test-threads=1 --nocapture
+  step "dropping a COPY CUDA frame waits for the GPU work queued on it before its buffer is reused" \
+    gpu_test "$out/frame_ring_cuda" --exact dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reused --test-threads=1 --nocapture
   step "no call replaces the caller's current context (own cuCtxCreate context)" \
     gpu_test "$out/frame_ring_cuda" --exact no_call_replaces_the_callers_current_context --test-threads=1 --nocapture
   if [ -x "$out/frame_ring_churn" ]; then

@@ -6,7 +6,8 @@
 //! Also the release paths (R12) and context hygiene: a frame released on a stream and its
 //! subscriber destroyed before the stream ran is torn down on our release thread, not in the
 //! CUDA host function (no failed driver release, memory and mappings flat over 1000 cycles);
-//! dropping a zero-copy frame waits for the GPU work queued before it; and no call of the
+//! dropping a zero-copy frame waits for the GPU work queued before it, a COPY frame before its
+//! buffer is reused; and no call of the
 //! library replaces the caller's current context.
 
 use cuframes_test_support as common;
@@ -492,6 +493,109 @@ fn dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before() {
         kernel_done_at_ack,
         "the ACK reached the publisher while the kernel still ran"
     );
+}
+
+/// Defect: dropping a COPY frame of a CUDA ring returned its device buffer to the
+/// subscriber's pool at once, and the next frame's copy rewrote it while GPU work queued on
+/// the frame still read it. Now the drop waits for the device's primary context first.
+#[test]
+fn dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reused() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let env = TestEnv::new("copydrop");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(cuda_ring(2, Policy::StrictWait)).unwrap();
+    let options = SubscriberOptions {
+        mode: SubscriberMode::Copy,
+        cuda_device: 0,
+        ..env.subscriber_options("copydrop")
+    };
+    let mut s = Subscriber::connect(&env.key, &options).unwrap();
+    assert!(!s.is_zero_copy());
+    let layout = p.frame_layout().unwrap().clone();
+    let y = layout.planes()[0];
+    let dev = CudaDevice::open(0).unwrap();
+    let writer = Stream::new(&dev).unwrap();
+    let reader = Stream::new(&dev).unwrap();
+    let check = Stream::new(&dev).unwrap();
+    let load = busy_iterations_for(&reader, Duration::from_millis(300));
+    let publish = |seq_hint: u64| {
+        let slot = p.acquire().unwrap();
+        assert_eq!(slot.seq, seq_hint);
+        testing::fill_pattern(
+            slot.address + y.offset as u64,
+            y.pitch,
+            y.row_bytes,
+            y.rows,
+            slot.seq,
+            0,
+            &writer,
+        )
+        .unwrap();
+        // SAFETY: our own live stream, of the ring's device.
+        unsafe { p.publish_after_stream(slot, writer.raw(), None) }.unwrap();
+    };
+    // What the reader's late copy lands in.
+    let snapshot = DeviceBuffer::new(&dev, y.pitch * y.rows).unwrap();
+
+    publish(1);
+    let f = s.next_frame(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(f.seq, 1);
+    // The "reader": a long kernel, then a copy of the frame's luma out of its buffer.
+    testing::busy(&reader, load).unwrap();
+    // SAFETY: both are device buffers of at least y.pitch * y.rows bytes (the frame's buffer
+    // is alive until `f` is dropped, which now waits for this copy); our own stream.
+    unsafe {
+        cuda::copy_2d_async(
+            snapshot.device_ptr(),
+            y.pitch,
+            f.address() + y.offset as u64,
+            y.pitch,
+            y.row_bytes,
+            y.rows,
+            &reader,
+        )
+    }
+    .unwrap();
+    let t = Instant::now();
+    drop(f);
+    let waited = t.elapsed();
+    // Frame 2's copy takes a pooled buffer: frame 1's, if the drop handed it back early.
+    publish(2);
+    let f2 = s.next_frame(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(f2.seq, 2);
+    reader.synchronize().unwrap();
+    let bad = testing::verify_pattern(
+        snapshot.device_ptr(),
+        y.pitch,
+        y.row_bytes,
+        y.rows,
+        1,
+        0,
+        &check,
+    )
+    .unwrap();
+    let bad_frame2 = testing::verify_pattern(
+        f2.address() + y.offset as u64,
+        y.pitch,
+        y.row_bytes,
+        y.rows,
+        2,
+        0,
+        &check,
+    )
+    .unwrap();
+    eprintln!(
+        "drop of a COPY frame with a ~300 ms kernel queued on it waited {waited:?}; bytes of \
+         the reader's copy not frame 1's: {bad}; frame 2 mismatches: {bad_frame2}"
+    );
+    assert_eq!(
+        bad, 0,
+        "frame 2's copy rewrote frame 1's buffer under its reader"
+    );
+    assert_eq!(bad_frame2, 0);
 }
 
 /// A context the test creates itself (cuCtxCreate), destroyed on drop: stands for a caller's

@@ -257,17 +257,26 @@ fn plane_end(p: &crate::format::Plane) -> Option<usize> {
     }
 }
 
-/// Dropping a frame releases it. A zero-copy CUDA frame that was not released with
-/// [`Frame::release_after_stream`] is ACKed only once all work in the device's primary
-/// context has finished (`cuCtxSynchronize`): dropping it costs a host wait as long as the
-/// longest work queued in that context, and GPU work in other contexts is not waited for
-/// (release those frames with `release_after_stream` and the reading stream).
+/// Dropping a frame releases it. A CUDA frame that was not released with
+/// [`Frame::release_after_stream`] waits for all work in the device's primary context first
+/// (`cuCtxSynchronize`): a zero-copy frame before its ACK, a COPY frame before its buffer
+/// returns to the subscriber's pool, where the next copy rewrites it. Dropping costs a host
+/// wait as long as the longest work queued in that context, and GPU work in other contexts is
+/// not waited for (release those frames with `release_after_stream` and the reading stream).
 impl Drop for Frame {
     fn drop(&mut self) {
         self.ack_now();
         if let FrameData::Device { buf, pool } = &mut self.data {
             if let Some(b) = buf.take() {
-                pool.lock().unwrap_or_else(|p| p.into_inner()).push(b);
+                match b.device().synchronize() {
+                    Ok(()) => pool.lock().unwrap_or_else(|p| p.into_inner()).push(b),
+                    // A context in error runs no more work; freeing the buffer is the safe
+                    // way out (it is not handed to another frame).
+                    Err(e) => {
+                        eprintln!("cuframes: releasing frame {}: {e}", self.seq);
+                        drop(b);
+                    }
+                }
             }
         }
     }
@@ -461,17 +470,26 @@ impl Frame {
                     Err(e) => eprintln!("cuframes: releasing frame {seq} after a stream: {e}"),
                 }
             }
-            FrameData::Device { buf, .. } if !stream.is_null() => {
+            FrameData::Device { buf, pool } if !stream.is_null() => {
                 // A COPY frame's buffer goes back to the pool (and is rewritten by the next
-                // copy) when dropped: the reads queued on the caller's stream must have
-                // finished first. The caller's context is current (as for any call with its
-                // stream); nothing is pushed.
+                // copy): the reads queued on the caller's stream must have finished first.
+                // The caller's context is current (as for any call with its stream); nothing
+                // is pushed.
                 // SAFETY: this function's contract: a live stream of the current context.
                 let caller = unsafe { crate::cuda::Stream::from_raw(stream) };
-                if let Err(e) = caller.synchronize() {
-                    // Not pooled: freeing the buffer (cuMemFree) waits for the device instead.
-                    eprintln!("cuframes: releasing frame {seq} after a stream: {e}");
-                    drop(buf.take());
+                match caller.synchronize() {
+                    // Its readers are done: pooled now, so the drop below need not wait for
+                    // the whole context.
+                    Ok(()) => {
+                        if let Some(b) = buf.take() {
+                            pool.lock().unwrap_or_else(|p| p.into_inner()).push(b);
+                        }
+                    }
+                    Err(e) => {
+                        // Not pooled: freeing the buffer (cuMemFree) waits for the device.
+                        eprintln!("cuframes: releasing frame {seq} after a stream: {e}");
+                        drop(buf.take());
+                    }
                 }
             }
             _ => {}
