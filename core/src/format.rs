@@ -31,6 +31,66 @@ pub struct Plane {
     pub rows: usize,
 }
 
+impl Plane {
+    /// The row pitch (bytes) of a strided array (torch, CuPy, NumPy, DLPack) that holds this
+    /// plane: `shape` with the rows first, `byte_strides` per axis (`None`: C-contiguous),
+    /// elements of `itemsize` bytes. The array must have this plane's rows, each of
+    /// `row_bytes` bytes, dense within a row (an NV12 chroma plane may be `[rows, pairs, 2]`);
+    /// the row stride is free. `Err` says what does not fit.
+    pub fn pitch_of_array(
+        &self,
+        shape: &[i64],
+        byte_strides: Option<&[i64]>,
+        itemsize: usize,
+    ) -> std::result::Result<usize, String> {
+        if shape.is_empty() || shape.iter().any(|&d| d < 0) {
+            return Err(format!("shape {shape:?} is not an array of rows"));
+        }
+        let rows = shape[0] as usize;
+        let row_bytes = shape[1..].iter().product::<i64>() as usize * itemsize;
+        if rows != self.rows || row_bytes != self.row_bytes {
+            return Err(format!(
+                "shape {shape:?} of {itemsize}-byte elements is {rows} rows of {row_bytes} \
+                 bytes; the plane has {} rows of {} bytes",
+                self.rows, self.row_bytes
+            ));
+        }
+        let Some(strides) = byte_strides else {
+            return Ok(row_bytes);
+        };
+        if strides.len() != shape.len() {
+            return Err(format!(
+                "{} strides for {} axes",
+                strides.len(),
+                shape.len()
+            ));
+        }
+        // Within a row, each axis of more than one element steps by the bytes of the later
+        // axes (C order, dense); an axis of one element has no step to check.
+        let mut dense = itemsize as i64;
+        for axis in (1..shape.len()).rev() {
+            if shape[axis] > 1 && strides[axis] != dense {
+                return Err(format!(
+                    "byte strides {strides:?} are not dense within a row (contiguous rows \
+                     needed, e.g. .contiguous())"
+                ));
+            }
+            dense *= shape[axis];
+        }
+        let pitch = if rows <= 1 {
+            row_bytes as i64
+        } else {
+            strides[0]
+        };
+        if pitch < row_bytes as i64 {
+            return Err(format!(
+                "row stride {pitch} is below the row's {row_bytes} bytes"
+            ));
+        }
+        Ok(pitch as usize)
+    }
+}
+
 /// The full layout of one frame: up to three planes, contiguous in one allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameLayout {
@@ -246,6 +306,32 @@ fn row_bytes(sh: &FormatShape, width: u32) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pitch_of_array_takes_any_row_stride_but_dense_rows_only() {
+        let p = Plane {
+            offset: 0,
+            pitch: 256,
+            row_bytes: 8,
+            rows: 4,
+        };
+        assert_eq!(p.pitch_of_array(&[4, 8], None, 1), Ok(8));
+        assert_eq!(p.pitch_of_array(&[4, 8], Some(&[64, 1]), 1), Ok(64));
+        // NV12 chroma as [rows, pairs, 2]; uint16 rows
+        assert_eq!(p.pitch_of_array(&[4, 4, 2], Some(&[32, 2, 1]), 1), Ok(32));
+        assert_eq!(p.pitch_of_array(&[4, 4], Some(&[32, 2]), 2), Ok(32));
+        // a single row: its stride is irrelevant
+        let one = Plane { rows: 1, ..p };
+        assert_eq!(one.pitch_of_array(&[1, 8], Some(&[0, 1]), 1), Ok(8));
+        // a hole inside a row, overlapping rows, wrong geometry, no axes, bad stride count
+        assert!(p.pitch_of_array(&[4, 8], Some(&[64, 2]), 1).is_err());
+        assert!(p.pitch_of_array(&[4, 8], Some(&[4, 1]), 1).is_err());
+        assert!(p.pitch_of_array(&[5, 8], None, 1).is_err());
+        assert!(p.pitch_of_array(&[4, 4], None, 1).is_err());
+        assert!(p.pitch_of_array(&[], None, 1).is_err());
+        assert!(p.pitch_of_array(&[4, 8], Some(&[8]), 1).is_err());
+        assert!(p.pitch_of_array(&[-4, 8], None, 1).is_err());
+    }
 
     /// Finding (trust boundary): a hostile publisher announced pitch 2^21 with height 16384;
     /// every check passed and a COPY reader aborted allocating 51 539 607 552 bytes.

@@ -117,8 +117,64 @@ class Frame:
         zero-copy CUDA frame then waits for the device's primary context (``cuCtxSynchronize``).
         With exports alive the release happens when the last one is gone (without the stream).
         """
+    def to_rgb(
+        self,
+        dtype: str = "uint8",
+        layout: str = "chw",
+        matrix: Optional[str] = None,
+        range: Optional[str] = None,
+        stream: Optional[Any] = None,
+    ) -> "Tensor":
+        """The frame as an RGB image, ready for inference (``torch.from_dlpack`` takes it
+        without a copy).
+
+        ``dtype``: "uint8" (0..255), "float16" or "float32" (0..1). ``layout``: "chw"
+        (3, H, W) or "hwc" (H, W, 3). ``matrix``: "bt709", "bt601" or "bt2020"; ``range``:
+        "limited" or "full" (None: BT.709 limited). Chroma is taken from the nearest sample.
+        CUDA frames are converted on the GPU into a pooled device buffer, queued on ``stream``
+        (int CUstream or a torch/CuPy stream of the frame's device; None: the legacy default
+        stream); host frames on the host (a NumPy-importable tensor). The frame stays usable;
+        its release waits for the conversion. Agrees with a float64 reference to 1 (uint8),
+        2.5e-7 (float32) and 5e-4 (float16).
+        """
     def __enter__(self) -> "Frame": ...
     def __exit__(self, *args: Any) -> bool: ...
+
+class Tensor:
+    """An RGB image made by ``Frame.to_rgb``: DLPack (``__dlpack__``/``__dlpack_device__``)
+    and ``__cuda_array_interface__`` (CUDA, with its stream) or ``__array_interface__`` (host).
+
+    Its memory lives while the Tensor or any import of it does, then returns to the pool.
+    """
+
+    @property
+    def shape(self) -> Tuple[int, int, int]:
+        """(3, height, width) for "chw", (height, width, 3) for "hwc"."""
+    @property
+    def dtype(self) -> str:
+        """"uint8", "float16" or "float32"."""
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def stream(self) -> Optional[int]:
+        """The stream the conversion was queued on (CUDA; 1 = the legacy default stream)."""
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[int] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any:
+        """A DLPack capsule. ``stream`` (CUDA): the importer's stream, made to wait for the
+        conversion (None: the legacy default stream; -1: no wait)."""
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    @property
+    def __array_interface__(self) -> Dict[str, Any]:
+        """Host tensors only (AttributeError on CUDA)."""
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        """CUDA tensors only (AttributeError on the host); version 3, with ``stream``."""
 
 class Subscriber:
     """Subscribe to the frames of the publisher of ``key``.
@@ -158,7 +214,8 @@ class Subscriber:
     def __exit__(self, *args: Any) -> bool: ...
 
 class Publisher:
-    """Publish frames of one format and size under ``key``, copied from host buffers.
+    """Publish frames of one format and size under ``key``, copied from host buffers or, into
+    CUDA rings, from CUDA arrays.
 
     ``memory``: "host" (memfd slots) or "cuda" (VMM on ``device``; host sources are uploaded).
     ``policy``: "drop_oldest" or "strict_wait" (a publish waits up to ``ack_timeout`` seconds
@@ -183,13 +240,19 @@ class Publisher:
         planes: Sequence[Any],
         pts_ns: Optional[int] = None,
         strides: Optional[Sequence[int]] = None,
+        stream: Optional[Any] = None,
     ) -> int:
-        """Copy one frame (one buffer per plane) and publish it; returns its seq.
+        """Copy one frame (one object per plane) into a slot and publish it; returns its seq.
 
-        A plane is bytes, bytearray or a buffer-protocol object (NumPy arrays: any strides,
+        Host planes: bytes, bytearray or a buffer-protocol object (NumPy arrays: any strides,
         read in C order; uint8, or uint16 for P010/P016) with the plane's rows densely, or,
-        bytes-like, ``strides[i]`` bytes apart. CUDA sources raise NotImplementedError (not
-        implemented yet). Wrong sizes: ValueError; objects without a buffer: TypeError.
+        bytes-like, ``strides[i]`` bytes apart. Device planes (``memory="cuda"`` rings only):
+        objects with ``__cuda_array_interface__`` or a CUDA ``__dlpack__`` (torch, CuPy
+        tensors), rows first and dense within a row (NV12 chroma ``[H/2, W/2, 2]`` or
+        ``[H/2, W]``), any row stride; copied device to device on ``stream`` (int CUstream or
+        a torch/CuPy stream; None: the legacy default stream) after the producer's work, and
+        published when the copy is complete. All planes host or all device. Wrong sizes:
+        ValueError; wrong types, a mix, or device planes into a host ring: TypeError.
         ``pts_ns`` None: the publisher's clock.
         """
     @property

@@ -154,7 +154,7 @@ impl FrameShared {
 
 /// A CUstream from what Python passes: None, an int, or a stream object of torch / CuPy /
 /// anything with `__cuda_stream__()`, `.cuda_stream` or `.ptr`.
-fn stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+pub(crate) fn stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
     if stream.is_none() {
         return Ok(None);
     }

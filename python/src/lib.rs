@@ -16,6 +16,7 @@ mod frames;
 mod packets;
 mod publisher;
 mod rgb;
+mod source;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;

@@ -1,17 +1,21 @@
 //! `Publisher`: a frame ring fed from host buffers.
 
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cuframes_core::cuda::{CudaDevice, Event, Stream};
 use cuframes_core::publisher::{
     FrameRingConfig, MemoryChoice, Publisher as CorePublisher, PublisherOptions,
 };
 use cuframes_core::wire::{Format, Policy};
 use cuframes_core::ErrorCode;
-use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyTuple};
 
+use crate::frames::stream_handle;
+use crate::source::{device_plane, is_device_source};
 use crate::{duration, error, lock, to_py};
 
 /// A core publisher of `key` with its ring enabled by `enable`, made without the GIL (creating
@@ -49,13 +53,6 @@ pub(crate) fn parse_format(name: &str) -> PyResult<Format> {
 /// The bytes of one source plane: bytes / bytearray directly, anything else through
 /// `memoryview(obj).tobytes()` (C order: dense rows whatever the source's strides).
 fn plane_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    if obj.hasattr("__cuda_array_interface__")? || is_cuda_dlpack(obj) {
-        return Err(PyNotImplementedError::new_err(
-            "Publisher.publish takes host buffers only for now; CUDA sources \
-             (__cuda_array_interface__ / DLPack kDLCUDA) are not implemented yet: \
-             copy the plane to the host first (e.g. tensor.cpu())",
-        ));
-    }
     if let Ok(b) = obj.downcast::<PyBytes>() {
         return Ok(b.as_bytes().to_vec());
     }
@@ -89,13 +86,31 @@ fn plane_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     view.call_method0("tobytes")?.extract::<Vec<u8>>()
 }
 
-fn is_cuda_dlpack(obj: &Bound<'_, PyAny>) -> bool {
-    obj.call_method0("__dlpack_device__")
-        .and_then(|d| d.extract::<(i32, i32)>())
-        .is_ok_and(|(t, _)| t != crate::dlpack::KDL_CPU)
+/// `CU_STREAM_LEGACY`: the stream a device copy runs on when the caller names none (it
+/// waits for the work of every blocking stream, as torch's and CuPy's default streams are).
+const LEGACY_STREAM: usize = 1;
+
+/// Make `copy_on` wait for the work a CUDA-array-interface producer queued on `ready_on`.
+fn order_after(dev: &Arc<CudaDevice>, copy_on: usize, ready_on: usize) -> PyResult<()> {
+    if ready_on == copy_on {
+        return Ok(());
+    }
+    let event = Event::new(dev).map_err(to_py)?;
+    // SAFETY: both are stream handles the caller and the producer gave us for this device's
+    // primary context (pushed by our caller), live for this call (the array interface's
+    // contract: its stream is valid while the interface is being consumed).
+    let (producer, consumer) = unsafe {
+        (
+            Stream::from_raw(ready_on as *mut c_void),
+            Stream::from_raw(copy_on as *mut c_void),
+        )
+    };
+    event.record(&producer).map_err(to_py)?;
+    consumer.wait_event(&event).map_err(to_py)
 }
 
-/// A frame publisher (host sources; the ring in host memory or CUDA VMM).
+/// A frame publisher (the ring in host memory or CUDA VMM; host or, for CUDA rings, device
+/// sources).
 ///
 /// The lock only guards taking the publisher out (close); every call works on a clone of the
 /// Arc, so no thread holds the lock while it waits for the GIL (or the GIL while it waits).
@@ -114,6 +129,53 @@ impl Publisher {
 
     fn with<R>(&self, f: impl FnOnce(&CorePublisher) -> PyResult<R>) -> PyResult<R> {
         f(&*self.get()?)
+    }
+
+    /// `publish` of device planes: a pitched device-to-device copy into the slot on the
+    /// caller's stream, ordered after each producer's stream, then published (§5: the copy is
+    /// complete before the frame is visible).
+    fn publish_device(
+        &self,
+        py: Python<'_>,
+        planes: &[Bound<'_, PyAny>],
+        geometry: &[cuframes_core::format::Plane],
+        pts_ns: Option<i64>,
+        stream: Option<usize>,
+    ) -> PyResult<u64> {
+        let p = self.get()?;
+        let dev = p.cuda_device().cloned().ok_or_else(|| {
+            PyTypeError::new_err(
+                "this publisher's ring is in host memory: pass host buffers (e.g. \
+                 tensor.cpu()), or create the publisher with memory=\"cuda\"",
+            )
+        })?;
+        let copy_on = stream.unwrap_or(LEGACY_STREAM);
+        // The caller's stream and the producers' live in the device's primary context (the
+        // one torch and CuPy use); make it current for the event calls and the copy.
+        let _current = dev.push_current().map_err(to_py)?;
+        let sources = planes
+            .iter()
+            .zip(geometry)
+            .enumerate()
+            .map(|(i, (obj, g))| device_plane(obj, i, g, copy_on))
+            .collect::<PyResult<Vec<_>>>()?;
+        for s in &sources {
+            if let Some(ready_on) = s.ready_on {
+                order_after(&dev, copy_on, ready_on)?;
+            }
+        }
+        let addresses: Vec<u64> = sources.iter().map(|s| s.address).collect();
+        let pitches: Vec<usize> = sources.iter().map(|s| s.pitch).collect();
+        let seq = py.allow_threads(|| {
+            // SAFETY: `copy_on` is the legacy stream or the caller's live stream of the
+            // primary context, current on this thread (pushed above; allow_threads runs the
+            // closure on this same thread); each address is the producer's device memory of
+            // the plane's rows at its pitch (checked against the ring's geometry), kept alive
+            // by `planes` / `sources` until this returns, which is after the copy completed.
+            unsafe { p.publish_device_planes(&addresses, &pitches, copy_on as *mut c_void, pts_ns) }
+        });
+        drop(sources);
+        seq.map_err(to_py)
     }
 
     fn close_impl(&self, py: Python<'_>) {
@@ -178,18 +240,23 @@ impl Publisher {
         })
     }
 
-    /// Copy one frame from host buffers (one per plane) and publish it; returns its seq.
+    /// Copy one frame (one object per plane) into a slot and publish it; returns its seq.
     ///
-    /// Each plane is bytes, bytearray or a buffer-protocol object (a NumPy array: any strides,
+    /// Host planes: bytes, bytearray or a buffer-protocol object (a NumPy array: any strides,
     /// read in C order) holding the plane's rows densely, or, for bytes-like planes,
-    /// `strides[i]` bytes apart. The wait for a free slot (strict_wait) releases the GIL.
-    #[pyo3(signature = (planes, pts_ns=None, strides=None))]
+    /// `strides[i]` bytes apart. Device planes (CUDA rings only): objects with
+    /// `__cuda_array_interface__` or a CUDA `__dlpack__` (torch, CuPy), rows first, dense
+    /// within a row, any row stride; copied device to device on `stream` (None: the legacy
+    /// default stream), after the producer's work, and published once the copy is complete.
+    /// The wait for a free slot (strict_wait) and for the copy release the GIL.
+    #[pyo3(signature = (planes, pts_ns=None, strides=None, stream=None))]
     fn publish(
         &self,
         py: Python<'_>,
         planes: &Bound<'_, PyAny>,
         pts_ns: Option<i64>,
         strides: Option<Vec<usize>>,
+        stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         let planes: Vec<Bound<'_, PyAny>> = planes
             .try_iter()
@@ -205,6 +272,22 @@ impl Publisher {
                 geometry.len(),
                 planes.len()
             )));
+        }
+        let on_device = planes
+            .iter()
+            .map(is_device_source)
+            .collect::<PyResult<Vec<bool>>>()?;
+        if on_device.iter().any(|&d| d) {
+            if !on_device.iter().all(|&d| d) {
+                return Err(PyTypeError::new_err(
+                    "planes must be all host buffers or all CUDA arrays, not a mix",
+                ));
+            }
+            let stream = match stream {
+                Some(s) => stream_handle(s)?,
+                None => None,
+            };
+            return self.publish_device(py, &planes, geometry, pts_ns, stream);
         }
         if let Some(s) = &strides {
             if s.len() != geometry.len() {

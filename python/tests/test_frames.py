@@ -232,9 +232,20 @@ def test_bad_inputs(runtime_dir, key):
             pub.publish(5)
 
         class FakeCuda:
-            __cuda_array_interface__ = {}
+            __cuda_array_interface__ = {"data": (0, False), "shape": (H, W), "typestr": "|u1"}
 
-        with pytest.raises(NotImplementedError):
+        class FakeDlpackCuda:
+            def __dlpack_device__(self):
+                return (2, 0)
+
+            def __dlpack__(self, stream=None):
+                raise AssertionError("a host ring must refuse before asking for the capsule")
+
+        # Device sources into a host ring: refused before any pointer is used, saying why.
+        for fake in (FakeCuda(), FakeDlpackCuda()):
+            with pytest.raises(TypeError, match="host memory"):
+                pub.publish([fake, fake])
+        with pytest.raises(TypeError, match="not a mix"):
             pub.publish([FakeCuda(), uv])
         with pytest.raises(cuframes.Error) as e:
             cuframes.Publisher(key, format="nv12", width=W, height=H)

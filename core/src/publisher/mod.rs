@@ -246,6 +246,11 @@ impl Publisher {
         self.inner.frames.get().map(|r| &r.layout)
     }
 
+    /// The device of a CUDA frame ring; `None` for a host ring or before `enable_frames`.
+    pub fn cuda_device(&self) -> Option<&std::sync::Arc<crate::cuda::CudaDevice>> {
+        self.inner.frames.get().and_then(|r| r.slots.cuda_device())
+    }
+
     /// Take the next slot to write (waits for ACKs under STRICT_WAIT).
     pub fn acquire(&self) -> Result<AcquiredSlot> {
         let ring = self.ring()?;
