@@ -20,6 +20,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --release -- -D warnings
+echo "== kernel PTX is what its CUDA source gives (scripts/gen-ptx.sh --check)"
+scripts/gen-ptx.sh --check
 echo "== C link through pkg-config --static"
 scripts/check-c-link.sh
 echo "== FFmpeg with the cuframes components (cached: rebuilt only when its inputs change)"

@@ -63,3 +63,27 @@ def quantise(rgb, dtype):
 
 def max_abs_diff(got, want):
     return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+
+
+def random_planes(fmt, w, h, seed):
+    """Random samples for every plane of a `fmt` frame of w x h, in the shapes publish() takes
+    (P010: random padding in the low 6 bits of luma, which must not matter)."""
+    rng = np.random.default_rng(seed)
+    cw, ch = (w + 1) // 2, (h + 1) // 2
+    if fmt == "nv12":
+        return [rng.integers(0, 256, (h, w), np.uint8), rng.integers(0, 256, (ch, 2 * cw), np.uint8)]
+    if fmt in ("p010", "p016"):
+        hi = 1024 if fmt == "p010" else 65536
+        shift = 6 if fmt == "p010" else 0
+        y = (rng.integers(0, hi, (h, w)) << shift).astype(np.uint16)
+        uv = (rng.integers(0, hi, (ch, 2 * cw)) << shift).astype(np.uint16)
+        if fmt == "p010":
+            y |= rng.integers(0, 64, (h, w)).astype(np.uint16)
+        return [y, uv]
+    if fmt == "yuv420p":
+        return [rng.integers(0, 256, (h, w), np.uint8)] + [
+            rng.integers(0, 256, (ch, cw), np.uint8) for _ in range(2)
+        ]
+    if fmt == "yuv444p":
+        return [rng.integers(0, 256, (h, w), np.uint8) for _ in range(3)]
+    return [rng.integers(0, 256, (h, 4 * w), np.uint8)]

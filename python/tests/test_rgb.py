@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import cuframes
+import rgb_reference
 from rgb_reference import max_abs_diff, quantise, to_rgb
 
 W, H = 38, 22  # not multiples of 4: odd chroma edges, pitches larger than rows
@@ -16,26 +17,7 @@ TOLERANCE = {"uint8": 1.0, "float32": 2.5e-7, "float16": 5e-4}
 
 
 def random_planes(fmt, seed):
-    """Random samples for every plane of a `fmt` frame, in the shapes publish() takes."""
-    rng = np.random.default_rng(seed)
-    cw, ch = (W + 1) // 2, (H + 1) // 2
-    if fmt == "nv12":
-        return [rng.integers(0, 256, (H, W), np.uint8), rng.integers(0, 256, (ch, 2 * cw), np.uint8)]
-    if fmt in ("p010", "p016"):
-        hi = 1024 if fmt == "p010" else 65536
-        shift = 6 if fmt == "p010" else 0
-        y = (rng.integers(0, hi, (H, W)) << shift).astype(np.uint16)
-        uv = (rng.integers(0, hi, (ch, 2 * cw)) << shift).astype(np.uint16)
-        if fmt == "p010":  # the low 6 bits are padding: garbage there must not matter
-            y |= rng.integers(0, 64, (H, W)).astype(np.uint16)
-        return [y, uv]
-    if fmt == "yuv420p":
-        return [rng.integers(0, 256, (H, W), np.uint8)] + [
-            rng.integers(0, 256, (ch, cw), np.uint8) for _ in range(2)
-        ]
-    if fmt == "yuv444p":
-        return [rng.integers(0, 256, (H, W), np.uint8) for _ in range(3)]
-    return [rng.integers(0, 256, (H, 4 * W), np.uint8)]
+    return rgb_reference.random_planes(fmt, W, H, seed)
 
 
 def plane_arrays(frame):
