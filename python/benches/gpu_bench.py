@@ -108,20 +108,27 @@ def consume(w, h, frames, with_import):
 
 
 def time_gpu(fn, iterations, stream):
-    """Mean time per fn() queued on `stream`, after a warm-up, in µs: the GPU's (CUDA events
-    around the loop) and the caller's (wall clock until the stream is done)."""
+    """Mean time per fn() queued on `stream`, after a warm-up, in µs: the GPU's and the
+    caller's. GPU: CUDA events around `iterations` calls queued behind a sleep kernel, so the
+    GPU runs them back to back and the host's launch overhead is not counted. Caller: wall
+    clock of the same loop without the sleep, until the stream is done."""
     with torch.cuda.stream(stream):
         for _ in range(5):
             fn()
         stream.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0 = time.perf_counter()
+        for _ in range(iterations):
+            fn()
+        stream.synchronize()
+        wall = (time.perf_counter() - t0) / iterations * 1e6
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # Longer than the host needs to queue the loop (wall, measured above), at ~2 GHz.
+        torch.cuda._sleep(int(wall * iterations * 1e-6 * 2e9 * 2) + 1_000_000)
         start.record(stream)
         for _ in range(iterations):
             fn()
         end.record(stream)
     end.synchronize()
-    wall = (time.perf_counter() - t0) / iterations * 1e6
     return start.elapsed_time(end) / iterations * 1e3, wall
 
 
