@@ -537,6 +537,24 @@ int cuframes_publisher_publish_host(cuframes_publisher_t *pub, const uint8_t *co
  *  hwcontext's cuda_ctx); slot addresses are valid in every context of the ring's device. */
 int cuframes_publisher_publish_after_stream(cuframes_publisher_t *pub, const cuframes_slot_t *slot,
                                             void *cuda_stream, int64_t pts_ns);
+/** CUDA rings: publish a slot written by GPU work on `cuda_stream` WITHOUT waiting for that
+ *  work: a host function queued on the stream makes the frame visible once the work queued so
+ *  far has completed (still never before, §5), and this returns at once, so the caller's thread
+ *  goes on to the next frame. The next acquire of the same slot, a synchronous publish and the
+ *  publisher's destruction wait for it (at most 10 s; then CUFRAMES_ERR_CUDA: the stream
+ *  failed). Publications on one stream run in order; one on another stream first waits for the
+ *  pending ones. NULL or CU_STREAM_LEGACY (0x1) = the legacy default stream of the current
+ *  context, which must then be a context of the ring's device. On error the slot is
+ *  abandoned. */
+int cuframes_publisher_publish_on_stream(cuframes_publisher_t *pub, const cuframes_slot_t *slot,
+                                         void *cuda_stream, int64_t pts_ns);
+/** CUDA rings: cuframes_publisher_publish_device WITHOUT waiting: the copy into the next slot
+ *  and then its publication are queued on `cuda_stream` (NULL: the library's own stream), and
+ *  this returns at once. The source planes must stay unchanged until the stream has run the
+ *  copy; work queued later on the same stream may reuse them (as FFmpeg's frame pools do). */
+int cuframes_publisher_publish_device_async(cuframes_publisher_t *pub, const uint64_t *planes,
+                                            const size_t *pitches, int plane_count,
+                                            void *cuda_stream, int64_t pts_ns);
 /** CUDA rings: copy a frame from device memory (one CUdeviceptr and pitch per plane) into the
  *  next slot, ordered after earlier work on `cuda_stream` (NULL: the library's own stream),
  *  and publish it. Host memory is never involved. Plane i must be device memory of

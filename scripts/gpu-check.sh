@@ -36,19 +36,17 @@ for l in sys.stdin:
   cargo build --release --bin cuframes-demo
   cp target/release/examples/frame_bench target/release/cuframes-demo "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
-  cp scripts/gpu-check.sh "$out/"
+  cp scripts/gpu-check.sh scripts/steady_fps.py "$out/"
   # The Python package: the abi3 wheel (any CPython >= 3.9) and its GPU check.
   scripts/build-python.sh
   cp "$(ls -t build/wheels/cuframes-*-abi3-*.whl | head -1)" "$out/"
   cp python/tests/gpu_check.py python/tests/rgb_reference.py python/benches/gpu_bench.py \
     examples/python/motion_stats.py "$out/"
-  # FFmpeg frame path (hwupload_cuframes, -f cuframes): the cuframes FFmpeg build, the real
-  # sample, and a 1080p H.264 clip for the decode-pipeline benchmark (made here with libx264).
+  # FFmpeg frame path (hwupload_cuframes, -f cuframes): the cuframes FFmpeg build and the real
+  # sample (the decode-pipeline benchmark encodes its clips on the GPU machine).
   if [ -x build/ffmpeg/bin/ffmpeg ]; then
     cp build/ffmpeg/bin/ffmpeg build/ffmpeg/bin/ffprobe "$out/"
     cp fate-samples/test-25fps.h264 "$out/sample.h264"
-    build/ffmpeg/bin/ffmpeg -hide_banner -loglevel error -y -f lavfi -i testsrc2=s=1920x1080:r=25 \
-      -frames:v 300 -c:v libx264 -preset ultrafast -crf 32 -g 50 -pix_fmt yuv420p "$out/bench1080.h264"
   fi
   ls -la "$out"
   set +e
@@ -89,25 +87,44 @@ ff_ring_check() { # readers, reader_opts, reader_filters, direct_filters, tag
   rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
   return "$ok"
 }
-# fps of a decode pipeline with and without the ring (docs/benchmarks.md, "FFmpeg decode pipeline").
+# fps of a decode pipeline with and without the ring (docs/benchmarks.md, "FFmpeg decode
+# pipeline"): long clips (1500 frames at 1080p, 600 at 4K; encoded here with libx264 on the
+# GPU machine's cores, so nothing large is carried), decode only against decode +
+# hwupload_cuframes with 0, 1 (strict_wait, zero copy) and 8 `-f cuframes` readers; each
+# configuration GPU_BENCH_REPS (2) times, ratios to the decode-only run of the same round.
 ff_bench() {
-  local ff="$out/ffmpeg" key="gpuffb-$$" t0 t1 n=300 d pid
+  local ff="$out/ffmpeg" d n size rep readers ref pids fps i key opts
   d=$(mktemp -d /tmp/cuframes-ffb.XXXXXX)
-  fps() { awk -v n="$n" -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", n / (b - a) }'; }
-  for rep in 1 2; do
-    t0=$(date +%s.%N); "$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
-      -i "$out/bench1080.h264" -f null - ; t1=$(date +%s.%N)
-    echo "bench1080 decode only (nvdec, CUDA frames):                  $(fps "$t0" "$t1") fps"
-    t0=$(date +%s.%N); "$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
-      -i "$out/bench1080.h264" -vf "hwupload_cuframes=key=$key" -f null - ; t1=$(date +%s.%N)
-    echo "bench1080 decode + hwupload_cuframes (no subscriber):        $(fps "$t0" "$t1") fps"
-    "$ff" -hide_banner -nostdin -loglevel error -f cuframes -connect_timeout 30000 -i "$key" -f null - 2>"$d/r.log" & pid=$!
-    t0=$(date +%s.%N); "$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
-      -i "$out/bench1080.h264" -vf "hwupload_cuframes=key=$key:policy=strict_wait:wait_subscribers=1:ring_size=8:ack_timeout=10000" \
-      -f null - ; t1=$(date +%s.%N); wait "$pid"
-    echo "bench1080 decode + hwupload_cuframes, 1 zero-copy reader (strict_wait): $(fps "$t0" "$t1") fps"
+  for size in 1080p 4k; do
+    case $size in
+      1080p) n=1500; "$ff" -hide_banner -nostdin -loglevel error -y -f lavfi -i testsrc2=s=1920x1080:r=30 \
+        -frames:v $n -c:v libx264 -preset ultrafast -crf 30 -g 60 -pix_fmt yuv420p "$d/clip.h264" ;;
+      4k) n=600; "$ff" -hide_banner -nostdin -loglevel error -y -f lavfi -i testsrc2=s=3840x2160:r=30 \
+        -frames:v $n -c:v libx264 -preset ultrafast -crf 30 -g 60 -pix_fmt yuv420p "$d/clip.h264" ;;
+    esac
+    for rep in $(seq 1 "${GPU_BENCH_REPS:-2}"); do
+      ref=$("$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
+        -i "$d/clip.h264" -f null -progress pipe:1 -stats_period 0.1 -nostats - | python3 "$out/steady_fps.py")
+      echo "$size round $rep: decode only (nvdec, CUDA frames): $ref fps"
+      for readers in 0 1 8; do
+        key="gpuffb-$$-$size-$rep-$readers"; pids=()
+        for i in $(seq 1 "$readers"); do
+          "$ff" -hide_banner -nostdin -loglevel error -f cuframes -connect_timeout 30000 -timeout 30000 -name "b$i" \
+            -i "$key" -f null - 2>"$d/r$i.log" & pids+=($!)
+        done
+        opts="hwupload_cuframes=key=$key"
+        [ "$readers" -gt 0 ] && opts="$opts:policy=strict_wait:wait_subscribers=$readers:wait_timeout=30000:ring_size=8:ack_timeout=10000"
+        # Steady state (scripts/steady_fps.py): the wait for the readers, before the first
+        # frame comes out, is not counted.
+        fps=$("$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
+          -i "$d/clip.h264" -vf "$opts" -f null -progress pipe:1 -stats_period 0.1 -nostats - | python3 "$out/steady_fps.py")
+        for i in "${pids[@]}"; do wait "$i" || echo "reader $i failed: $(tail -2 "$d/r$i.log")"; done
+        echo "$size round $rep: decode + hwupload_cuframes, $readers reader(s): $fps fps = $(awk -v a="$fps" -v b="$ref" 'BEGIN { printf "%.1f", 100 * a / b }') % of decode only"
+        rm -f /dev/shm/cuframes-"$key"*
+      done
+    done
   done
-  rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
+  rm -rf "$d"
 }
 # The Python package on the GPU (python/tests/gpu_check.py): FFmpeg decodes the sample with
 # nvdec into hwupload_cuframes, a zero-copy Python subscriber imports every plane with
@@ -175,7 +192,7 @@ ffmpeg_steps() {
     ff_ring_check 2 "-mode copy" "hwdownload,format=nv12" "hwdownload,format=nv12" copy
   step "FFmpeg: scale_cuda after the input device = scale_cuda after the decoder" \
     ff_ring_check 1 "" "scale_cuda=w=160:h=120,hwdownload,format=nv12" "scale_cuda=w=160:h=120,hwdownload,format=nv12" scale
-  step "FFmpeg: decode pipeline fps with and without the ring (1080p H.264, 300 frames)" ff_bench
+  step "FFmpeg: decode pipeline fps with and without the ring (1080p 1500 frames, 4K 600 frames; 0/1/8 readers)" ff_bench
 }
 
 # A GPU test binary that must not skip here: "SKIPPED (no CUDA ...)" / "SKIPPED: no CUDA ..."

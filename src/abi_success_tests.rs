@@ -322,11 +322,13 @@ fn successful_calls_leave_the_last_error_untouched() {
     );
 }
 
-const NEEDS_CUDA: [&str; 4] = [
+const NEEDS_CUDA: [&str; 6] = [
     "cuframes_cuda_primary_context",
     "cuframes_cuda_context_release",
     "cuframes_publisher_publish_after_stream",
+    "cuframes_publisher_publish_on_stream",
     "cuframes_publisher_publish_device",
+    "cuframes_publisher_publish_device_async",
 ];
 
 fn exported_functions() -> Vec<String> {

@@ -520,6 +520,91 @@ pub unsafe extern "C" fn cuframes_publisher_publish_after_stream(
     })
 }
 
+/// CUDA rings: publish a slot written by GPU work on `cuda_stream` without waiting for it: the
+/// frame becomes visible when the stream's work so far has completed, and this returns at once
+/// (cuframes.h).
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `slot` is NULL or
+/// points to an initialised `CSlot`; `cuda_stream` is NULL, `CU_STREAM_LEGACY` or a live
+/// CUstream of the current context.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_publish_on_stream(
+    p: *mut CPublisher,
+    slot: *const CSlot,
+    cuda_stream: *mut std::ffi::c_void,
+    pts_ns: i64,
+) -> c_int {
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle, `slot` NULL or a
+        // valid cuframes_slot_t.
+        let (p, slot) = unsafe { (input(p, "publisher")?, input(slot, "slot")?) };
+        // SAFETY: the C contract: `cuda_stream` is NULL/CU_STREAM_LEGACY with a context of
+        // the ring's device current, or a live CUstream of the current context (cuframes.h),
+        // publish_on_stream's contract.
+        unsafe {
+            p.0.publish_on_stream(to_core_slot(slot)?, cuda_stream, pts(pts_ns))
+        }
+        .map(|_| ())
+    })
+}
+
+/// CUDA rings: `cuframes_publisher_publish_device` without waiting: the copy and the
+/// publication are queued on `cuda_stream` (cuframes.h).
+///
+/// # Safety
+/// As for `cuframes_publisher_publish_device`, with the source planes unchanged until the
+/// stream has run the copy.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_publish_device_async(
+    p: *mut CPublisher,
+    planes: *const u64,
+    pitches: *const usize,
+    plane_count: c_int,
+    cuda_stream: *mut std::ffi::c_void,
+    pts_ns: i64,
+) -> c_int {
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+        let p = unsafe { input(p, "publisher") }?;
+        // SAFETY: the C contract: arrays of `plane_count` elements or NULL (checked there).
+        let (planes, pitches) = unsafe { plane_arrays(planes, pitches, plane_count) }?;
+        // SAFETY: the C contract: `cuda_stream` is NULL or a live CUstream of the current
+        // context; each plane device memory of its rows at its pitch, unchanged until the
+        // stream has run the copy (cuframes.h).
+        unsafe {
+            p.0.publish_device_planes_async(planes, pitches, cuda_stream, pts(pts_ns))
+        }
+        .map(|_| ())
+    })
+}
+
+/// The plane and pitch arrays of a device publish: `plane_count` (1..=3) elements each.
+///
+/// # Safety
+/// `planes` and `pitches` are NULL or arrays of `plane_count` elements, unwritten while the
+/// returned slices live.
+unsafe fn plane_arrays<'a>(
+    planes: *const u64,
+    pitches: *const usize,
+    plane_count: c_int,
+) -> Result<(&'a [u64], &'a [usize])> {
+    let n = usize::try_from(plane_count).map_err(|_| Error::invalid("plane_count"))?;
+    if planes.is_null() || pitches.is_null() || n == 0 || n > 3 {
+        return Err(Error::invalid(
+            "planes/pitches NULL or plane_count not in 1..3",
+        ));
+    }
+    // SAFETY: the caller's contract: arrays of `plane_count` = n elements (checked non-NULL
+    // above), unwritten while the slices live.
+    Ok(unsafe {
+        (
+            std::slice::from_raw_parts(planes, n),
+            std::slice::from_raw_parts(pitches, n),
+        )
+    })
+}
+
 /// CUDA rings: copy a frame from device memory (one CUdeviceptr and pitch per plane),
 /// ordered after earlier work on `cuda_stream` (NULL: the library's stream), and publish it.
 ///
@@ -539,20 +624,8 @@ pub unsafe extern "C" fn cuframes_publisher_publish_device(
     status(|| {
         // SAFETY: the C contract: `p` is NULL or a live publisher handle.
         let p = unsafe { input(p, "publisher") }?;
-        let n = usize::try_from(plane_count).map_err(|_| Error::invalid("plane_count"))?;
-        if planes.is_null() || pitches.is_null() || n == 0 || n > 3 {
-            return Err(Error::invalid(
-                "planes/pitches NULL or plane_count not in 1..3",
-            ));
-        }
-        // SAFETY: the C contract: `planes` and `pitches` are arrays of `plane_count` = n
-        // elements (checked non-NULL above), unwritten during the call.
-        let (planes, pitches) = unsafe {
-            (
-                std::slice::from_raw_parts(planes, n),
-                std::slice::from_raw_parts(pitches, n),
-            )
-        };
+        // SAFETY: the C contract: arrays of `plane_count` elements or NULL (checked there).
+        let (planes, pitches) = unsafe { plane_arrays(planes, pitches, plane_count) }?;
         // SAFETY: the C contract: `cuda_stream` is NULL or a live CUstream of the current
         // context, each plane device memory of its rows at its pitch (cuframes.h).
         unsafe {

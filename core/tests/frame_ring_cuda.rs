@@ -7,7 +7,9 @@
 //! subscriber destroyed before the stream ran is torn down on our release thread, not in the
 //! CUDA host function (no failed driver release, memory and mappings flat over 1000 cycles);
 //! dropping a zero-copy frame waits for the GPU work queued before it, a COPY frame before its
-//! buffer is reused; and no call of the
+//! buffer is reused; publication on the stream (`publish_on_stream`) returns at once and shows
+//! a frame only after its GPU work, and a publisher with publications pending tears down after
+//! them; and no call of the
 //! library replaces the caller's current context.
 
 use cuframes_test_support as common;
@@ -153,7 +155,20 @@ fn result(c: &mut Child) -> std::collections::HashMap<String, u64> {
         .collect()
 }
 
+/// How the publisher of `run` makes a written slot visible.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Publish {
+    /// `publish_after_stream`: the publishing thread waits for the stream.
+    AfterStream,
+    /// `publish_on_stream`: a host function on the stream publishes; the thread goes on.
+    OnStream,
+}
+
 fn run(policy: Policy, modes: &[(&str, bool)], frames: u64) {
+    run_with(policy, modes, frames, Publish::AfterStream)
+}
+
+fn run_with(policy: Policy, modes: &[(&str, bool)], frames: u64, publish: Publish) {
     let env = TestEnv::new("gpu");
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
     let mut cfg = FrameRingConfig::new(Format::Nv12, 1920, 1080);
@@ -200,8 +215,13 @@ fn run(policy: Policy, modes: &[(&str, bool)], frames: u64) {
             )
             .unwrap();
         }
-        // SAFETY: our own live stream, of the current context.
-        unsafe { p.publish_after_stream(slot, stream.raw(), None) }.unwrap();
+        match publish {
+            // SAFETY: our own live stream, of the current context.
+            Publish::AfterStream => unsafe { p.publish_after_stream(slot, stream.raw(), None) },
+            // SAFETY: as above.
+            Publish::OnStream => unsafe { p.publish_on_stream(slot, stream.raw(), None) },
+        }
+        .unwrap();
         if policy == Policy::DropOldest {
             // Paced, so that subscribers verify many frames (and are still lapped at times).
             std::thread::sleep(Duration::from_millis(2));
@@ -240,9 +260,187 @@ fn run(policy: Policy, modes: &[(&str, bool)], frames: u64) {
         }
     }
     eprintln!(
-        "{policy:?}: {frames} frames in {elapsed:?} ({:.0} fps)",
+        "{policy:?} ({publish:?}): {frames} frames in {elapsed:?} ({:.0} fps)",
         frames as f64 / elapsed.as_secs_f64()
     );
+}
+
+#[test]
+fn strict_wait_bit_exact_with_publication_on_the_stream() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let modes = [
+        ("copy", false),
+        ("zero_copy", false),
+        ("copy", false),
+        ("zero_copy", false),
+    ];
+    run_with(Policy::StrictWait, &modes, 300, Publish::OnStream);
+}
+
+#[test]
+fn drop_oldest_bit_exact_with_publication_on_the_stream() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let modes = [("copy", false), ("zero_copy", true), ("copy", false)];
+    run_with(Policy::DropOldest, &modes, 300, Publish::OnStream);
+}
+
+/// publish_on_stream returns while the GPU work before it still runs; the frame stays
+/// invisible until that work is done (§5) and is complete when it appears; the next acquire
+/// of its slot waits for the publication; a publication on another stream keeps seq order.
+#[test]
+fn publication_on_the_stream_follows_the_gpu_work_and_does_not_block() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let env = TestEnv::new("onstream");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(cuda_ring(1, Policy::DropOldest)).unwrap();
+    let mut s = Subscriber::connect(
+        &env.key,
+        &SubscriberOptions {
+            mode: SubscriberMode::Copy,
+            cuda_device: 0,
+            ..env.subscriber_options("onstream")
+        },
+    )
+    .unwrap();
+    let layout = p.frame_layout().unwrap().clone();
+    let dev = CudaDevice::open(0).unwrap();
+    let _current = dev.push_current().unwrap();
+    let stream = Stream::new(&dev).unwrap();
+    let other = Stream::new(&dev).unwrap();
+    let check = Stream::new(&dev).unwrap();
+    let load = busy_iterations_for(&stream, Duration::from_millis(300));
+    let write = |slot: &cuframes_core::publisher::AcquiredSlot, on: &Stream| {
+        for (i, pl) in layout.planes().iter().enumerate() {
+            testing::fill_pattern(
+                slot.address + pl.offset as u64,
+                pl.pitch,
+                pl.row_bytes,
+                pl.rows,
+                slot.seq,
+                i as u32,
+                on,
+            )
+            .unwrap();
+        }
+    };
+    let done = Event::new(&dev).unwrap();
+    let slot = p.acquire().unwrap();
+    testing::busy(&stream, load).unwrap();
+    write(&slot, &stream);
+    done.record(&stream).unwrap();
+    let t = Instant::now();
+    // SAFETY: our own live stream, of the current context.
+    unsafe { p.publish_on_stream(slot, stream.raw(), None) }.unwrap();
+    let returned_after = t.elapsed();
+    // Invisible while the kernel runs.
+    let early = s.next_frame(Some(Duration::from_millis(50)));
+    let still_running = !done.query().unwrap();
+    assert!(
+        still_running,
+        "the kernel ended too soon for the test (load too short)"
+    );
+    assert!(
+        early.is_err(),
+        "a frame became visible before the GPU work that writes it had finished"
+    );
+    let f = s.next_frame(Some(Duration::from_secs(10))).unwrap();
+    let visible_after = t.elapsed();
+    assert!(done.query().unwrap());
+    assert_eq!(f.seq, 1);
+    let mut bad = 0;
+    for (i, pl) in layout.planes().iter().enumerate() {
+        bad += testing::verify_pattern(
+            f.address() + pl.offset as u64,
+            pl.pitch,
+            pl.row_bytes,
+            pl.rows,
+            1,
+            i as u32,
+            &check,
+        )
+        .unwrap();
+    }
+    drop(f);
+    assert_eq!(
+        bad, 0,
+        "the frame was visible before its bytes were complete"
+    );
+    // One slot: acquiring frame 2 waits for frame 1's publication (here long done); frame 2 is
+    // published on another stream behind a kernel, frame 3 on the first stream: frame 3's
+    // publication waits for frame 2's, so seqs appear in order.
+    let slot2 = p.acquire().unwrap();
+    testing::busy(&other, load).unwrap();
+    write(&slot2, &other);
+    // SAFETY: our own live streams, of the current context.
+    unsafe { p.publish_on_stream(slot2, other.raw(), None) }.unwrap();
+    let slot3 = p.acquire().unwrap(); // waits for frame 2 (same slot)
+    write(&slot3, &stream);
+    // SAFETY: as above.
+    unsafe { p.publish_on_stream(slot3, stream.raw(), None) }.unwrap();
+    let mut seen = Vec::new();
+    while let Ok(f) = s.next_frame(Some(Duration::from_secs(2))) {
+        seen.push(f.seq);
+    }
+    eprintln!(
+        "publish_on_stream returned after {returned_after:?}; the frame appeared after \
+         {visible_after:?} (kernel ~300 ms); then seen {seen:?}"
+    );
+    assert!(
+        returned_after < Duration::from_millis(100),
+        "publish_on_stream waited for the GPU ({returned_after:?})"
+    );
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert_eq!(seen.last(), Some(&3));
+}
+
+/// Teardown with publications still queued behind GPU work: dropping the publisher waits for
+/// them (the copy may still write the slots), leaves no mapping behind, and the key can be
+/// published again at once.
+#[test]
+fn dropping_a_publisher_with_publications_pending_waits_for_them() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let env = TestEnv::new("pendingdrop");
+    let dev = CudaDevice::open(0).unwrap();
+    let _current = dev.push_current().unwrap();
+    let stream = Stream::new(&dev).unwrap();
+    let load = busy_iterations_for(&stream, Duration::from_millis(300));
+    let done = Event::new(&dev).unwrap();
+    let maps_before = cuda::live_mappings();
+    {
+        let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+        p.enable_frames(cuda_ring(2, Policy::StrictWait)).unwrap();
+        let slot = p.acquire().unwrap();
+        testing::busy(&stream, load).unwrap();
+        done.record(&stream).unwrap();
+        // SAFETY: our own live stream, of the current context.
+        unsafe { p.publish_on_stream(slot, stream.raw(), None) }.unwrap();
+        assert!(!done.query().unwrap(), "load too short");
+        let t = Instant::now();
+        drop(p);
+        eprintln!(
+            "drop with a publication pending behind a ~300 ms kernel took {:?}",
+            t.elapsed()
+        );
+        assert!(
+            done.query().unwrap(),
+            "the publisher was torn down under pending GPU work"
+        );
+    }
+    assert_eq!(cuda::live_mappings(), maps_before, "mappings left behind");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(cuda_ring(2, Policy::StrictWait)).unwrap();
 }
 
 #[test]

@@ -23,8 +23,9 @@
  * The filter publishes each input frame into the frame ring of a cuframes publisher (key
  * `key`), then passes the frame on untouched. Software frames are copied (uploaded for a CUDA
  * ring); AV_PIX_FMT_CUDA frames are copied device to device on the frames' CUDA stream, with
- * the frames' context pushed, and published only once that stream has finished (so no
- * subscriber can see a frame before its data is complete).
+ * the frames' context pushed, and published by a host function queued behind the copy (so no
+ * subscriber can see a frame before its data is complete, and the filter never waits for the
+ * GPU).
  *
  * The publisher is created on the first frame, when the size and format are known, with
  * cuframes_publisher_open_shared (R6: a cuframes_pkt muxer of the same command shares it).
@@ -296,11 +297,13 @@ static int publish_cuda_frame(AVFilterContext *ctx, const AVFrame *frame, int64_
         av_log(ctx, AV_LOG_ERROR, "cuCtxPushCurrent failed.\n");
         return AVERROR_EXTERNAL;
     }
-    /* The copy is queued on the frames' stream after the producer's work, and the frame is
-     * published only once that stream has finished. */
-    ret = cuframes_publisher_publish_device(s->pub, planes, pitches, n,
-                                            hw->stream ? (void *)hw->stream : CUFRAMES_CU_STREAM_LEGACY,
-                                            pts_ns);
+    /* The copy and then the publication are queued on the frames' stream, after the
+     * producer's work; neither is waited for here: the frame becomes visible when the stream
+     * reaches it, and this thread goes on to the next frame. The decoder's pool reuses the
+     * source surface only through work queued later on the same stream. */
+    ret = cuframes_publisher_publish_device_async(s->pub, planes, pitches, n,
+                                                  hw->stream ? (void *)hw->stream : CUFRAMES_CU_STREAM_LEGACY,
+                                                  pts_ns);
     cu->cuCtxPopCurrent(&dummy);
     if (ret != CUFRAMES_OK)
         return ff_cuframes_log_error(ctx, ret, "Cannot publish the CUDA frame");

@@ -14,6 +14,7 @@
 
 pub mod ack_page;
 pub mod layout;
+pub mod publication;
 pub mod reader;
 pub mod writer;
 

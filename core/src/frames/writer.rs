@@ -7,7 +7,6 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -15,6 +14,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
 use crate::frames::ack_page::AckPage;
 use crate::frames::layout::FrameShm;
+use crate::frames::publication::Publication;
 use crate::futex;
 use crate::memory::host::HostSlots;
 use crate::memory::SlotStore;
@@ -90,7 +90,14 @@ pub(crate) struct WriterState {
     /// The writer's own record of the frame in each slot (0 = none): what STRICT_WAIT waits
     /// on is decided from this, never from the SHM, which others may be able to write.
     slot_seq: [u64; MAX_RING_SIZE],
+    /// The stream the publications still pending were queued on (`publish_on_stream`).
+    pending_stream: usize,
 }
+
+/// How long the writer waits for a publication queued on a stream (the GPU work before it)
+/// when it needs it: to reuse its slot, to publish after it, or to tear the ring down. A
+/// stream that has not finished a frame's copy in this long has failed or hangs.
+const STREAM_PUBLICATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The publisher's frame ring: the SHM, the slots and the writer state.
 pub struct FrameWriter {
@@ -98,17 +105,14 @@ pub struct FrameWriter {
     pub ring_size: usize,
     pub policy: Policy,
     pub ack_timeout: Duration,
-    pub shm: FrameShm,
+    pub shm: Arc<FrameShm>,
     pub shm_name: String,
     _shm_fd: OwnedFd,
     pub slots: Box<dyn SlotStore>,
     writer: Mutex<WriterState>,
-    /// The last published seq, for readers of the writer's state that must not wait for the
-    /// writer's lock (the server thread: a STRICT_WAIT acquire holds it for up to ack_timeout).
-    published: AtomicU64,
-    /// Subscribers with an ACK page: they cannot count themselves in the header's R28 waiter
-    /// count (it is read-only to them), so while there are any, every publish wakes.
-    pub(crate) page_readers: AtomicUsize,
+    /// What publishing touches (the published seq, the readers to wake), shared with the
+    /// publications queued on CUDA streams.
+    pub(crate) publication: Arc<Publication>,
     /// CUDA rings: the stream the convenience copies run on.
     copy_stream: Option<crate::cuda::Stream>,
 }
@@ -159,7 +163,7 @@ impl FrameWriter {
         let shm_name = key.frame_shm_name();
         let (fd, map) = shm::create(&shm_name, FRAME_SHM_SIZE, file_mode)?;
         let shm = match FrameShm::new(map) {
-            Ok(s) => s,
+            Ok(s) => Arc::new(s),
             Err(e) => {
                 let _ = shm::unlink(&shm_name);
                 return Err(e);
@@ -177,7 +181,6 @@ impl FrameWriter {
             ring_size: config.ring_size,
             policy: config.policy,
             ack_timeout: config.ack_timeout,
-            shm,
             shm_name,
             _shm_fd: fd,
             copy_stream,
@@ -186,9 +189,10 @@ impl FrameWriter {
                 last_seq: 0,
                 acquired: None,
                 slot_seq: [0; MAX_RING_SIZE],
+                pending_stream: 0,
             }),
-            published: AtomicU64::new(0),
-            page_readers: AtomicUsize::new(0),
+            publication: Publication::new(Arc::clone(&shm)),
+            shm,
         })
     }
 
@@ -216,7 +220,7 @@ impl FrameWriter {
 
     /// The last published seq, without taking the writer's lock.
     pub fn published_seq(&self) -> u64 {
-        self.published.load(Ordering::SeqCst)
+        self.publication.published()
     }
 
     /// Take the next slot for writing. Under STRICT_WAIT this waits until every subscriber
@@ -230,6 +234,9 @@ impl FrameWriter {
         }
         let seq = st.last_seq + 1;
         let index = self.slot_of(seq);
+        // The slot's previous frame may still wait for its GPU work (publish_on_stream): it
+        // is published (or its stream declared failed) before the slot is invalidated.
+        self.wait_published(st.slot_seq[index])?;
         if self.policy == Policy::StrictWait && st.slot_seq[index] != 0 {
             self.wait_for_acks(index, st.slot_seq[index], acks);
         }
@@ -306,6 +313,48 @@ impl FrameWriter {
         if st.acquired != Some(slot.seq) {
             return Err(Error::invalid("publish of a slot that was not acquired"));
         }
+        // Frames become visible in seq order: the ones still queued on a stream first.
+        self.wait_published(st.last_seq)?;
+        let k = self.commit(&mut st, &slot, pts_ns);
+        drop(st);
+        self.publication.make_visible(k, slot.seq);
+        Ok(slot.seq)
+    }
+
+    /// CUDA: publish a slot once the work queued so far on `stream` (the slot's writes) has
+    /// completed, without waiting for it: a host function queued on the stream makes the frame
+    /// visible (§5). The caller goes on at once; the next `acquire` of this slot, a `publish`
+    /// and the ring's teardown wait for it. Publications queued on one stream run in order; a
+    /// publication on another stream than the pending ones first waits for those, so frames
+    /// still become visible in seq order.
+    ///
+    /// # Safety
+    /// `stream` is a live `CUstream` of the current context, or null / `CU_STREAM_LEGACY`
+    /// with a context of the ring's device current.
+    pub(crate) unsafe fn publish_on_stream(
+        &self,
+        slot: AcquiredSlot,
+        stream: *mut std::ffi::c_void,
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
+        let mut st = self.lock();
+        if st.acquired != Some(slot.seq) {
+            return Err(Error::invalid("publish of a slot that was not acquired"));
+        }
+        if st.pending_stream != stream as usize {
+            self.wait_published(st.last_seq)?;
+        }
+        let k = self.slot_of(slot.seq);
+        // SAFETY: our contract is enqueue's.
+        unsafe { self.publication.enqueue(stream, k, slot.seq) }?;
+        self.commit(&mut st, &slot, pts_ns);
+        st.pending_stream = stream as usize;
+        Ok(slot.seq)
+    }
+
+    /// The writer's side of a publication: the slot's pts and size (read by subscribers only
+    /// once its seq is valid) and our own record; returns the slot index.
+    fn commit(&self, st: &mut WriterState, slot: &AcquiredSlot, pts_ns: Option<i64>) -> usize {
         // The seq was checked against our own record; `slot.index` is the caller's copy.
         let k = self.slot_of(slot.seq);
         self.shm.slot_pts(k).store(
@@ -315,27 +364,42 @@ impl FrameWriter {
         self.shm
             .slot_written(k)
             .store(self.layout.frame_size as u64, Ordering::Relaxed);
-        // R24: seq (release), then global_seq (release).
-        self.shm.slot_seq(k).store(slot.seq, Ordering::Release);
-        self.shm.global_seq().store(slot.seq, Ordering::SeqCst);
-        self.published.store(slot.seq, Ordering::SeqCst);
         st.slot_seq[k] = slot.seq;
         st.last_seq = slot.seq;
         st.acquired = None;
-        drop(st);
-        // R13/R28: a system call only when someone sleeps (or may sleep uncounted).
-        if self.page_readers.load(Ordering::SeqCst) > 0
-            || self.shm.waiters().load(Ordering::SeqCst) > 0
-        {
-            futex::wake_all(self.shm.global_seq_word());
+        k
+    }
+
+    /// Wait until frame `seq` (0: none) is visible, when a stream still holds its publication.
+    fn wait_published(&self, seq: u64) -> Result<()> {
+        if seq == 0 || self.publication.pending() == 0 {
+            return Ok(());
         }
-        Ok(slot.seq)
+        if self
+            .publication
+            .wait_published(seq, STREAM_PUBLICATION_TIMEOUT)
+        {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::Cuda,
+            format!(
+                "frame {seq} is still not published after {} s: the GPU work queued before it \
+                 on its stream has not completed (the stream failed or hangs)",
+                STREAM_PUBLICATION_TIMEOUT.as_secs()
+            ),
+        ))
     }
 
     /// Give an acquired slot back unpublished (the write failed). The slot stays invalid.
     pub(crate) fn abandon(&self, slot: AcquiredSlot) {
+        self.abandon_seq(slot.seq);
+    }
+
+    /// `abandon` by seq, for callers that handed the slot on to a call that failed.
+    pub(crate) fn abandon_seq(&self, seq: u64) {
         let mut st = self.lock();
-        if st.acquired == Some(slot.seq) {
+        if st.acquired == Some(seq) {
             st.acquired = None;
         }
     }
@@ -439,9 +503,9 @@ impl FrameWriter {
     }
 
     /// Copy a frame from device memory (plane pointers and pitches) into a CUDA slot on
-    /// `stream` (null: the ring's own stream), ordered after the caller's earlier work on it.
-    /// With a caller's stream, the caller's context must be current on this thread (VMM
-    /// memory is addressable from every context of the device).
+    /// `stream` (null: the ring's own stream), ordered after the caller's earlier work on it,
+    /// and wait for the copy. With a caller's stream, the caller's context must be current on
+    /// this thread (VMM memory is addressable from every context of the device).
     ///
     /// # Safety
     /// `stream` is null or a live `CUstream` of the current context; each `planes[i]` is
@@ -454,18 +518,35 @@ impl FrameWriter {
         pitches: &[usize],
         stream: *mut std::ffi::c_void,
     ) -> Result<()> {
+        // SAFETY: our contract, with the copy complete before we return (synchronize below).
+        let used = unsafe { self.queue_device_copy(slot, planes, pitches, stream) }?;
+        used.synchronize()
+    }
+
+    /// The copy of `write_device_planes`, queued and not waited for; returns the stream it
+    /// runs on (the caller's, borrowed, or the ring's own).
+    ///
+    /// # Safety
+    /// `stream` is null or a live `CUstream` of the current context; each `planes[i]` is
+    /// device memory of this device, readable for plane i's rows at `pitches[i]` until the
+    /// copy has run on the stream.
+    pub(crate) unsafe fn queue_device_copy(
+        &self,
+        slot: &AcquiredSlot,
+        planes: &[u64],
+        pitches: &[usize],
+        stream: *mut std::ffi::c_void,
+    ) -> Result<StreamRef<'_>> {
         let (_, own) = self.cuda()?;
         let layout = &self.layout;
         check_plane_count(layout, planes.len(), pitches.len())?;
         // The caller's stream runs in the caller's (current) context; our own stream pushes
         // ours for each call and pops it again.
-        let borrowed;
         let stream = if stream.is_null() {
-            own
+            StreamRef::Own(own)
         } else {
             // SAFETY: a live CUstream of the current context: this function's contract.
-            borrowed = unsafe { crate::cuda::Stream::from_raw(stream) };
-            &borrowed
+            StreamRef::Caller(unsafe { crate::cuda::Stream::from_raw(stream) })
         };
         let base = self.slots.slot_address(self.slot_of(slot.seq));
         for (i, (p, (src, pitch))) in layout
@@ -481,9 +562,10 @@ impl FrameWriter {
                 )));
             }
             // SAFETY: the destination is plane `p` of the acquired slot (a VMM mapping of ours
-            // that outlives the copy, which completes before this returns: synchronize
-            // below). The source planes are the caller's device memory, valid for their rows
-            // at `pitch` until the copy completes: this function's contract.
+            // that outlives the copy: the ring's teardown waits for the publications queued
+            // behind it, and the synchronous callers wait for the copy). The source planes are
+            // the caller's device memory, valid for their rows at `pitch` until the copy has
+            // run: this function's contract.
             unsafe {
                 crate::cuda::copy_2d_async(
                     base + p.offset as u64,
@@ -492,11 +574,54 @@ impl FrameWriter {
                     *pitch,
                     p.row_bytes,
                     p.rows,
-                    stream,
+                    stream.get(),
                 )
             }?;
         }
-        stream.synchronize()
+        Ok(stream)
+    }
+
+    /// The ring's context pushed: what a publication queued on the ring's own stream needs
+    /// (cuLaunchHostFunc binds no context of its own).
+    pub(crate) fn push_ring_context(&self) -> Result<crate::cuda::ContextGuard> {
+        self.cuda()?.0.push_current()
+    }
+}
+
+/// The stream a device copy was queued on.
+pub(crate) enum StreamRef<'a> {
+    /// The ring's own copy stream (it pushes the ring's context for each call).
+    Own(&'a crate::cuda::Stream),
+    /// The caller's stream, borrowed (the caller's context is current).
+    Caller(crate::cuda::Stream),
+}
+
+impl StreamRef<'_> {
+    pub(crate) fn get(&self) -> &crate::cuda::Stream {
+        match self {
+            StreamRef::Own(s) => s,
+            StreamRef::Caller(s) => s,
+        }
+    }
+
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.get().synchronize()
+    }
+}
+
+/// The slots must outlive the GPU work queued on them: a publication still pending on a
+/// stream means its copy may still write the slot, so the teardown waits for it (bounded; a
+/// failed stream runs no more work). The host function itself owns what it touches.
+impl Drop for FrameWriter {
+    fn drop(&mut self) {
+        let last = self.lock().last_seq;
+        if self.wait_published(last).is_err() {
+            eprintln!(
+                "cuframes: tearing down a frame ring with {} publications still queued on a \
+                 stream that does not finish",
+                self.publication.pending()
+            );
+        }
     }
 }
 

@@ -307,6 +307,69 @@ impl Publisher {
         ring.publish(slot, pts_ns)
     }
 
+    /// CUDA: publish a slot written by GPU work on `stream` without waiting for that work:
+    /// the frame becomes visible when the work queued so far on the stream has completed (a
+    /// host function queued behind it makes it visible, §5), and this returns at once. The
+    /// next acquire of the same slot, a synchronous publish and the ring's teardown wait for
+    /// it. On error the slot is abandoned.
+    ///
+    /// # Safety
+    /// `stream` is a live `CUstream` of the context current on this thread, or null /
+    /// `CU_STREAM_LEGACY` with a context of the ring's device current.
+    pub unsafe fn publish_on_stream(
+        &self,
+        slot: AcquiredSlot,
+        stream: *mut std::ffi::c_void,
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
+        let ring = self.ring()?;
+        let seq = slot.seq;
+        // SAFETY: our contract is publish_on_stream's.
+        match unsafe { ring.publish_on_stream(slot, stream, pts_ns) } {
+            Ok(seq) => Ok(seq),
+            Err(e) => {
+                ring.abandon_seq(seq);
+                Err(e)
+            }
+        }
+    }
+
+    /// CUDA: `publish_device_planes` without waiting: the copy and then the publication are
+    /// queued on `stream` (null: the ring's own stream, ordered after nothing of the
+    /// caller's), and this returns at once.
+    ///
+    /// # Safety
+    /// `stream` is null or a live `CUstream` of the context current on this thread; each
+    /// `planes[i]` is device memory of the ring's device, holding plane i's rows at
+    /// `pitches[i]` unchanged until the stream has run the copy (work queued later on the
+    /// same stream may reuse it, as FFmpeg's frame pools do).
+    pub unsafe fn publish_device_planes_async(
+        &self,
+        planes: &[u64],
+        pitches: &[usize],
+        stream: *mut std::ffi::c_void,
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
+        let ring = self.ring()?;
+        let slot = ring.acquire(&*self.inner)?;
+        let seq = slot.seq;
+        // SAFETY: our contract is queue_device_copy's (the source stays valid until the
+        // stream has run the copy).
+        let queued =
+            unsafe { ring.queue_device_copy(&slot, planes, pitches, stream) }.and_then(|used| {
+                // The publication goes behind the copy, on the stream the copy runs on; the
+                // ring's own stream needs the ring's context current for cuLaunchHostFunc.
+                let _current = match &used {
+                    crate::frames::writer::StreamRef::Own(_) => Some(ring.push_ring_context()?),
+                    crate::frames::writer::StreamRef::Caller(_) => None,
+                };
+                // SAFETY: `used` is the caller's live stream (its context current) or our own
+                // stream with our context pushed.
+                unsafe { ring.publish_on_stream(slot, used.get().raw(), pts_ns) }
+            });
+        queued.inspect_err(|_| ring.abandon_seq(seq))
+    }
+
     /// CUDA: copy a frame from other device memory (ordered after the caller's work on
     /// `stream`) and publish it.
     ///

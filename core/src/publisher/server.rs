@@ -390,7 +390,7 @@ fn subscribe(inner: &Inner, c: &mut Conn, h: &HelloReq) -> Result<Option<usize>>
         },
     );
     if let (Some(r), Some(_)) = (ring, &ack_page) {
-        r.page_readers.fetch_add(1, Ordering::SeqCst);
+        r.publication.page_readers.fetch_add(1, Ordering::SeqCst);
     }
     if let Some(r) = ring {
         // The bit's previous owner has closed its socket, so no ACK of its is in flight any
@@ -518,7 +518,7 @@ fn free_bit(inner: &Inner, bit: usize, conn_id: u64) {
         if let Some(r) = inner.frames.get() {
             r.shm.clear_subscriber(bit);
             if entry.is_some_and(|e| e.ack_page.is_some()) {
-                r.page_readers.fetch_sub(1, Ordering::SeqCst);
+                r.publication.page_readers.fetch_sub(1, Ordering::SeqCst);
             }
         }
     }

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Steady-state frame rate of an ffmpeg run, from its `-progress pipe:1` output on stdin.
+
+    ffmpeg ... -progress pipe:1 -stats_period 0.2 -nostats | python3 steady_fps.py
+
+Each progress block ends with `progress=continue` (or `progress=end`) and carries `frame=N`;
+the blocks are timestamped as they arrive. The rate is counted from the first block that has
+frames out to the last one, so start-up (device and decoder set-up, and a filter's wait for
+its subscribers, during which no frame comes out) is not counted. Prints the fps, or `nan`
+when fewer than two blocks had frames.
+"""
+
+import os
+import time
+
+# os.read, not `for line in sys.stdin`: the text layer reads ahead and would hand over blocks
+# in bursts, with the wrong arrival times.
+points = []
+frame = 0
+pending = b""
+while True:
+    chunk = os.read(0, 65536)
+    if not chunk:
+        break
+    now = time.monotonic()
+    pending += chunk
+    *lines, pending = pending.split(b"\n")
+    for line in lines:
+        key, _, value = line.strip().partition(b"=")
+        if key == b"frame":
+            frame = int(value or 0)
+        elif key == b"progress" and frame > 0:
+            points.append((now, frame))
+if len(points) >= 2 and points[-1][0] > points[0][0]:
+    (t0, f0), (t1, f1) = points[0], points[-1]
+    print(f"{(f1 - f0) / (t1 - t0):.1f}")
+else:
+    print("nan")
