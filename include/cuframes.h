@@ -585,6 +585,9 @@ typedef struct cuframes_subscriber_options {
     uint32_t flags;                      /**< CUFRAMES_SUBSCRIBE_WANTS_*; 0 = frames */
     uint32_t connect_timeout_ms;         /**< 0 = 5000 */
     int accept_zero_copy_overwrite;      /**< R12: allow ZERO_COPY under DROP_OLDEST */
+    uint32_t spin_us;                    /**< before each sleep of next_frame, poll this many µs
+                                              for a frame (lower latency, a busy CPU meanwhile;
+                                              0 = sleep at once, the default) */
 } cuframes_subscriber_options_t;
 
 typedef struct cuframes_frame_info {

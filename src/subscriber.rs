@@ -41,6 +41,7 @@ pub struct CSubscriberOptions {
     pub flags: u32,
     pub connect_timeout_ms: u32,
     pub accept_zero_copy_overwrite: c_int,
+    pub spin_us: u32,
 }
 
 /// Mirrors `cuframes_frame_info_t`.
@@ -79,6 +80,7 @@ pub unsafe extern "C" fn cuframes_subscriber_options_default(opts: *mut CSubscri
             flags: SUBSCRIBE_WANTS_FRAMES,
             connect_timeout_ms: 5000,
             accept_zero_copy_overwrite: 0,
+            spin_us: 0,
         };
     }
 }
@@ -109,6 +111,7 @@ unsafe fn options(o: Option<&CSubscriberOptions>) -> Result<SubscriberOptions> {
             opts.connect_timeout = Duration::from_millis(o.connect_timeout_ms as u64);
         }
         opts.accept_zero_copy_overwrite = o.accept_zero_copy_overwrite != 0;
+        opts.spin = Duration::from_micros(u64::from(o.spin_us));
     }
     Ok(opts)
 }

@@ -93,3 +93,62 @@ fn create_refuses_a_live_key_and_packets_are_not_found() {
         .unwrap();
     assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
 }
+
+/// `spin`: a spinning subscriber still gets every frame, in order and intact, whether a frame
+/// arrives during the spin or after it (then it sleeps as usual), and the spin never outlasts
+/// next_frame's timeout nor hides the end of the stream.
+#[test]
+fn a_spinning_subscriber_gets_every_frame_and_keeps_its_timeout() {
+    let env = TestEnv::new("spin");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 48);
+    cfg.policy = Policy::StrictWait;
+    cfg.ring_size = 2;
+    cfg.ack_timeout = Duration::from_secs(5);
+    p.enable_frames(cfg).unwrap();
+    let mut opts = env.subscriber_options("spin");
+    opts.spin = Duration::from_millis(20);
+    let mut s = Subscriber::connect(&env.key, &opts).unwrap();
+    // The timeout bounds the spin: 30 ms of timeout with a 1 s spin.
+    s.set_spin(Duration::from_secs(1));
+    let t = std::time::Instant::now();
+    let e = s.next_frame(Some(Duration::from_millis(30))).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Timeout);
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+    s.set_spin(Duration::from_millis(20));
+    let frames = 60u64;
+    let publisher = std::thread::spawn(move || {
+        let mut planes = Vec::new();
+        for seq in 1..=frames {
+            // Gaps below and above the 20 ms spin: frames found while spinning and after a
+            // sleep.
+            std::thread::sleep(Duration::from_millis(if seq % 3 == 0 {
+                35
+            } else {
+                seq % 7
+            }));
+            planes.push(publish(&p, seq));
+        }
+        (p, planes)
+    });
+    // COPY frames: each is the subscriber's own, checked once the publisher says what it sent.
+    let got: Vec<_> = (0..frames)
+        .map(|_| s.next_frame(Some(Duration::from_secs(10))).unwrap())
+        .collect();
+    let (p, planes) = publisher.join().unwrap();
+    for (i, f) in got.iter().enumerate() {
+        assert_eq!(f.seq, i as u64 + 1, "frames out of order");
+        assert!(
+            common::verify_frame(f, &planes[i]),
+            "frame {} differs",
+            f.seq
+        );
+    }
+    drop(p);
+    let e = s.next_frame(Some(Duration::from_secs(2))).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Disconnected);
+}

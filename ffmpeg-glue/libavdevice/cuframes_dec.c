@@ -73,6 +73,7 @@ typedef struct CuframesDemuxContext {
     int connect_timeout_ms;
     int timeout_ms;
     char *name;
+    int64_t spin_us;
     char *runtime_dir;
 
     /* state */
@@ -161,6 +162,7 @@ static int connect_subscriber(AVFormatContext *avctx)
     o.mode = s->mode == CUFRAMES_MODE_COPY ? CUFRAMES_MODE_COPY : CUFRAMES_MODE_ZERO_COPY;
     o.flags = CUFRAMES_SUBSCRIBE_WANTS_FRAMES;
     o.accept_zero_copy_overwrite = s->accept_overwrite;
+    o.spin_us = (uint32_t)s->spin_us;
 
     for (;;) {
         ret = cuframes_subscriber_connect(avctx->url, &o, &s->sub);
@@ -469,6 +471,8 @@ static const AVOption options[] = {
       OFFSET(name), AV_OPT_TYPE_STRING, { .str = "ffmpeg" }, 0, 0, FLAGS },
     { "runtime_dir", "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)",
       OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, FLAGS },
+    { "spin", "before sleeping for a frame, poll this long (lower latency, a busy CPU meanwhile; 0: sleep at once)",
+      OFFSET(spin_us), AV_OPT_TYPE_DURATION, { .i64 = 0 }, 0, UINT32_MAX, FLAGS },
     { NULL },
 };
 

@@ -195,7 +195,10 @@ class Subscriber:
         connect_timeout: float = 5.0,
         accept_zero_copy_overwrite: bool = False,
         device: int = 0,
-    ) -> None: ...
+        spin: float = 0.0,
+    ) -> None:
+        """``spin``: seconds to poll the ring for a frame before each sleep (lower latency at
+        the cost of a busy CPU meanwhile; 0: sleep at once)."""
     def next(self, timeout: Optional[float] = None) -> Optional[Frame]:
         """The next frame, or None after ``timeout`` seconds. At the end of the stream
         ``cuframes.Error`` with code DISCONNECTED."""

@@ -243,7 +243,7 @@ impl Subscriber {
 impl Subscriber {
     #[new]
     #[pyo3(signature = (key, name="python", mode="copy", runtime_dir=None, connect_timeout=5.0,
-                        accept_zero_copy_overwrite=false, device=0))]
+                        accept_zero_copy_overwrite=false, device=0, spin=0.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -254,6 +254,7 @@ impl Subscriber {
         connect_timeout: f64,
         accept_zero_copy_overwrite: bool,
         device: i32,
+        spin: f64,
     ) -> PyResult<Self> {
         let mode = match mode {
             "copy" => SubscriberMode::Copy,
@@ -273,6 +274,7 @@ impl Subscriber {
             want_packets: false,
             connect_timeout: duration("connect_timeout", connect_timeout)?,
             accept_zero_copy_overwrite,
+            spin: duration("spin", spin)?,
             ..SubscriberOptions::default()
         };
         let sub = py

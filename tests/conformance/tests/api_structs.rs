@@ -100,7 +100,8 @@ fn subscriber_structs() {
             mode,
             flags,
             connect_timeout_ms,
-            accept_zero_copy_overwrite
+            accept_zero_copy_overwrite,
+            spin_us
         }
     );
     same_layout!(
