@@ -1,13 +1,24 @@
-//! GPU frame-ring benchmark (needs a CUDA device): publish-to-receive latency, publisher
-//! cost and frames per second for NV12 1080p and 4K with 1, 8 and 31 subscriber processes;
-//! in the same run, the host path (device-to-host, shared memory, host-to-device) and the
-//! device-to-device copy bandwidth as baselines. Then, for 1080p, ACK pages (the default)
-//! against plain v4 header ACKs (the trust-boundary extension's cost), in the same run.
+//! GPU frame-ring benchmark (needs a CUDA device), every figure against a baseline of the same
+//! run:
+//! 1. Wake-ups: publish-to-receive latency at 60 fps and 1 kHz pacing, sleeping and spinning
+//!    subscribers, against the machine's own futex handoff between two processes at the same
+//!    pacing; CPU per spinning subscriber, and of an idle sleeping one.
+//! 2. Publisher cost on the publishing thread, paced (no ACK wait), 1 / 8 / 31 subscribers,
+//!    both policies, publication after the stream (the thread waits for the GPU) and on the
+//!    stream (a host function publishes).
+//! 3. Frames per second and latency for NV12 1080p and 4K with 1, 8 and 31 subscriber
+//!    processes; the host path (device-to-host, shared memory, host-to-device) and the
+//!    device-to-device copy bandwidth as baselines.
+//! 4. For 1080p, ACK pages (the default) against plain v4 header ACKs.
 //!
 //!     cargo run --release -p cuframes-core --example frame_bench [-- --frames N]
+//!
+//! Latency is measured from the publication (the frame's pts is taken when it is made visible:
+//! after its GPU copy) to the subscriber's return from next_frame.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cuframes_core::cuda::{self, CudaDevice, DeviceBuffer, Stream};
@@ -25,17 +36,19 @@ enum Acks {
     Header,
 }
 
-fn child(key: &str, acks: Acks) {
+fn child(key: &str, acks: Acks, spin: Duration) {
     let opts = SubscriberOptions {
         name: "bench".into(),
         mode: SubscriberMode::ZeroCopy,
         plain_v4_acks: acks == Acks::Header,
+        spin,
         ..Default::default()
     };
     let mut s = Subscriber::connect(key, &opts).expect("connect");
     println!("ready");
     std::io::stdout().flush().unwrap();
     let mut lat = Vec::new();
+    let (cpu0, wall0) = (cpu_time(), Instant::now());
     loop {
         match s.next_frame(Some(Duration::from_secs(30))) {
             Ok(f) => {
@@ -46,8 +59,101 @@ fn child(key: &str, acks: Acks) {
             Err(e) => panic!("{e}"),
         }
     }
+    let cpu = (cpu_time() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64();
     let text: Vec<String> = lat.iter().map(|l| l.to_string()).collect();
-    println!("lat {}", text.join(" "));
+    println!("lat {cpu} {}", text.join(" "));
+}
+
+/// CPU time (user + system) of this process so far.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes the struct we pass; RUSAGE_SELF is always valid.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// The machine's own wake-up: a process sleeping in FUTEX_WAIT on a shared word, woken by
+/// another that stores a timestamp and bumps the word (what a sleeping subscriber's wake-up
+/// costs at the least). Child side: sleeps, records now - timestamp per wake, until the word
+/// is u32::MAX.
+fn futex_child(name: &str) {
+    let (_fd, map) = cuframes_core::shm::open(name, 64, true).expect("open");
+    let word = map.atomic_u32(0);
+    let stamp = map.atomic_u64(8);
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let (mut last, mut lat) = (0u32, Vec::new());
+    loop {
+        let v = word.load(Ordering::Acquire);
+        if v == u32::MAX {
+            break;
+        }
+        if v != last {
+            lat.push(monotonic_ns() - stamp.load(Ordering::Acquire) as i64);
+            last = v;
+            continue;
+        }
+        // SAFETY: FUTEX_WAIT on a word of our shared mapping (alive across the call); the
+        // kernel only reads it. Not private: the word is shared with the parent process.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAIT,
+                v,
+                std::ptr::null::<libc::timespec>(),
+            )
+        };
+    }
+    let text: Vec<String> = lat.iter().map(|l| l.to_string()).collect();
+    println!("lat 0 {}", text.join(" "));
+}
+
+/// Parent side of `futex_child`: `count` handoffs at `period`; latency p50/p99 in µs.
+fn futex_handoff(period: Duration, count: u64) -> (f64, f64) {
+    let name = format!("cuframes-bench-futex-{}", std::process::id());
+    let (_fd, map) = cuframes_core::shm::create(&name, 64, 0o600).unwrap();
+    let word = map.atomic_u32(0);
+    let stamp = map.atomic_u64(8);
+    let exe = std::env::current_exe().unwrap();
+    let mut c = Command::new(exe)
+        .args(["--futex-child", &name])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    std::thread::sleep(Duration::from_millis(20)); // asleep in FUTEX_WAIT
+    let wake = |w: cuframes_core::shm::Shared32<'_>| {
+        // SAFETY: FUTEX_WAKE only uses the address as a key.
+        unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+    };
+    let start = Instant::now();
+    for n in 1..=count {
+        let due = start + period * n as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        stamp.store(monotonic_ns() as u64, Ordering::Release);
+        word.store(n as u32, Ordering::Release);
+        wake(word);
+    }
+    std::thread::sleep(period);
+    word.store(u32::MAX, Ordering::Release);
+    wake(word);
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    c.wait().unwrap();
+    let _ = cuframes_core::shm::unlink(&name);
+    let mut lat: Vec<i64> = line
+        .split_whitespace()
+        .skip(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (pct(&mut lat, 0.5), pct(&mut lat, 0.99))
 }
 
 fn pct(v: &mut [i64], p: f64) -> f64 {
@@ -65,9 +171,68 @@ struct Row {
     pub_us: f64,
     p50: f64,
     p99: f64,
+    /// Mean CPU of a subscriber process over its life (1.0 = one core).
+    cpu: f64,
+}
+
+/// How the publisher makes a frame visible.
+#[derive(Clone, Copy, PartialEq)]
+enum Publish {
+    /// `publish_after_stream`: the publishing thread waits for the copy.
+    AfterStream,
+    /// `publish_on_stream`: a host function behind the copy publishes.
+    OnStream,
+}
+
+/// One benchmark run.
+#[derive(Clone, Copy)]
+struct Config {
+    w: u32,
+    h: u32,
+    subs: usize,
+    frames: u64,
+    pace: Option<Duration>,
+    acks: Acks,
+    policy: Policy,
+    publish: Publish,
+    spin: Duration,
+}
+
+impl Config {
+    fn new(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>) -> Config {
+        Config {
+            w,
+            h,
+            subs,
+            frames,
+            pace,
+            acks: Acks::Pages,
+            policy: Policy::StrictWait,
+            publish: Publish::AfterStream,
+            spin: Duration::ZERO,
+        }
+    }
 }
 
 fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>, acks: Acks) -> Row {
+    run_config(Config {
+        acks,
+        ..Config::new(w, h, subs, frames, pace)
+    })
+}
+
+fn run_config(c: Config) -> Row {
+    let Config {
+        w,
+        h,
+        subs,
+        frames,
+        pace,
+        acks,
+        policy,
+        publish,
+        spin,
+    } = c;
     let key = format!(
         "bench-{}-{}",
         std::process::id(),
@@ -79,7 +244,7 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>, acks: A
     };
     let p = Publisher::create(&key, options).unwrap();
     let mut cfg = FrameRingConfig::new(Format::Nv12, w, h);
-    cfg.policy = Policy::StrictWait;
+    cfg.policy = policy;
     cfg.ring_size = 4;
     cfg.ack_timeout = Duration::from_secs(10);
     cfg.memory = MemoryChoice::Cuda { device: 0 };
@@ -97,6 +262,7 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>, acks: A
                     } else {
                         "pages"
                     },
+                    &spin.as_micros().to_string(),
                 ])
                 .stdout(Stdio::piped())
                 .spawn()
@@ -142,25 +308,37 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>, acks: A
             }
             .unwrap();
         }
-        // SAFETY: our own live stream, of the context made current above.
-        unsafe { p.publish_after_stream(slot, stream.raw(), Some(monotonic_ns())) }.unwrap();
+        // pts None: taken when the frame is made visible (after the copy, for AfterStream).
+        match publish {
+            // SAFETY: our own live stream, of the context made current above.
+            Publish::AfterStream => unsafe { p.publish_after_stream(slot, stream.raw(), None) },
+            // SAFETY: as above.
+            Publish::OnStream => unsafe { p.publish_on_stream(slot, stream.raw(), None) },
+        }
+        .unwrap();
         pub_cost += t.elapsed();
     }
+    stream.synchronize().unwrap(); // publications queued on the stream have run
     let elapsed = start.elapsed();
-    while p.subscribers().iter().any(|s| s.lag > 0) {
-        std::thread::sleep(Duration::from_millis(2));
+    if policy == Policy::StrictWait {
+        while p.subscribers().iter().any(|s| s.lag > 0) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    } else {
+        std::thread::sleep(Duration::from_millis(50));
     }
     drop(p);
-    let mut lat = Vec::new();
+    let (mut lat, mut cpu) = (Vec::new(), 0.0);
     for (mut c, mut out) in kids.drain(..) {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         c.wait().unwrap();
-        lat.extend(
-            line.split_whitespace()
-                .skip(1)
-                .filter_map(|v| v.parse::<i64>().ok()),
-        );
+        let mut fields = line.split_whitespace().skip(1);
+        cpu += fields
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN);
+        lat.extend(fields.filter_map(|v| v.parse::<i64>().ok()));
     }
     Row {
         label: format!("{w}x{h}"),
@@ -169,6 +347,7 @@ fn run(w: u32, h: u32, subs: usize, frames: u64, pace: Option<Duration>, acks: A
         pub_us: pub_cost.as_secs_f64() * 1e6 / frames as f64,
         p50: pct(&mut lat, 0.5),
         p99: pct(&mut lat, 0.99),
+        cpu: cpu / subs.max(1) as f64,
     }
 }
 
@@ -279,7 +458,14 @@ fn main() {
         } else {
             Acks::Pages
         };
-        return child(&args[2], acks);
+        let spin = args.get(4).and_then(|v| v.parse().ok()).unwrap_or(0);
+        return child(&args[2], acks, Duration::from_micros(spin));
+    }
+    if args.get(1).map(String::as_str) == Some("--futex-child") {
+        return futex_child(&args[2]);
+    }
+    if args.get(1).map(String::as_str) == Some("--idle-child") {
+        return idle_child(&args[2]);
     }
     if let Err(e) = cuda::driver_available() {
         eprintln!("frame_bench needs a CUDA device: {e}");
@@ -294,7 +480,10 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("cuframes-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::env::set_var("CUFRAMES_RUNTIME_DIR", &dir);
+    wake_ups(frames);
+    publisher_cost(frames);
     let bw = dtod_bandwidth();
+    println!();
     println!("device-to-device copy bandwidth: {bw:.0} GB/s");
     println!("| frame | subscribers | max fps (STRICT_WAIT) | publisher cost/frame | latency p50 @60fps | latency p99 @60fps | host path/frame (mean, p99) | ring vs host path (p50) | 1 frame DtoD at the limit |");
     println!("|---|---|---|---|---|---|---|---|---|");
@@ -322,6 +511,139 @@ fn main() {
 }
 
 const PERIOD_60FPS: Duration = Duration::from_micros(16_667);
+const PERIOD_1KHZ: Duration = Duration::from_micros(1_000);
+
+/// Table 1: wake-ups against the machine's futex handoff, at 60 fps and 1 kHz; spinning
+/// subscribers with their CPU; an idle subscriber's CPU.
+fn wake_ups(frames: u64) {
+    println!("Wake-ups, 1920x1080 NV12, 1 zero-copy subscriber, STRICT_WAIT; baseline: futex handoff between two processes at the same pacing:");
+    println!("| pacing | path | p50 | p99 | p50 / baseline | p99 / baseline | subscriber CPU |");
+    println!("|---|---|---|---|---|---|---|");
+    for (label, period, n, spin) in [
+        (
+            "60 fps",
+            PERIOD_60FPS,
+            frames.min(300),
+            Duration::from_millis(20),
+        ),
+        (
+            "1 kHz",
+            PERIOD_1KHZ,
+            frames.max(2000),
+            Duration::from_millis(2),
+        ),
+    ] {
+        let (b50, b99) = futex_handoff(period, n);
+        println!(
+            "| {label} | futex handoff (baseline) | {b50:.1} µs | {b99:.1} µs | 1.00 | 1.00 | |"
+        );
+        for (path, spin) in [
+            ("ring, sleeping subscriber", Duration::ZERO),
+            ("ring, spinning subscriber", spin),
+        ] {
+            let r = run_config(Config {
+                spin,
+                ..Config::new(1920, 1080, 1, n, Some(period))
+            });
+            let spin_note = if spin.is_zero() {
+                String::new()
+            } else {
+                format!(" (spin {spin:?})")
+            };
+            println!(
+                "| {label} | {path}{spin_note} | {:.1} µs | {:.1} µs | {:.2} | {:.2} | {:.1} % |",
+                r.p50,
+                r.p99,
+                r.p50 / b50,
+                r.p99 / b99,
+                r.cpu * 100.0
+            );
+        }
+    }
+    println!(
+        "Idle subscriber (connected, no frames, sleeping) for 5 s: {:.2} % CPU",
+        idle_cpu(Duration::from_secs(5)) * 100.0
+    );
+}
+
+/// An idle subscriber's CPU: connected to a publisher that publishes nothing, for `secs`.
+fn idle_cpu(for_how_long: Duration) -> f64 {
+    let key = format!("bench-idle-{}", std::process::id());
+    let p = Publisher::create(&key, PublisherOptions::default()).unwrap();
+    let mut cfg = FrameRingConfig::new(Format::Nv12, 1920, 1080);
+    cfg.memory = MemoryChoice::Cuda { device: 0 };
+    p.enable_frames(cfg).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut c = Command::new(exe)
+        .args(["--idle-child", &key])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap(); // "ready"
+    std::thread::sleep(for_how_long);
+    drop(p);
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    c.wait().unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// Child of `idle_cpu`: CPU from after the handshake until the publisher leaves.
+fn idle_child(key: &str) {
+    let opts = SubscriberOptions {
+        name: "idle".into(),
+        mode: SubscriberMode::ZeroCopy,
+        ..Default::default()
+    };
+    let mut s = Subscriber::connect(key, &opts).expect("connect");
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let (cpu0, wall0) = (cpu_time(), Instant::now());
+    while s.next_frame(Some(Duration::from_secs(60))).is_ok() {}
+    let cpu = (cpu_time() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64();
+    println!("cpu {cpu}");
+}
+
+/// Table 2: the publishing thread's cost per frame, paced at 1 kHz (no ACK is waited for),
+/// with 1, 8 and 31 subscribers, both policies, both ways of publishing.
+fn publisher_cost(frames: u64) {
+    println!();
+    println!("Publisher cost per frame on the publishing thread (acquire + copy + publish), 1920x1080 NV12, paced at 1 kHz, zero-copy subscribers:");
+    println!("| policy | publication | 1 subscriber | 8 | 31 | 31 / 1 |");
+    println!("|---|---|---|---|---|---|");
+    for policy in [Policy::StrictWait, Policy::DropOldest] {
+        for publish in [Publish::AfterStream, Publish::OnStream] {
+            let cost: Vec<f64> = [1usize, 8, 31]
+                .iter()
+                .map(|&subs| {
+                    run_config(Config {
+                        policy,
+                        publish,
+                        ..Config::new(1920, 1080, subs, frames.max(1000), Some(PERIOD_1KHZ))
+                    })
+                    .pub_us
+                })
+                .collect();
+            println!(
+                "| {policy:?} | {} | {:.1} µs | {:.1} µs | {:.1} µs | {:.2}x |",
+                if publish == Publish::AfterStream {
+                    "after the stream (thread waits)"
+                } else {
+                    "on the stream (host function)"
+                },
+                cost[0],
+                cost[1],
+                cost[2],
+                cost[2] / cost[0]
+            );
+        }
+    }
+}
 
 /// The trust-boundary extension's cost: each subscriber ACKs into a page of its own, and the
 /// publisher wakes on the page's futex, against plain v4 ACK bits in the shared header. Runs
