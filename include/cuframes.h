@@ -672,6 +672,20 @@ int cuframes_subscriber_packet_extradata(cuframes_subscriber_t *sub, uint8_t *bu
  *  CUFRAMES_ERR_DISCONNECTED once the publisher is gone and every packet was read. */
 int cuframes_subscriber_next_packet(cuframes_subscriber_t *sub, int64_t timeout_ms, const uint8_t **data,
                                     cuframes_packet_info_t *info);
+/** Where cuframes_subscriber_next_packet_into copies a payload: return a buffer writable for
+ *  `size` bytes until the next call of the callback or the return of next_packet_into (NULL:
+ *  no memory; the packet is then not consumed and CUFRAMES_ERR_NO_MEMORY is returned). It may
+ *  be called more than once in one read: a copy that raced the publisher is thrown away and
+ *  the packet the reader re-anchors on is asked for again (each call supersedes the previous
+ *  buffer). */
+typedef uint8_t *(*cuframes_packet_buffer_fn)(void *opaque, size_t size);
+/** cuframes_subscriber_next_packet copying the payload once, straight from the ring into the
+ *  buffer `buffer` returns (an AVPacket's, say); the ring's seqlock is checked again after
+ *  that copy, so the bytes there are the packet's when CUFRAMES_OK is returned (`info->size`
+ *  of them). */
+int cuframes_subscriber_next_packet_into(cuframes_subscriber_t *sub, int64_t timeout_ms,
+                                         cuframes_packet_buffer_fn buffer, void *opaque,
+                                         cuframes_packet_info_t *info);
 int cuframes_subscriber_packet_stats(const cuframes_subscriber_t *sub, cuframes_packet_stats_t *stats);
 
 /* ------------------------------------------------------------------------------------------ */

@@ -295,6 +295,31 @@ fn successful_calls_leave_the_last_error_untouched() {
             cuframes_subscriber_next_packet(s, 5000, &mut data, &mut pinfo) as i64,
         );
         assert_eq!(pinfo.size, 256);
+        // The same through the one-copy entry point, into a buffer of ours.
+        ok(
+            "cuframes_publisher_publish_packet",
+            cuframes_publisher_publish_packet(p, SAMPLE_H264.as_ptr(), 128, 0, 0, 0, &mut pseq)
+                as i64,
+        );
+        extern "C" fn into_vec(opaque: *mut std::ffi::c_void, size: usize) -> *mut u8 {
+            // SAFETY: `opaque` is the Vec<u8> below, alive and unborrowed during the call.
+            let v = unsafe { &mut *opaque.cast::<Vec<u8>>() };
+            v.resize(size, 0);
+            v.as_mut_ptr()
+        }
+        let mut into: Vec<u8> = Vec::new();
+        ok(
+            "cuframes_subscriber_next_packet_into",
+            cuframes_subscriber_next_packet_into(
+                s,
+                5000,
+                Some(into_vec),
+                (&mut into as *mut Vec<u8>).cast(),
+                &mut pinfo,
+            ) as i64,
+        );
+        assert_eq!(pinfo.size, 128);
+        assert_eq!(into, SAMPLE_H264[..128]);
         let mut kstats = std::mem::zeroed::<CPacketStats>();
         ok(
             "cuframes_subscriber_packet_stats",

@@ -1,10 +1,10 @@
 //! Packet functions of the C API: publishing encoded packets and reading them (§10).
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::time::Duration;
 
 use cuframes_core::packet::PacketRingConfig;
-use cuframes_core::Error;
+use cuframes_core::{Error, ErrorCode};
 
 use crate::convert::{bytes, copy_out, input, out};
 use crate::ffi::status;
@@ -225,6 +225,82 @@ pub unsafe extern "C" fn cuframes_subscriber_next_packet(
         };
         Ok(())
     })
+}
+
+/// The C callback of `cuframes_subscriber_next_packet_into`, as a packet sink.
+struct CallbackSink {
+    buffer: extern "C" fn(*mut c_void, usize) -> *mut u8,
+    opaque: *mut c_void,
+}
+
+impl cuframes_core::packet::PacketSink for CallbackSink {
+    fn buffer(&mut self, len: usize) -> cuframes_core::Result<&mut [u8]> {
+        let p = (self.buffer)(self.opaque, len);
+        if p.is_null() {
+            return Err(Error::new(
+                ErrorCode::NoMemory,
+                format!("the packet buffer callback gave no buffer for {len} bytes"),
+            ));
+        }
+        // SAFETY: the C contract of cuframes_subscriber_next_packet_into: a non-NULL result
+        // is writable for `len` bytes until the callback is called again or the call
+        // returns, and nothing else touches it meanwhile; the slice lives no longer (it is
+        // used for one copy within this read attempt).
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
+}
+
+/// The next packet, copied once from the ring straight into the buffer `buffer(opaque, size)`
+/// returns (cuframes.h).
+///
+/// # Safety
+/// The C contract (crate docs): `s` is NULL or a live subscriber handle, used by one thread at
+/// a time; `buffer` is a function returning NULL or a buffer writable for `size` bytes until
+/// its next call or the return of this one; `info` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_next_packet_into(
+    s: *mut CSubscriber,
+    timeout_ms: i64,
+    buffer: Option<extern "C" fn(*mut c_void, usize) -> *mut u8>,
+    opaque: *mut c_void,
+    info: *mut CPacketInfo,
+) -> c_int {
+    status(|| {
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle used by this
+        // thread only; `info` is NULL or writable, distinct from it.
+        let (s, info) = unsafe { (out(s, "subscriber")?, out(info, "info")?) };
+        let buffer = buffer.ok_or_else(|| Error::invalid("buffer callback is NULL"))?;
+        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+        let mut sink = CallbackSink { buffer, opaque };
+        let mut size = 0usize;
+        let mut sized = SizeRecorder {
+            inner: &mut sink,
+            size: &mut size,
+        };
+        let (sub, _) = s.parts();
+        let i = sub.next_packet_into(timeout, &mut sized)?;
+        *info = CPacketInfo {
+            seq: i.seq,
+            pts_ns: i.pts_ns,
+            dts_ns: i.dts_ns,
+            flags: i.flags,
+            size: size as u32,
+        };
+        Ok(())
+    })
+}
+
+/// A sink that remembers the size of the last buffer asked for (the packet delivered).
+struct SizeRecorder<'a> {
+    inner: &'a mut dyn cuframes_core::packet::PacketSink,
+    size: &'a mut usize,
+}
+
+impl cuframes_core::packet::PacketSink for SizeRecorder<'_> {
+    fn buffer(&mut self, len: usize) -> cuframes_core::Result<&mut [u8]> {
+        *self.size = len;
+        self.inner.buffer(len)
+    }
 }
 
 /// Packet counters of this subscriber.

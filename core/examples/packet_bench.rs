@@ -24,7 +24,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cuframes_core::packet::{PacketRingConfig, PacketRingReader, PacketRingWriter};
+use cuframes_core::packet::{PacketRingConfig, PacketRingReader, PacketRingWriter, PacketSink};
 use cuframes_core::testing::monotonic_ns;
 use cuframes_core::wire::PACKET_FLAG_KEY;
 use cuframes_core::{ErrorCode, Key};
@@ -148,6 +148,45 @@ fn ring_reader(shm: &str) {
     loop {
         match r.next_packet(Some(Duration::from_secs(60)), &mut out) {
             Ok(_) => rec.record(&out),
+            Err(e) if e.code() == ErrorCode::Disconnected => break,
+            Err(e) => panic!("ring reader: {e}"),
+        }
+    }
+    rec.print(r.stats().overruns, 0);
+}
+
+/// A fresh buffer per packet, as the demuxer's AVPacket (av_new_packet) is.
+struct FreshPacket(Vec<u8>);
+
+impl PacketSink for FreshPacket {
+    fn buffer(&mut self, len: usize) -> cuframes_core::Result<&mut [u8]> {
+        self.0 = vec![0u8; len];
+        Ok(&mut self.0)
+    }
+}
+
+/// What the cuframes_pkt demuxer does per packet: `copies` 2 = the packet into the reader's
+/// buffer, then into a fresh packet (the demuxer before next_packet_into); 1 = straight into
+/// a fresh packet (next_packet_into).
+fn demuxer_reader(shm: &str, copies: u32) {
+    let mut r = PacketRingReader::open(shm).unwrap();
+    println!("BENCH-READY");
+    let mut rec = Recorder::new();
+    let mut out = Vec::new();
+    let mut fresh = FreshPacket(Vec::new());
+    loop {
+        let got = if copies == 2 {
+            r.next_packet(Some(Duration::from_secs(60)), &mut out)
+                .map(|_| {
+                    fresh.0 = vec![0u8; out.len()];
+                    fresh.0.copy_from_slice(&out);
+                })
+        } else {
+            r.next_packet_into(Some(Duration::from_secs(60)), &mut fresh)
+                .map(|_| ())
+        };
+        match got {
+            Ok(()) => rec.record(std::hint::black_box(&fresh.0)),
             Err(e) if e.code() == ErrorCode::Disconnected => break,
             Err(e) => panic!("ring reader: {e}"),
         }
@@ -324,6 +363,10 @@ struct RunResult {
 }
 
 fn run_ring(packets: &[Vec<u8>], n_readers: usize, throttled: bool) -> RunResult {
+    run_ring_as("ring", packets, n_readers, throttled)
+}
+
+fn run_ring_as(role: &str, packets: &[Vec<u8>], n_readers: usize, throttled: bool) -> RunResult {
     let key = Key::new(&format!(
         "bench-{}-{}",
         std::process::id(),
@@ -340,7 +383,7 @@ fn run_ring(packets: &[Vec<u8>], n_readers: usize, throttled: bool) -> RunResult
     )
     .unwrap();
     let readers: Vec<Reader> = (0..n_readers)
-        .map(|_| spawn_reader("ring", w.shm_name()))
+        .map(|_| spawn_reader(role, w.shm_name()))
         .collect();
     let started = Instant::now();
     let cpu0 = self_cpu_s();
@@ -509,6 +552,19 @@ fn scenario(title: &str, packets: &[Vec<u8>], throttled: bool, memcpy_small: f64
     row("Unix stream socket, 1 reader", &ux, &ux.readers[0]);
     let ud = run_udp(packets, throttled);
     row("UDP 127.0.0.1, 1 reader", &ud, &ud.readers[0]);
+    // The demuxer's way of reading, before and after next_packet_into (a fresh packet each).
+    let two = run_ring_as("ring-demuxer-2", packets, 1, throttled);
+    row(
+        "ring, demuxer pattern: into the reader's buffer, then into a fresh packet (2 copies)",
+        &two,
+        &two.readers[0],
+    );
+    let one = run_ring_as("ring-demuxer-1", packets, 1, throttled);
+    row(
+        "ring, demuxer pattern: next_packet_into a fresh packet (1 copy)",
+        &one,
+        &one.readers[0],
+    );
 
     let ring = &r1.readers[0];
     let (u, d) = (&ux.readers[0], &ud.readers[0]);
@@ -524,6 +580,15 @@ fn scenario(title: &str, packets: &[Vec<u8>], throttled: bool, memcpy_small: f64
             ring.cpu_us_per_packet() / b.cpu_us_per_packet().max(1e-9),
         );
     }
+    let (two, one) = (&two.readers[0], &one.readers[0]);
+    println!(
+        "- demuxer pattern, 1 copy / 2 copies: reader CPU per packet {:.2}, MB/s {:.2}, p99 {:.2}; \
+         1 copy against the Unix socket: p99 {:.2}",
+        one.cpu_us_per_packet() / two.cpu_us_per_packet().max(1e-9),
+        one.mbps() / two.mbps().max(1e-9),
+        one.p99_us / two.p99_us.max(1e-9),
+        one.p99_us / u.p99_us.max(1e-9)
+    );
     let total8 = r8.readers.iter().map(Measured::mbps).sum::<f64>();
     println!(
         "- vs memcpy ({memcpy_small:.1} GB/s in cache, {memcpy_big:.1} GB/s for 64 MiB): \
@@ -546,6 +611,8 @@ fn main() {
         let arg = std::env::var(ARG_ENV).unwrap_or_default();
         match role.as_str() {
             "ring" => ring_reader(&arg),
+            "ring-demuxer-2" => demuxer_reader(&arg, 2),
+            "ring-demuxer-1" => demuxer_reader(&arg, 1),
             "unix" => unix_reader(&arg),
             "udp" => udp_reader(),
             other => panic!("unknown role {other}"),

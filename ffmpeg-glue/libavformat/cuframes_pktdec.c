@@ -99,19 +99,32 @@ static int cuframes_pkt_connect(AVFormatContext *s)
     return 0;
 }
 
+/* cuframes_packet_buffer_fn: the payload goes straight into the AVPacket (one copy). */
+static uint8_t *cuframes_pkt_buffer(void *opaque, size_t size)
+{
+    AVPacket *pkt = opaque;
+
+    av_packet_unref(pkt);
+    if (size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE || av_new_packet(pkt, (int)size) < 0)
+        return NULL;
+    return pkt->data;
+}
+
 /* The next packet of the ring into pkt: waits, watching the interrupt callback. */
 static int cuframes_pkt_next(AVFormatContext *s, AVPacket *pkt, AVRational tb)
 {
     CuframesPktDemuxContext *c = s->priv_data;
     int64_t deadline = c->read_timeout > 0 ? av_gettime_relative() + c->read_timeout : INT64_MAX;
     cuframes_packet_info_t info;
-    const uint8_t *data;
     int rc, ret;
 
     for (;;) {
-        rc = cuframes_subscriber_next_packet(c->sub, CUFRAMES_PKT_POLL_MS, &data, &info);
+        rc = cuframes_subscriber_next_packet_into(c->sub, CUFRAMES_PKT_POLL_MS,
+                                                  cuframes_pkt_buffer, pkt, &info);
         if (rc != CUFRAMES_ERR_TIMEOUT)
             break;
+        /* A read that raced the publisher may have left a buffer behind. */
+        av_packet_unref(pkt);
         if (ff_check_interrupt(&s->interrupt_callback))
             return AVERROR_EXIT;
         if (av_gettime_relative() >= deadline) {
@@ -120,15 +133,14 @@ static int cuframes_pkt_next(AVFormatContext *s, AVPacket *pkt, AVRational tb)
         }
     }
     if (rc == CUFRAMES_ERR_DISCONNECTED) {
+        av_packet_unref(pkt);
         av_log(s, AV_LOG_VERBOSE, "end of stream: %s\n", cuframes_last_error());
         return AVERROR_EOF;
     }
-    if (rc != CUFRAMES_OK)
+    if (rc != CUFRAMES_OK) {
+        av_packet_unref(pkt);
         return cuframes_pkt_fail(s, rc, "cannot read a packet from");
-
-    if ((ret = av_new_packet(pkt, info.size)) < 0)
-        return ret;
-    memcpy(pkt->data, data, info.size);
+    }
     pkt->stream_index = 0;
     pkt->pts = info.pts_ns == CUFRAMES_NO_PTS ? AV_NOPTS_VALUE :
                av_rescale_q(info.pts_ns, CUFRAMES_PKT_NS_TB, tb);

@@ -31,7 +31,7 @@ mod tests;
 #[cfg(test)]
 mod tests_corrupt;
 
-pub use reader::{PacketReaderStats, PacketRingReader};
+pub use reader::{PacketReaderStats, PacketRingReader, PacketSink};
 pub use writer::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
 
 use crate::wire::{

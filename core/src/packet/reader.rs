@@ -84,7 +84,8 @@ pub struct PacketReaderStats {
 
 /// Result of one attempt at reading seq `want`.
 enum Attempt {
-    Ok(PacketInfo),
+    /// The packet and its payload's size.
+    Ok(PacketInfo, usize),
     Overrun,
 }
 
@@ -221,6 +222,21 @@ impl PacketRingReader {
         timeout: Option<Duration>,
         out: &mut Vec<u8>,
     ) -> Result<PacketInfo> {
+        self.next_packet_into(timeout, out)
+    }
+
+    /// `next_packet` with the payload copied once, straight from the ring into the buffer
+    /// `sink` hands out for it (an `AVPacket`'s, say): the seqlock (R29) and the data ring's
+    /// position (R8) are checked again after that copy, and a copy that raced the writer is
+    /// thrown away (the sink is asked again for the packet the reader re-anchors on). An
+    /// error from the sink is returned and the packet is not consumed: the next call reads
+    /// it again.
+    pub fn next_packet_into(
+        &mut self,
+        timeout: Option<Duration>,
+        sink: &mut dyn PacketSink,
+    ) -> Result<PacketInfo> {
+        let out = sink;
         let deadline = timeout.map(|t| Instant::now().checked_add(t));
         // `Some(None)`: a timeout too large to represent, i.e. forever.
         let deadline = deadline.flatten();
@@ -259,14 +275,14 @@ impl PacketRingReader {
             }
             let want = self.last_seq + 1;
             match self.try_read(want, out)? {
-                Attempt::Ok(mut info) => {
+                Attempt::Ok(mut info, len) => {
                     if self.discontinuity {
                         info.flags |= PACKET_FLAG_DISCONTINUITY;
                         self.discontinuity = false;
                     }
                     self.last_seq = want;
                     self.stats.packets += 1;
-                    self.stats.bytes += out.len() as u64;
+                    self.stats.bytes += len as u64;
                     self.stats.last_seq = want;
                     return Ok(info);
                 }
@@ -389,7 +405,7 @@ impl PacketRingReader {
     }
 
     /// Steps 2-6 of the module comment for seq `want`.
-    fn try_read(&self, want: u64, out: &mut Vec<u8>) -> Result<Attempt> {
+    fn try_read(&self, want: u64, sink: &mut dyn PacketSink) -> Result<Attempt> {
         let m = &self.map;
         if want == INVALID_SEQ {
             return Err(Error::protocol(
@@ -445,12 +461,14 @@ impl PacketRingReader {
             return Ok(Attempt::Overrun);
         }
 
-        // 5. Copy. `out` keeps its capacity; only growth is zero-filled.
+        // 5. Copy, into the sink's buffer of exactly `len` bytes.
         let len = size as usize;
-        if out.len() > len {
-            out.truncate(len);
-        } else {
-            out.resize(len, 0);
+        let out = sink.buffer(len)?;
+        if out.len() != len {
+            return Err(Error::invalid(format!(
+                "the packet sink gave {} bytes for a {len}-byte packet",
+                out.len()
+            )));
         }
         let [(o1, l1), (o2, l2)] = self.geo.data_ranges(data_offset, len);
         m.read_bytes(o1, &mut out[..l1]);
@@ -467,12 +485,35 @@ impl PacketRingReader {
         if write_offset2.wrapping_sub(data_offset) > data_size {
             return Ok(Attempt::Overrun);
         }
-        Ok(Attempt::Ok(PacketInfo {
-            seq: want,
-            pts_ns,
-            dts_ns,
-            flags,
-        }))
+        Ok(Attempt::Ok(
+            PacketInfo {
+                seq: want,
+                pts_ns,
+                dts_ns,
+                flags,
+            },
+            len,
+        ))
+    }
+}
+
+/// Where `next_packet_into` copies a payload.
+pub trait PacketSink {
+    /// A buffer of exactly `len` bytes for the payload. Asked again, superseding the previous
+    /// buffer, when a copy raced the writer and another packet is read instead. An error
+    /// aborts the read (the packet is not consumed).
+    fn buffer(&mut self, len: usize) -> Result<&mut [u8]>;
+}
+
+/// A `Vec` keeps its capacity; only growth is zero-filled.
+impl PacketSink for Vec<u8> {
+    fn buffer(&mut self, len: usize) -> Result<&mut [u8]> {
+        if self.len() > len {
+            self.truncate(len);
+        } else {
+            self.resize(len, 0);
+        }
+        Ok(self.as_mut_slice())
     }
 }
 

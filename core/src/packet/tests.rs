@@ -539,3 +539,75 @@ fn concurrent_writer_and_reader_threads_never_see_torn_packets() {
     let st = h.join().unwrap();
     assert!(st.packets > 0 && st.last_seq <= n);
 }
+
+/// `next_packet_into` copies straight into the consumer's buffer and checks the seqlock after
+/// that copy: a writer that laps the ring *during* the copy (here from inside the sink, before
+/// it hands its buffer out) makes the reader throw the copy away, re-anchor on a keyframe and
+/// ask the sink again; the bytes it returns are that packet's.
+#[test]
+fn a_copy_into_the_sink_that_races_the_writer_is_redone() {
+    struct LappingSink<'a> {
+        w: &'a mut PacketRingWriter,
+        asked: Vec<usize>,
+        buf: Vec<u8>,
+        lap: bool,
+    }
+    impl PacketSink for LappingSink<'_> {
+        fn buffer(&mut self, len: usize) -> crate::Result<&mut [u8]> {
+            self.asked.push(len);
+            if std::mem::take(&mut self.lap) {
+                for seq in 3..=40u64 {
+                    let flags = if seq % 10 == 0 { PACKET_FLAG_KEY } else { 0 };
+                    self.w
+                        .publish(&payload(seq, 20 + seq as usize), 0, 0, flags)
+                        .unwrap();
+                }
+            }
+            self.buf.resize(len, 0xEE);
+            Ok(&mut self.buf)
+        }
+    }
+    let (mut w, _g) = writer("sinkrace", 8, 1 << 16);
+    let mut r = PacketRingReader::open(w.shm_name()).unwrap();
+    w.publish(&payload(1, 21), 0, 0, PACKET_FLAG_KEY).unwrap();
+    w.publish(&payload(2, 22), 0, 0, 0).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(r.next_packet(POLL, &mut out).unwrap().seq, 1);
+    let mut sink = LappingSink {
+        w: &mut w,
+        asked: Vec::new(),
+        buf: Vec::new(),
+        lap: true,
+    };
+    let p = r.next_packet_into(POLL, &mut sink).unwrap();
+    assert_eq!(p.seq, 40, "re-anchored on the newest keyframe");
+    assert!(p.is_key() && p.is_discontinuity());
+    assert_eq!(sink.asked, vec![22, 60], "asked for seq 2, then for seq 40");
+    assert_eq!(sink.buf, payload(40, 60));
+    assert_eq!(r.stats().overruns, 1);
+}
+
+/// A sink that has no buffer (an allocation failure) gets a clear error, and the packet is
+/// not lost: the next read returns it.
+#[test]
+fn a_sink_without_a_buffer_loses_no_packet() {
+    struct NoMemory;
+    impl PacketSink for NoMemory {
+        fn buffer(&mut self, len: usize) -> crate::Result<&mut [u8]> {
+            Err(crate::Error::new(
+                ErrorCode::NoMemory,
+                format!("no {len} bytes"),
+            ))
+        }
+    }
+    let (mut w, _g) = writer("sinkfail", 8, 4096);
+    let mut r = PacketRingReader::open(w.shm_name()).unwrap();
+    w.publish(&payload(1, 50), 7, 7, PACKET_FLAG_KEY).unwrap();
+    let e = r.next_packet_into(POLL, &mut NoMemory).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NoMemory);
+    let mut out = Vec::new();
+    let p = r.next_packet(POLL, &mut out).unwrap();
+    assert_eq!((p.seq, p.pts_ns), (1, 7));
+    assert_eq!(out, payload(1, 50));
+    assert_eq!(r.stats().packets, 1);
+}

@@ -407,6 +407,16 @@ impl Subscriber {
         timeout: Option<Duration>,
         out: &mut Vec<u8>,
     ) -> Result<PacketInfo> {
+        self.next_packet_into(timeout, out)
+    }
+
+    /// `next_packet` copying the payload once, straight into the buffer `sink` hands out
+    /// ([`PacketRingReader::next_packet_into`]).
+    pub fn next_packet_into(
+        &mut self,
+        timeout: Option<Duration>,
+        out: &mut dyn crate::packet::PacketSink,
+    ) -> Result<PacketInfo> {
         self.packet_reader()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
@@ -422,7 +432,10 @@ impl Subscriber {
             } else {
                 slice
             };
-            match self.packet_reader()?.next_packet(Some(slice), out) {
+            match self
+                .packet_reader()?
+                .next_packet_into(Some(slice), &mut *out)
+            {
                 Err(e) if e.code() == ErrorCode::Timeout => {
                     if let Some(c) = closing {
                         return Err(c);
