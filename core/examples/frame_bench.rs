@@ -11,7 +11,7 @@
 //!    device-to-device copy bandwidth as baselines.
 //! 4. For 1080p, ACK pages (the default) against plain v4 header ACKs.
 //!
-//!     cargo run --release -p cuframes-core --example frame_bench [-- --frames N]
+//!     cargo run --release -p cuframes-core --example frame_bench [-- --frames N] [--tables-1-2]
 //!
 //! Latency is measured from the publication (the frame's pts is taken when it is made visible:
 //! after its GPU copy) to the subscriber's return from next_frame.
@@ -36,10 +36,17 @@ enum Acks {
     Header,
 }
 
-fn child(key: &str, acks: Acks, spin: Duration) {
+fn child(key: &str, acks: Acks, spin: Duration, copy: bool) {
     let opts = SubscriberOptions {
         name: "bench".into(),
-        mode: SubscriberMode::ZeroCopy,
+        mode: if copy {
+            SubscriberMode::Copy
+        } else {
+            SubscriberMode::ZeroCopy
+        },
+        // DROP_OLDEST runs read zero-copy too unless they ask for copies: the same subscriber
+        // work under both policies.
+        accept_zero_copy_overwrite: true,
         plain_v4_acks: acks == Acks::Header,
         spin,
         ..Default::default()
@@ -53,7 +60,11 @@ fn child(key: &str, acks: Acks, spin: Duration) {
         match s.next_frame(Some(Duration::from_secs(30))) {
             Ok(f) => {
                 lat.push(monotonic_ns() - f.pts_ns);
-                f.release();
+                // No GPU work read the frame: ACK at once (a consumer that reads it on the GPU
+                // releases after its stream, also without a host wait). A plain release would
+                // wait for the whole context (cuCtxSynchronize) before the ACK.
+                // SAFETY: null stream: nothing reads the frame any more.
+                unsafe { f.release_after_stream(std::ptr::null_mut()) };
             }
             Err(e) if e.code() == ErrorCode::Disconnected => break,
             Err(e) => panic!("{e}"),
@@ -196,6 +207,8 @@ struct Config {
     policy: Policy,
     publish: Publish,
     spin: Duration,
+    /// Subscribers in COPY mode (each copies every frame on the GPU in its own context).
+    copy: bool,
 }
 
 impl Config {
@@ -210,6 +223,7 @@ impl Config {
             policy: Policy::StrictWait,
             publish: Publish::AfterStream,
             spin: Duration::ZERO,
+            copy: false,
         }
     }
 }
@@ -232,6 +246,7 @@ fn run_config(c: Config) -> Row {
         policy,
         publish,
         spin,
+        copy,
     } = c;
     let key = format!(
         "bench-{}-{}",
@@ -263,6 +278,7 @@ fn run_config(c: Config) -> Row {
                         "pages"
                     },
                     &spin.as_micros().to_string(),
+                    if copy { "copy" } else { "zero_copy" },
                 ])
                 .stdout(Stdio::piped())
                 .spawn()
@@ -459,7 +475,8 @@ fn main() {
             Acks::Pages
         };
         let spin = args.get(4).and_then(|v| v.parse().ok()).unwrap_or(0);
-        return child(&args[2], acks, Duration::from_micros(spin));
+        let copy = args.get(5).map(String::as_str) == Some("copy");
+        return child(&args[2], acks, Duration::from_micros(spin), copy);
     }
     if args.get(1).map(String::as_str) == Some("--futex-child") {
         return futex_child(&args[2]);
@@ -482,6 +499,10 @@ fn main() {
     std::env::set_var("CUFRAMES_RUNTIME_DIR", &dir);
     wake_ups(frames);
     publisher_cost(frames);
+    if args.iter().any(|a| a == "--tables-1-2") {
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     let bw = dtod_bandwidth();
     println!();
     println!("device-to-device copy bandwidth: {bw:.0} GB/s");
@@ -613,10 +634,14 @@ fn idle_child(key: &str) {
 /// with 1, 8 and 31 subscribers, both policies, both ways of publishing.
 fn publisher_cost(frames: u64) {
     println!();
-    println!("Publisher cost per frame on the publishing thread (acquire + copy + publish), 1920x1080 NV12, paced at 1 kHz, zero-copy subscribers:");
-    println!("| policy | publication | 1 subscriber | 8 | 31 | 31 / 1 |");
-    println!("|---|---|---|---|---|---|");
-    for policy in [Policy::StrictWait, Policy::DropOldest] {
+    println!("Publisher cost per frame on the publishing thread (acquire + copy + publish), 1920x1080 NV12, paced at 1 kHz:");
+    println!("| policy | subscribers read | publication | 1 subscriber | 8 | 31 | 31 / 1 |");
+    println!("|---|---|---|---|---|---|---|");
+    for (policy, copy) in [
+        (Policy::StrictWait, false),
+        (Policy::DropOldest, false),
+        (Policy::DropOldest, true),
+    ] {
         for publish in [Publish::AfterStream, Publish::OnStream] {
             let cost: Vec<f64> = [1usize, 8, 31]
                 .iter()
@@ -624,13 +649,19 @@ fn publisher_cost(frames: u64) {
                     run_config(Config {
                         policy,
                         publish,
+                        copy,
                         ..Config::new(1920, 1080, subs, frames.max(1000), Some(PERIOD_1KHZ))
                     })
                     .pub_us
                 })
                 .collect();
             println!(
-                "| {policy:?} | {} | {:.1} µs | {:.1} µs | {:.1} µs | {:.2}x |",
+                "| {policy:?} | {} | {} | {:.1} µs | {:.1} µs | {:.1} µs | {:.2}x |",
+                if copy {
+                    "COPY (a device copy each, in its own context)"
+                } else {
+                    "zero copy"
+                },
                 if publish == Publish::AfterStream {
                     "after the stream (thread waits)"
                 } else {

@@ -421,6 +421,15 @@ fn dropping_a_publisher_with_publications_pending_waits_for_them() {
     {
         let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
         p.enable_frames(cuda_ring(2, Policy::StrictWait)).unwrap();
+        let mut s = Subscriber::connect(
+            &env.key,
+            &SubscriberOptions {
+                mode: SubscriberMode::Copy,
+                cuda_device: 0,
+                ..env.subscriber_options("pendingdrop")
+            },
+        )
+        .unwrap();
         let slot = p.acquire().unwrap();
         testing::busy(&stream, load).unwrap();
         done.record(&stream).unwrap();

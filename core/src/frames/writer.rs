@@ -614,11 +614,19 @@ impl StreamRef<'_> {
 /// failed stream runs no more work). The host function itself owns what it touches.
 impl Drop for FrameWriter {
     fn drop(&mut self) {
+        self.flush_publications();
+    }
+}
+
+impl FrameWriter {
+    /// Wait (bounded) until every publication queued on a stream has run: before the
+    /// shutdown flag (readers must see those frames) and before the teardown.
+    pub(crate) fn flush_publications(&self) {
         let last = self.lock().last_seq;
         if self.wait_published(last).is_err() {
             eprintln!(
-                "cuframes: tearing down a frame ring with {} publications still queued on a \
-                 stream that does not finish",
+                "cuframes: {} frame publications still queued on a stream that does not \
+                 finish; shutting the ring down without them",
                 self.publication.pending()
             );
         }

@@ -508,6 +508,9 @@ impl Publisher {
             return;
         }
         if let Some(ring) = self.inner.frames.get() {
+            // Frames still queued on a stream become visible first: subscribers that see the
+            // flag then read every frame published before it (STRICT_WAIT: every frame).
+            ring.flush_publications();
             ring.shm.shutdown_flag().store(1, Ordering::SeqCst);
             crate::futex::wake_all(ring.shm.global_seq_word());
         }
