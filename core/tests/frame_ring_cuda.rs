@@ -446,6 +446,16 @@ fn dropping_a_publisher_with_publications_pending_waits_for_them() {
             done.query().unwrap(),
             "the publisher was torn down under pending GPU work"
         );
+        // Defect: the shutdown flag went up before the pending publication ran, so the
+        // subscriber ended the stream without the last frame (STRICT_WAIT: every frame).
+        let f = s.next_frame(Some(Duration::from_secs(5)));
+        assert_eq!(
+            f.map(|f| f.seq).ok(),
+            Some(1),
+            "the pending frame was lost at shutdown"
+        );
+        let e = s.next_frame(Some(Duration::from_secs(5))).err().unwrap();
+        assert_eq!(e.code(), ErrorCode::Disconnected);
     }
     assert_eq!(cuda::live_mappings(), maps_before, "mappings left behind");
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
