@@ -5,7 +5,8 @@
 #   scripts/gpu-check.sh run     # on the GPU machine (no cargo needed): run them all
 #   scripts/gpu-check.sh         # both, on a machine that has cargo and a GPU
 #   GPU_CHECK_ONLY=ffmpeg scripts/gpu-check.sh run   # only the FFmpeg frame-path steps
-#   GPU_CHECK_ONLY=python scripts/gpu-check.sh run   # only the Python package step
+#   GPU_CHECK_ONLY=python scripts/gpu-check.sh run   # only the Python package steps
+#   GPU_CHECK_ONLY=core scripts/gpu-check.sh run     # all but the FFmpeg and Python steps
 #   GPU_CHURN_SECS=30 / GPU_CHURN_MAX=8                # churn soak length, subscriber processes
 #   CUFRAMES_RELEASE_CYCLES=1000                       # release-then-destroy cycles
 #   GPU_HOSTILE_SECS=10                                # hostile-subscriber run, per policy
@@ -32,9 +33,9 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
         print(m["target"]["name"], m["executable"])' | while read -r name exe; do cp "$exe" "$out/$name"; done
-  cargo build --release -p cuframes-core --features testing --example frame_bench
+  cargo build --release -p cuframes-core --features testing --example frame_bench --example packet_bench
   cargo build --release --bin cuframes-demo
-  cp target/release/examples/frame_bench target/release/cuframes-demo "$out/"
+  cp target/release/examples/frame_bench target/release/examples/packet_bench target/release/cuframes-demo "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
   cp scripts/gpu-check.sh scripts/steady_fps.py "$out/"
   # The Python package: the abi3 wheel (any CPython >= 3.9) and its GPU check.
@@ -271,8 +272,12 @@ run() {
   fi
   step "demo on CUDA (4 subscriber processes, 1080p)" "$out/cuframes-demo" --frames 120 --subscribers 4 --cuda 0
   step "frame ring benchmark" "$out/frame_bench" --frames "${GPU_BENCH_FRAMES:-300}"
-  ffmpeg_steps
-  python_steps
+  # The packet ring needs no GPU; it runs here for this machine's cores (docs/benchmarks.md).
+  step "packet ring benchmark (CPU)" "$out/packet_bench" "${GPU_PKT_BENCH_SECS:-4}" "${GPU_PKT_BENCH_PACKETS:-20000}"
+  if [ "${GPU_CHECK_ONLY:-}" != core ]; then
+    ffmpeg_steps
+    python_steps
+  fi
   fi
   rm -rf "$CUFRAMES_RUNTIME_DIR"
   echo
