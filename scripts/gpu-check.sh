@@ -66,11 +66,11 @@ ff_ring_check() { # readers, reader_opts, reader_filters, direct_filters, tag
     -vf "$dvf" -f framemd5 "$d/direct.md5" 2>"$d/direct.log" || { tail -5 "$d/direct.log"; return 1; }
   for i in $(seq 1 "$n"); do
     # shellcheck disable=SC2086
-    "$ff" -hide_banner -nostdin -y -f cuframes -framerate 25 -connect_timeout 30000 -timeout 30000 \
+    "$ff" -hide_banner -nostdin -y -f cuframes -framerate 25 -wait_publisher 30 -read_timeout 30 \
       $ropts -name "r$i" -i "$key" -vf "$rvf" -f framemd5 "$d/r$i.md5" 2>"$d/r$i.log" & pids+=($!)
   done
   "$ff" -hide_banner -nostdin -y -hwaccel cuda -hwaccel_output_format cuda -i "$out/sample.h264" \
-    -vf "hwupload_cuframes=key=$key:policy=strict_wait:ring_size=8:ack_timeout=10000:wait_subscribers=$n:wait_timeout=30000" \
+    -vf "hwupload_cuframes=key=$key:policy=strict_wait:ring_size=8:ack_timeout=10:wait_subscribers=$n:wait_timeout=30" \
     -f null - 2>"$d/pub.log" || { echo "publisher failed"; tail -5 "$d/pub.log"; ok=1; }
   grep -h "published\|Publishing" "$d/pub.log"
   grep -q "cuframes host copies: 0" "$d/pub.log" || { echo "publisher made host copies"; ok=1; }
@@ -100,9 +100,9 @@ ff_bench() {
     t0=$(date +%s.%N); "$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
       -i "$out/bench1080.h264" -vf "hwupload_cuframes=key=$key" -f null - ; t1=$(date +%s.%N)
     echo "bench1080 decode + hwupload_cuframes (no subscriber):        $(fps "$t0" "$t1") fps"
-    "$ff" -hide_banner -nostdin -loglevel error -f cuframes -connect_timeout 30000 -i "$key" -f null - 2>"$d/r.log" & pid=$!
+    "$ff" -hide_banner -nostdin -loglevel error -f cuframes -wait_publisher 30 -i "$key" -f null - 2>"$d/r.log" & pid=$!
     t0=$(date +%s.%N); "$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
-      -i "$out/bench1080.h264" -vf "hwupload_cuframes=key=$key:policy=strict_wait:wait_subscribers=1:ring_size=8:ack_timeout=10000" \
+      -i "$out/bench1080.h264" -vf "hwupload_cuframes=key=$key:policy=strict_wait:wait_subscribers=1:ring_size=8:ack_timeout=10" \
       -f null - ; t1=$(date +%s.%N); wait "$pid"
     echo "bench1080 decode + hwupload_cuframes, 1 zero-copy reader (strict_wait): $(fps "$t0" "$t1") fps"
   done

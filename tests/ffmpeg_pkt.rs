@@ -193,7 +193,7 @@ fn round_trip(s: &Scratch, src: &Source, recorders: usize) {
     // joined before any keyframe starts at the newest keyframe present when it first reads.
     let publisher = s.spawn_ffmpeg(
         "publisher",
-        &publisher_args(src, &key, &["-readrate", "8"], &["-min_subscribers", &n]),
+        &publisher_args(src, &key, &["-readrate", "8"], &["-wait_subscribers", &n]),
     );
     s.wait_ok(publisher, SECS(30));
     for (i, (p, out)) in recs.iter().enumerate() {
@@ -449,7 +449,7 @@ fn publisher_killed_mid_stream() {
     );
     let publisher = s.spawn_ffmpeg(
         "publisher",
-        &publisher_args(&src, &key, &["-readrate", "2"], &["-min_subscribers", "1"]),
+        &publisher_args(&src, &key, &["-readrate", "2"], &["-wait_subscribers", "1"]),
     );
     wait_published(&key, 100, SECS(20));
     s.kill9(publisher);
@@ -579,8 +579,8 @@ fn options_are_documented() {
                 "file_mode",
                 "ring_slots",
                 "data_size",
-                "min_subscribers",
-                "subscriber_wait",
+                "wait_subscribers",
+                "wait_timeout",
                 "discont_gap",
             ][..],
         ),
@@ -589,8 +589,8 @@ fn options_are_documented() {
             &[
                 "runtime_dir",
                 "name",
-                "connect_timeout",
                 "wait_publisher",
+                "handshake_timeout",
                 "read_timeout",
                 "timebase",
             ][..],
@@ -670,7 +670,7 @@ fn flags_and_timestamps_survive_a_relay() {
             "copy",
             "-f",
             "cuframes_pkt",
-            "-min_subscribers",
+            "-wait_subscribers",
             "1",
             &k2,
         ],
@@ -783,8 +783,8 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
             "cuframes",
             "-output",
             "software",
-            "-connect_timeout",
-            "10000",
+            "-wait_publisher",
+            "10",
             "-i",
             &key,
             "-f",
@@ -812,7 +812,7 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
             "1024",
             // Only the packet recorder: waiting blocks the whole command, so the filter's
             // frame ring appears only afterwards (the frame reader retries until then).
-            "-min_subscribers",
+            "-wait_subscribers",
             "1",
             &key,
             "-map",
