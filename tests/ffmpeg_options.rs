@@ -105,7 +105,10 @@ fn both_inputs_treat_a_missing_publisher_alike() {
         // Default: an error at once.
         let (failed, err, took) = missing(&s, &format!("{format}-now"), format, &[]);
         assert!(failed, "{format}: no publisher, yet it succeeded");
-        assert!(took < Duration::from_secs(3), "{format}: took {took:?}: {err}");
+        assert!(
+            took < Duration::from_secs(3),
+            "{format}: took {took:?}: {err}"
+        );
         assert!(err.contains("no publisher for key"), "{format}: {err}");
         // -wait_publisher: waits that long, then the same error.
         let (failed, err, took) = missing(
@@ -114,8 +117,14 @@ fn both_inputs_treat_a_missing_publisher_alike() {
             format,
             &["-wait_publisher", "0.6"],
         );
-        assert!(failed && err.contains("no publisher for key"), "{format}: {err}");
-        assert!(took >= Duration::from_millis(600), "{format}: took {took:?}");
+        assert!(
+            failed && err.contains("no publisher for key"),
+            "{format}: {err}"
+        );
+        assert!(
+            took >= Duration::from_millis(600),
+            "{format}: took {took:?}"
+        );
     }
 }
 

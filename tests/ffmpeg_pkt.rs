@@ -842,3 +842,71 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
         want.len()
     );
 }
+
+/// `-wait_subscribers` waits in the muxer's header, which ffmpeg writes before it starts any
+/// output: the whole command waits, other outputs included (docs/ffmpeg.md states exactly
+/// this). Here a framecrc output of the same command gets no packet while the cuframes_pkt
+/// output waits, and all of them once a subscriber has come.
+#[test]
+fn wait_subscribers_holds_the_whole_command() {
+    let Some(ff) = find() else { return };
+    let s = Scratch::new(&ff, "waitall");
+    let key = s.key("waitall");
+    let other = s.path("other.framecrc");
+    let publisher = s.spawn_ffmpeg(
+        "publisher",
+        &[
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=s=64x48:r=25:d=1",
+            "-map",
+            "0:v",
+            "-c:v",
+            "libx264",
+            "-f",
+            "cuframes_pkt",
+            "-wait_subscribers",
+            "1",
+            "-wait_timeout",
+            "30",
+            &key,
+            "-map",
+            "0:v",
+            "-c:v",
+            "rawvideo",
+            "-f",
+            "framecrc",
+            other.to_str().unwrap(),
+        ],
+    );
+    let packets = |path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .count()
+    };
+    // Long enough for the whole second of testsrc to be encoded and written twice over.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        packets(&other),
+        0,
+        "the other output ran while the muxer waited"
+    );
+    let (rec, rec_out) = spawn_recorder(&s, "recorder", &key);
+    s.wait_ok(publisher, SECS(30));
+    s.wait_ok(rec, SECS(30));
+    assert_eq!(
+        packets(&other),
+        25,
+        "the other output, once the subscriber came"
+    );
+    assert_eq!(
+        read_framemd5(&rec_out).len(),
+        25,
+        "the subscriber's recording"
+    );
+}

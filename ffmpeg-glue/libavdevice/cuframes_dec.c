@@ -517,6 +517,11 @@ const FFInputFormat ff_cuframes_demuxer = {
     .p.flags        = AVFMT_NOFILE,
     .p.priv_class   = &cuframes_demuxer_class,
     .priv_data_size = sizeof(CuframesDemuxContext),
+    /* read_header fails after connecting in several ways (no frame ring, unknown format, no
+     * CUDA device for the output): read_close then destroys the subscriber, so the
+     * publisher does not keep counting a reader that is gone (an API user's process lives
+     * on after avformat_open_input fails). */
+    .flags_internal = FF_INFMT_FLAG_INIT_CLEANUP,
     .read_header    = cuframes_read_header,
     .read_packet    = cuframes_read_packet,
     .read_close     = cuframes_read_close,

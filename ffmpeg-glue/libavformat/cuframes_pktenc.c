@@ -51,12 +51,17 @@ typedef struct CuframesPktMuxContext {
     int have_extradata;
     int64_t last_ts_ns;
     uint64_t seq;
+    uint64_t discard_published, disposable_published;
 } CuframesPktMuxContext;
 
 static void cuframes_pkt_deinit(AVFormatContext *s)
 {
     CuframesPktMuxContext *c = s->priv_data;
 
+    if (c->discard_published || c->disposable_published)
+        av_log(s, AV_LOG_INFO, "'%s': published %"PRIu64" packets flagged DISCARD and %"PRIu64
+               " flagged DISPOSABLE as ordinary packets (the ring has no bits for them)\n",
+               s->url, c->discard_published, c->disposable_published);
     cuframes_publisher_destroy(c->pub);
     c->pub = NULL;
 }
@@ -199,6 +204,17 @@ static int cuframes_pkt_write_packet(AVFormatContext *s, AVPacket *pkt)
         flags |= CUFRAMES_PACKET_FLAG_KEY;
     if (pkt->flags & AV_PKT_FLAG_CORRUPT)
         flags |= CUFRAMES_PACKET_FLAG_CORRUPT;
+    /* DISCARD (decode, do not show: an MP4 edit list's preroll) and DISPOSABLE (no other
+     * frame refers to it) have no ring bit (§10.5). Both are published as ordinary packets,
+     * deliberately: a DISCARD packet is often the keyframe the next ones are predicted from,
+     * so dropping it would break every subscriber's decoding; DISPOSABLE is only a hint.
+     * Subscribers therefore show the preroll frames; the counts are logged. */
+    if ((pkt->flags & AV_PKT_FLAG_DISCARD) && !c->discard_published++)
+        av_log(s, AV_LOG_WARNING, "'%s': packets flagged DISCARD (e.g. an edit list's "
+               "preroll) are published as ordinary packets: the ring has no bit for it, so "
+               "subscribers show these frames\n", s->url);
+    if (pkt->flags & AV_PKT_FLAG_DISPOSABLE)
+        c->disposable_published++;
     /* Ring flags with no AVPacket equivalent, from an upstream cuframes_pkt demuxer (R15). */
     sd = av_packet_get_side_data(pkt, AV_PKT_DATA_STRINGS_METADATA, &sd_size);
     if (sd) {
