@@ -117,13 +117,30 @@ fn reference(s: &Scratch, src: &Source) -> Vec<PacketLine> {
     args.extend(["-f", "framemd5", out.to_str().unwrap()]);
     s.ffmpeg_ok("reference", &args);
     let got = without_discard(read_framemd5(&out));
-    let committed = read_framemd5(&sample(&format!("{}.framemd5", src.name)));
+    let mut committed = read_framemd5(&sample(&format!("{}.framemd5", src.name)));
+    // The committed files were made with FFmpeg 9.0. Older FFmpegs' hevc_mp4toannexb write
+    // the parameter sets they prepend to the first keyframe differently (7.1: same size,
+    // other bytes), so against another version the first packet's hash is not compared;
+    // every timestamp, size and other hash is. The round trip itself compares the ring
+    // with this FFmpeg's own reference, byte for byte.
+    if src.bsf.is_some() && !ffmpeg_version(s).starts_with("9.0") {
+        if let (Some(c), Some(g)) = (committed.first_mut(), got.first()) {
+            c.md5.clone_from(&g.md5);
+        }
+    }
     assert_same_packets(
         &format!("source vs fate-samples/{}.framemd5", src.name),
         &got,
         &committed,
     );
     got
+}
+
+/// "7.1.5" from `ffmpeg -version`.
+fn ffmpeg_version(s: &Scratch) -> String {
+    s.ffmpeg_ok("version", &["-version"]);
+    let out = s.stdout("version");
+    out.split_whitespace().nth(2).unwrap_or_default().to_owned()
 }
 
 /// ffmpeg arguments publishing `src` as `key` with `-c copy` (input options `input`, muxer

@@ -49,6 +49,7 @@
 #include "filters.h"
 #include "formats.h"
 #include "video.h"
+#include "version.h"
 
 /* The legacy default stream of the current context (CU_STREAM_LEGACY in cuda.h). FFmpeg's
  * hwcontext uses it when AVCUDADeviceContext.stream is NULL; cuframes treats a NULL stream
@@ -123,16 +124,13 @@ static int cuframes_upload_query_formats(const AVFilterContext *ctx,
                                          AVFilterFormatsConfig **cfg_in,
                                          AVFilterFormatsConfig **cfg_out)
 {
-    static const enum AVPixelFormat pix_fmts[] = {
+    /* int, not enum AVPixelFormat: the list type that FFmpeg 7.1 to 9.0 all take. */
+    static const int pix_fmts[] = {
         AV_PIX_FMT_NV12, AV_PIX_FMT_P010LE, AV_PIX_FMT_P016LE, AV_PIX_FMT_YUV420P,
         AV_PIX_FMT_YUV444P, AV_PIX_FMT_RGBA, AV_PIX_FMT_BGRA, AV_PIX_FMT_CUDA,
         AV_PIX_FMT_NONE,
     };
-    AVFilterFormats *fmts = ff_make_pixel_format_list(pix_fmts);
-    int ret = ff_formats_ref(fmts, &cfg_in[0]->formats);
-    if (ret < 0)
-        return ret;
-    return ff_formats_ref(fmts, &cfg_out[0]->formats);
+    return ff_set_common_formats_from_list2(ctx, cfg_in, cfg_out, pix_fmts);
 }
 
 static int cuframes_upload_config_output(AVFilterLink *outlink)
@@ -459,11 +457,22 @@ static const AVFilterPad cuframes_upload_outputs[] = {
     },
 };
 
-const FFFilter ff_vf_hwupload_cuframes = {
-    .p.name        = "hwupload_cuframes",
-    .p.description = NULL_IF_CONFIG_SMALL("Publish frames into a cuframes ring (GPU or host "
-                                          "memory) and pass them on unchanged."),
-    .p.priv_class  = &cuframes_upload_class,
+/* FFmpeg 8.0 (libavfilter 11) moved the internal fields of AVFilter into FFFilter, which
+ * embeds the public part as .p; FFmpeg 7.1 has them in AVFilter itself. Only the public
+ * fields' spelling differs. */
+#if LIBAVFILTER_VERSION_MAJOR >= 11
+#define CUFRAMES_FILTER_TYPE FFFilter
+#define CUFRAMES_PUBLIC(field) .p.field
+#else
+#define CUFRAMES_FILTER_TYPE AVFilter
+#define CUFRAMES_PUBLIC(field) .field
+#endif
+
+const CUFRAMES_FILTER_TYPE ff_vf_hwupload_cuframes = {
+    CUFRAMES_PUBLIC(name)        = "hwupload_cuframes",
+    CUFRAMES_PUBLIC(description) = NULL_IF_CONFIG_SMALL("Publish frames into a cuframes ring "
+                                   "(GPU or host memory) and pass them on unchanged."),
+    CUFRAMES_PUBLIC(priv_class)  = &cuframes_upload_class,
     .init          = cuframes_upload_init,
     .uninit        = cuframes_upload_uninit,
     .priv_size     = sizeof(CuframesUploadContext),
