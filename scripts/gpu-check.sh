@@ -49,6 +49,12 @@ for l in sys.stdin:
     build/ffmpeg/bin/ffmpeg -hide_banner -loglevel error -y -f lavfi -i testsrc2=s=1920x1080:r=25 \
       -frames:v 300 -c:v libx264 -preset ultrafast -crf 32 -g 50 -pix_fmt yuv420p "$out/bench1080.h264"
   fi
+  # The libav* API tests (tests/ffmpeg-sys) linked against the 9.0 build; their CUDA test
+  # (input device -> AV_PIX_FMT_CUDA frames with hw_frames_ctx) runs only here.
+  if [ -f build/ffmpeg/lib/libavformat.a ]; then
+    cp "$(scripts/test-ffmpeg-sys.sh --no-run build/ffmpeg | tail -n1)" "$out/ffmpeg_sys_libav"
+    strip --strip-debug "$out/ffmpeg_sys_libav"
+  fi
   ls -la "$out"
   set +e
 }
@@ -128,6 +134,9 @@ python_gpu() {
 python_steps() {
   step "Python: zero-copy CUDA frames into torch and cupy through DLPack, bit-exact vs hwdownload" python_gpu
 }
+ffmpeg_sys_gpu() {
+  CUFRAMES_SAMPLE_H264="$out/sample.h264" gpu_test "$out/ffmpeg_sys_libav" --test-threads=1 --nocapture
+}
 ffmpeg_steps() {
   [ -x "$out/ffmpeg" ] || { echo "=== FFmpeg frame checks: SKIPPED (no $out/ffmpeg: build/ffmpeg missing at build time)"; return 0; }
   step "FFmpeg: -hwaccel cuda into hwupload_cuframes, 1 reader, hwdownload = direct decode, no host copy" \
@@ -139,6 +148,10 @@ ffmpeg_steps() {
   step "FFmpeg: scale_cuda after the input device = scale_cuda after the decoder" \
     ff_ring_check 1 "" "scale_cuda=w=160:h=120,hwdownload,format=nv12" "scale_cuda=w=160:h=120,hwdownload,format=nv12" scale
   step "FFmpeg: decode pipeline fps with and without the ring (1080p H.264, 300 frames)" ff_bench
+  if [ -x "$out/ffmpeg_sys_libav" ]; then
+    step "libav* API (ffmpeg-sys-next): cuframes input device gives AV_PIX_FMT_CUDA frames with hw_frames_ctx, bit-exact; demuxer, muxer, filter graph, failed open" \
+      ffmpeg_sys_gpu
+  fi
 }
 
 # A GPU test binary that must not skip here: "SKIPPED (no CUDA ...)" / "SKIPPED: no CUDA ..."
