@@ -34,7 +34,8 @@ for l in sys.stdin:
         print(m["target"]["name"], m["executable"])' | while read -r name exe; do cp "$exe" "$out/$name"; done
   cargo build --release -p cuframes-core --features testing --example frame_bench
   cargo build --release --bin cuframes-demo
-  cp target/release/examples/frame_bench target/release/cuframes-demo "$out/"
+  local tgt=${CARGO_TARGET_DIR:-target}
+  cp "$tgt/release/examples/frame_bench" "$tgt/release/cuframes-demo" "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
   cp scripts/gpu-check.sh "$out/"
   # The Python package: the abi3 wheel (any CPython >= 3.9) and its GPU check.
