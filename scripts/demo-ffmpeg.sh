@@ -36,7 +36,7 @@ t0=$(date +%s.%N)
 # at 4x real time (-readrate 4; -re would be real time, as from a camera).
 run -f cuframes_pkt -wait_publisher 10 -copyts -i "$key" -c copy "$work/recording.mkv" 2>"$work/recorder.log" &
 pids+=($!)
-run -readrate 4 -i "$src" -map 0:v:0 -c copy -f cuframes_pkt -min_subscribers 1 "$key" 2>"$work/publisher.log" &
+run -readrate 4 -i "$src" -map 0:v:0 -c copy -f cuframes_pkt -wait_subscribers 1 "$key" 2>"$work/publisher.log" &
 pids+=($!)
 wait "${pids[1]}" || { cat "$work/publisher.log" >&2; echo "demo-ffmpeg: the publisher failed" >&2; exit 1; }
 wait "${pids[0]}" || { cat "$work/recorder.log" >&2; echo "demo-ffmpeg: the recorder failed" >&2; exit 1; }

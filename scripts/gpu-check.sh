@@ -35,7 +35,8 @@ for l in sys.stdin:
         print(m["target"]["name"], m["executable"])' | while read -r name exe; do cp "$exe" "$out/$name"; done
   cargo build --release -p cuframes-core --features testing --example frame_bench --example packet_bench
   cargo build --release --bin cuframes-demo
-  cp target/release/examples/frame_bench target/release/examples/packet_bench target/release/cuframes-demo "$out/"
+  local tgt=${CARGO_TARGET_DIR:-target}
+  cp "$tgt/release/examples/frame_bench" "$tgt/release/examples/packet_bench" "$tgt/release/cuframes-demo" "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
   cp scripts/gpu-check.sh scripts/steady_fps.py "$out/"
   # The Python package: the abi3 wheel (any CPython >= 3.9) and its GPU check.
@@ -48,6 +49,12 @@ for l in sys.stdin:
   if [ -x build/ffmpeg/bin/ffmpeg ]; then
     cp build/ffmpeg/bin/ffmpeg build/ffmpeg/bin/ffprobe "$out/"
     cp fate-samples/test-25fps.h264 "$out/sample.h264"
+  fi
+  # The libav* API tests (tests/ffmpeg-sys) linked against the 9.0 build; their CUDA test
+  # (input device -> AV_PIX_FMT_CUDA frames with hw_frames_ctx) runs only here.
+  if [ -f build/ffmpeg/lib/libavformat.a ]; then
+    cp "$(scripts/test-ffmpeg-sys.sh --no-run build/ffmpeg | tail -n1)" "$out/ffmpeg_sys_libav"
+    strip --strip-debug "$out/ffmpeg_sys_libav"
   fi
   ls -la "$out"
   set +e
@@ -66,11 +73,11 @@ ff_ring_check() { # readers, reader_opts, reader_filters, direct_filters, tag
     -vf "$dvf" -f framemd5 "$d/direct.md5" 2>"$d/direct.log" || { tail -5 "$d/direct.log"; return 1; }
   for i in $(seq 1 "$n"); do
     # shellcheck disable=SC2086
-    "$ff" -hide_banner -nostdin -y -f cuframes -framerate 25 -connect_timeout 30000 -timeout 30000 \
+    "$ff" -hide_banner -nostdin -y -f cuframes -framerate 25 -wait_publisher 30 -read_timeout 30 \
       $ropts -name "r$i" -i "$key" -vf "$rvf" -f framemd5 "$d/r$i.md5" 2>"$d/r$i.log" & pids+=($!)
   done
   "$ff" -hide_banner -nostdin -y -hwaccel cuda -hwaccel_output_format cuda -i "$out/sample.h264" \
-    -vf "hwupload_cuframes=key=$key:policy=strict_wait:ring_size=8:ack_timeout=10000:wait_subscribers=$n:wait_timeout=30000" \
+    -vf "hwupload_cuframes=key=$key:policy=strict_wait:ring_size=8:ack_timeout=10:wait_subscribers=$n:wait_timeout=30" \
     -f null - 2>"$d/pub.log" || { echo "publisher failed"; tail -5 "$d/pub.log"; ok=1; }
   grep -h "published\|Publishing" "$d/pub.log"
   grep -q "cuframes host copies: 0" "$d/pub.log" || { echo "publisher made host copies"; ok=1; }
@@ -110,11 +117,11 @@ ff_bench() {
       for readers in 0 1 8; do
         key="gpuffb-$$-$size-$rep-$readers"; pids=()
         for i in $(seq 1 "$readers"); do
-          "$ff" -hide_banner -nostdin -loglevel error -f cuframes -connect_timeout 30000 -timeout 30000 -name "b$i" \
+          "$ff" -hide_banner -nostdin -loglevel error -f cuframes -wait_publisher 30 -read_timeout 30 -name "b$i" \
             -i "$key" -f null - 2>"$d/r$i.log" & pids+=($!)
         done
         opts="hwupload_cuframes=key=$key"
-        [ "$readers" -gt 0 ] && opts="$opts:policy=strict_wait:wait_subscribers=$readers:wait_timeout=30000:ring_size=8:ack_timeout=10000"
+        [ "$readers" -gt 0 ] && opts="$opts:policy=strict_wait:wait_subscribers=$readers:wait_timeout=30:ring_size=8:ack_timeout=10"
         # Steady state (scripts/steady_fps.py): the wait for the readers, before the first
         # frame comes out, is not counted.
         fps=$("$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
@@ -163,10 +170,10 @@ python_example() {
   d=$(mktemp -d /tmp/cuframes-ex.XXXXXX); key="gpuex-$$"
   n=$("$ff" -hide_banner -nostdin -i "$out/sample.h264" -f framemd5 - 2>/dev/null | grep -vc '^#')
   with_wheel "$out/motion_stats.py" "$key" --grid 4x4 --connect-timeout 30 >"$d/example.log" 2>&1 & pid=$!
-  "$ff" -hide_banner -nostdin -y -f cuframes -framerate 25 -connect_timeout 30000 -timeout 30000 -name recorder \
+  "$ff" -hide_banner -nostdin -y -f cuframes -framerate 25 -wait_publisher 30 -read_timeout 30 -name recorder \
     -i "$key" -vf hwdownload,format=nv12 -f framemd5 "$d/rec.md5" 2>"$d/rec.log" & rec=$!
   "$ff" -hide_banner -nostdin -y -hwaccel cuda -hwaccel_output_format cuda -readrate 4 -i "$out/sample.h264" \
-    -vf "hwupload_cuframes=key=$key:policy=strict_wait:wait_subscribers=2:wait_timeout=30000" \
+    -vf "hwupload_cuframes=key=$key:policy=strict_wait:wait_subscribers=2:wait_timeout=30" \
     -f null - 2>"$d/pub.log" || { echo "publisher failed"; tail -5 "$d/pub.log"; ok=1; }
   wait "$pid" || { echo "the example failed"; ok=1; }
   wait "$rec" || { echo "the recorder failed"; tail -5 "$d/rec.log"; ok=1; }
@@ -183,6 +190,9 @@ python_steps() {
   step "Python benchmark (python/benches/gpu_bench.py: import overhead, consumer fps, to_rgb vs D2D copy)" \
     with_wheel "$out/gpu_bench.py" --frames "${GPU_PY_BENCH_FRAMES:-3000}"
 }
+ffmpeg_sys_gpu() {
+  CUFRAMES_SAMPLE_H264="$out/sample.h264" gpu_test "$out/ffmpeg_sys_libav" --test-threads=1 --nocapture
+}
 ffmpeg_steps() {
   [ -x "$out/ffmpeg" ] || { echo "=== FFmpeg frame checks: SKIPPED (no $out/ffmpeg: build/ffmpeg missing at build time)"; return 0; }
   step "FFmpeg: -hwaccel cuda into hwupload_cuframes, 1 reader, hwdownload = direct decode, no host copy" \
@@ -194,6 +204,10 @@ ffmpeg_steps() {
   step "FFmpeg: scale_cuda after the input device = scale_cuda after the decoder" \
     ff_ring_check 1 "" "scale_cuda=w=160:h=120,hwdownload,format=nv12" "scale_cuda=w=160:h=120,hwdownload,format=nv12" scale
   step "FFmpeg: decode pipeline fps with and without the ring (1080p 1500 frames, 4K 600 frames; 0/1/8 readers)" ff_bench
+  if [ -x "$out/ffmpeg_sys_libav" ]; then
+    step "libav* API (ffmpeg-sys-next): cuframes input device gives AV_PIX_FMT_CUDA frames with hw_frames_ctx, bit-exact; demuxer, muxer, filter graph, failed open" \
+      ffmpeg_sys_gpu
+  fi
 }
 
 # A GPU test binary that must not skip here: "SKIPPED (no CUDA ...)" / "SKIPPED: no CUDA ..."

@@ -29,11 +29,26 @@ echo "== FFmpeg with the cuframes components (cached: rebuilt only when its inpu
 # (tests/ffmpeg_*.rs) run build/ffmpeg/bin/ffmpeg.
 cargo build --release -p cuframes
 scripts/install.sh "$PWD/build/prefix"
-PKG_CONFIG_PATH="$PWD/build/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" scripts/build-ffmpeg.sh >/dev/null
+# Two FFmpeg release lines: 9.0 (build/ffmpeg, the default) and 7.1 (Debian 13's,
+# build/ffmpeg-7.1), each with FFmpeg's own sample-free FATE tests (CUFRAMES_FATE=1; their
+# result is in build/ffmpeg-*/FATE). 8.1 builds the same way (scripts/build-ffmpeg.sh 8.1).
+for v in 9.0 7.1; do
+  CUFRAMES_FATE=1 PKG_CONFIG_PATH="$PWD/build/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
+    scripts/build-ffmpeg.sh "$v" >/dev/null
+  sed -n 's/^make fate/FFmpeg '"$v"': make fate/p; s/^result/  FATE result/p' "build/ffmpeg-$v/FATE"
+done
+echo "== your own FFmpeg tree: scripts/patch-ffmpeg.sh, a broad configure, a full build (cached)"
+scripts/test-patch-ffmpeg.sh 9.0
 # SHM objects that exist before the run are not ours to judge.
 shm_before=$(ls /dev/shm | grep -E '^cuframes-' || true)
 echo "== cargo test (release: the stress tests push millions of packets)"
 cargo test --workspace --release -- --test-threads=2 2>&1 | tee /tmp/cuframes-test.log
+echo "== the FFmpeg tests again, against FFmpeg 7.1"
+CUFRAMES_FFMPEG="$PWD/build/ffmpeg-7.1/bin/ffmpeg" cargo test --release --test ffmpeg_frames \
+  --test ffmpeg_pkt --test ffmpeg_options -- --test-threads=2 2>&1 | tee /tmp/cuframes-test-7.1.log
+echo "== libav* API tests (ffmpeg-sys-next), against each FFmpeg"
+scripts/test-ffmpeg-sys.sh build/ffmpeg-9.0
+scripts/test-ffmpeg-sys.sh build/ffmpeg-7.1
 echo "== Python package (scripts/build-python.sh: rebuilt only when its inputs changed) and pytest"
 scripts/build-python.sh
 build/venv/bin/python -m pytest python/tests -q -p no:cacheprovider

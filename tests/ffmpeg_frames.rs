@@ -58,10 +58,10 @@ fn through_ring(env: &Scratch, fmt: &str, policy: &str) -> Vec<String> {
                 "cuframes",
                 "-framerate",
                 "25",
-                "-connect_timeout",
-                "30000",
-                "-timeout",
-                "30000",
+                "-wait_publisher",
+                "30",
+                "-read_timeout",
+                "30",
                 "-name",
                 &format!("reader{r}"),
                 "-i",
@@ -76,7 +76,7 @@ fn through_ring(env: &Scratch, fmt: &str, policy: &str) -> Vec<String> {
     // -re paces the publisher at 25 fps: under drop_oldest nobody waits for the readers.
     let filter = format!(
         "format={fmt},hwupload_cuframes=key={key}:memory=host:policy={policy}:ring_size={ring}:\
-         ack_timeout=10000:wait_subscribers={READERS}:wait_timeout=30000"
+         ack_timeout=10:wait_subscribers={READERS}:wait_timeout=30"
     );
     let pub_log = format!("{key}-pub");
     let p = env.spawn_ffmpeg(
@@ -206,6 +206,8 @@ fn options_are_documented() {
         "ack_timeout",
         "memory",
         "device",
+        "wait_subscribers",
+        "wait_timeout",
     ] {
         assert!(f.contains(opt), "filter help lacks {opt}:\n{f}");
     }
@@ -216,7 +218,9 @@ fn options_are_documented() {
         "output",
         "software",
         "framerate",
-        "connect_timeout",
+        "wait_publisher",
+        "handshake_timeout",
+        "read_timeout",
     ] {
         assert!(d.contains(opt), "device help lacks {opt}:\n{d}");
     }
@@ -233,8 +237,8 @@ fn missing_publisher_is_a_clear_error() {
         &[
             "-f",
             "cuframes",
-            "-connect_timeout",
-            "200",
+            "-wait_publisher",
+            "0.2",
             "-i",
             &key,
             "-f",

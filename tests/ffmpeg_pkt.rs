@@ -117,13 +117,30 @@ fn reference(s: &Scratch, src: &Source) -> Vec<PacketLine> {
     args.extend(["-f", "framemd5", out.to_str().unwrap()]);
     s.ffmpeg_ok("reference", &args);
     let got = without_discard(read_framemd5(&out));
-    let committed = read_framemd5(&sample(&format!("{}.framemd5", src.name)));
+    let mut committed = read_framemd5(&sample(&format!("{}.framemd5", src.name)));
+    // The committed files were made with FFmpeg 9.0. Older FFmpegs' hevc_mp4toannexb write
+    // the parameter sets they prepend to the first keyframe differently (7.1: same size,
+    // other bytes), so against another version the first packet's hash is not compared;
+    // every timestamp, size and other hash is. The round trip itself compares the ring
+    // with this FFmpeg's own reference, byte for byte.
+    if src.bsf.is_some() && !ffmpeg_version(s).starts_with("9.0") {
+        if let (Some(c), Some(g)) = (committed.first_mut(), got.first()) {
+            c.md5.clone_from(&g.md5);
+        }
+    }
     assert_same_packets(
         &format!("source vs fate-samples/{}.framemd5", src.name),
         &got,
         &committed,
     );
     got
+}
+
+/// "7.1.5" from `ffmpeg -version`.
+fn ffmpeg_version(s: &Scratch) -> String {
+    s.ffmpeg_ok("version", &["-version"]);
+    let out = s.stdout("version");
+    out.split_whitespace().nth(2).unwrap_or_default().to_owned()
 }
 
 /// ffmpeg arguments publishing `src` as `key` with `-c copy` (input options `input`, muxer
@@ -193,7 +210,7 @@ fn round_trip(s: &Scratch, src: &Source, recorders: usize) {
     // joined before any keyframe starts at the newest keyframe present when it first reads.
     let publisher = s.spawn_ffmpeg(
         "publisher",
-        &publisher_args(src, &key, &["-readrate", "8"], &["-min_subscribers", &n]),
+        &publisher_args(src, &key, &["-readrate", "8"], &["-wait_subscribers", &n]),
     );
     s.wait_ok(publisher, SECS(30));
     for (i, (p, out)) in recs.iter().enumerate() {
@@ -449,7 +466,7 @@ fn publisher_killed_mid_stream() {
     );
     let publisher = s.spawn_ffmpeg(
         "publisher",
-        &publisher_args(&src, &key, &["-readrate", "2"], &["-min_subscribers", "1"]),
+        &publisher_args(&src, &key, &["-readrate", "2"], &["-wait_subscribers", "1"]),
     );
     wait_published(&key, 100, SECS(20));
     s.kill9(publisher);
@@ -579,8 +596,8 @@ fn options_are_documented() {
                 "file_mode",
                 "ring_slots",
                 "data_size",
-                "min_subscribers",
-                "subscriber_wait",
+                "wait_subscribers",
+                "wait_timeout",
                 "discont_gap",
             ][..],
         ),
@@ -589,8 +606,8 @@ fn options_are_documented() {
             &[
                 "runtime_dir",
                 "name",
-                "connect_timeout",
                 "wait_publisher",
+                "handshake_timeout",
                 "read_timeout",
                 "timebase",
             ][..],
@@ -670,7 +687,7 @@ fn flags_and_timestamps_survive_a_relay() {
             "copy",
             "-f",
             "cuframes_pkt",
-            "-min_subscribers",
+            "-wait_subscribers",
             "1",
             &k2,
         ],
@@ -783,8 +800,8 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
             "cuframes",
             "-output",
             "software",
-            "-connect_timeout",
-            "10000",
+            "-wait_publisher",
+            "10",
             "-i",
             &key,
             "-f",
@@ -812,7 +829,7 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
             "1024",
             // Only the packet recorder: waiting blocks the whole command, so the filter's
             // frame ring appears only afterwards (the frame reader retries until then).
-            "-min_subscribers",
+            "-wait_subscribers",
             "1",
             &key,
             "-map",
@@ -840,5 +857,73 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
     println!(
         "one publisher, two rings: {} packets recorded, {n} frames read",
         want.len()
+    );
+}
+
+/// `-wait_subscribers` waits in the muxer's header, which ffmpeg writes before it starts any
+/// output: the whole command waits, other outputs included (docs/ffmpeg.md states exactly
+/// this). Here a framecrc output of the same command gets no packet while the cuframes_pkt
+/// output waits, and all of them once a subscriber has come.
+#[test]
+fn wait_subscribers_holds_the_whole_command() {
+    let Some(ff) = find() else { return };
+    let s = Scratch::new(&ff, "waitall");
+    let key = s.key("waitall");
+    let other = s.path("other.framecrc");
+    let publisher = s.spawn_ffmpeg(
+        "publisher",
+        &[
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=s=64x48:r=25:d=1",
+            "-map",
+            "0:v",
+            "-c:v",
+            "libx264",
+            "-f",
+            "cuframes_pkt",
+            "-wait_subscribers",
+            "1",
+            "-wait_timeout",
+            "30",
+            &key,
+            "-map",
+            "0:v",
+            "-c:v",
+            "rawvideo",
+            "-f",
+            "framecrc",
+            other.to_str().unwrap(),
+        ],
+    );
+    let packets = |path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .count()
+    };
+    // Long enough for the whole second of testsrc to be encoded and written twice over.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        packets(&other),
+        0,
+        "the other output ran while the muxer waited"
+    );
+    let (rec, rec_out) = spawn_recorder(&s, "recorder", &key);
+    s.wait_ok(publisher, SECS(30));
+    s.wait_ok(rec, SECS(30));
+    assert_eq!(
+        packets(&other),
+        25,
+        "the other output, once the subscriber came"
+    );
+    assert_eq!(
+        read_framemd5(&rec_out).len(),
+        25,
+        "the subscriber's recording"
     );
 }

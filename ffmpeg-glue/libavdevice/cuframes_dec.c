@@ -70,8 +70,11 @@ typedef struct CuframesDemuxContext {
     int output;
     int device;
     AVRational framerate;
-    int connect_timeout_ms;
-    int timeout_ms;
+    int64_t wait_publisher;
+    int64_t handshake_timeout;
+    int64_t read_timeout;
+    int deprecated_connect_timeout_ms; /* -1: not set */
+    int deprecated_timeout_ms;         /* -2: not set */
     char *name;
     int64_t spin_us;
     char *runtime_dir;
@@ -152,7 +155,7 @@ static int connect_subscriber(AVFormatContext *avctx)
 {
     CuframesDemuxContext *s = avctx->priv_data;
     cuframes_subscriber_options_t o;
-    int64_t deadline = av_gettime_relative() + (int64_t)s->connect_timeout_ms * 1000;
+    int64_t deadline = av_gettime_relative() + s->wait_publisher;
     int ret;
 
     cuframes_subscriber_options_default(&o);
@@ -163,6 +166,7 @@ static int connect_subscriber(AVFormatContext *avctx)
     o.flags = CUFRAMES_SUBSCRIBE_WANTS_FRAMES;
     o.accept_zero_copy_overwrite = s->accept_overwrite;
     o.spin_us = (uint32_t)s->spin_us;
+    o.connect_timeout_ms = ff_cuframes_duration_ms(s->handshake_timeout);
 
     for (;;) {
         ret = cuframes_subscriber_connect(avctx->url, &o, &s->sub);
@@ -230,12 +234,33 @@ static int setup_cuda(AVFormatContext *avctx)
     return ret;
 }
 
+/* The millisecond options of cuframes 0.4 (connect_timeout, timeout), still accepted: they
+ * set the durations that replaced them. */
+static void apply_deprecated_options(AVFormatContext *avctx)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+
+    if (s->deprecated_connect_timeout_ms >= 0) {
+        av_log(avctx, AV_LOG_WARNING, "-connect_timeout (ms) is deprecated: "
+               "use -wait_publisher %d.%03d\n", s->deprecated_connect_timeout_ms / 1000,
+               s->deprecated_connect_timeout_ms % 1000);
+        s->wait_publisher = (int64_t)s->deprecated_connect_timeout_ms * 1000;
+    }
+    if (s->deprecated_timeout_ms != -2) {
+        av_log(avctx, AV_LOG_WARNING, "-timeout (ms) is deprecated: use -read_timeout\n");
+        /* -1 was "forever" (now 0); 0 was "fail at the first empty poll". */
+        s->read_timeout = s->deprecated_timeout_ms < 0 ? 0 :
+                          FFMAX((int64_t)s->deprecated_timeout_ms * 1000, 1);
+    }
+}
+
 static av_cold int cuframes_read_header(AVFormatContext *avctx)
 {
     CuframesDemuxContext *s = avctx->priv_data;
     AVStream *st;
     int ret;
 
+    apply_deprecated_options(avctx);
     s->host_copies_at_start = cuframes_host_copy_count();
     ret = connect_subscriber(avctx);
     if (ret < 0)
@@ -374,7 +399,7 @@ static int copy_frame(AVFormatContext *avctx, AVFrame **dst, const AVFrame *src)
 static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
 {
     CuframesDemuxContext *s = avctx->priv_data;
-    int64_t deadline = s->timeout_ms >= 0 ? av_gettime_relative() + (int64_t)s->timeout_ms * 1000 : 0;
+    int64_t deadline = s->read_timeout > 0 ? av_gettime_relative() + s->read_timeout : INT64_MAX;
     cuframes_frame_t *f = NULL;
     cuframes_frame_info_t info;
     AVFrame *frame;
@@ -392,9 +417,9 @@ static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
             return ff_cuframes_log_error(avctx, ret, "Cannot read a frame");
         if (ff_check_interrupt(&avctx->interrupt_callback))
             return AVERROR_EXIT;
-        if (s->timeout_ms >= 0 && av_gettime_relative() >= deadline) {
-            av_log(avctx, AV_LOG_ERROR, "No frame from %s within %d ms.\n", avctx->url,
-                   s->timeout_ms);
+        if (av_gettime_relative() >= deadline) {
+            av_log(avctx, AV_LOG_ERROR, "No frame from %s within %.3f s.\n", avctx->url,
+                   s->read_timeout / 1e6);
             return AVERROR(ETIMEDOUT);
         }
     }
@@ -463,13 +488,19 @@ static const AVOption options[] = {
       OFFSET(device), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, INT_MAX, FLAGS },
     { "framerate", "nominal frame rate; when set, timestamps are in 1/framerate units (else nanoseconds)",
       OFFSET(framerate), AV_OPT_TYPE_RATIONAL, { .dbl = 0 }, 0, 1000000, FLAGS },
-    { "connect_timeout", "milliseconds to wait for the publisher to appear",
-      OFFSET(connect_timeout_ms), AV_OPT_TYPE_INT, { .i64 = 5000 }, 0, INT_MAX, FLAGS },
-    { "timeout", "milliseconds to wait for a frame before failing (-1: forever)",
-      OFFSET(timeout_ms), AV_OPT_TYPE_INT, { .i64 = -1 }, -1, INT_MAX, FLAGS },
-    { "name", "subscriber name shown to operators (printable ASCII, at most 31 bytes)",
+    { "wait_publisher", FF_CUFRAMES_HELP_WAIT_PUBLISHER,
+      OFFSET(wait_publisher), AV_OPT_TYPE_DURATION, { .i64 = FF_CUFRAMES_WAIT_PUBLISHER_DEFAULT }, 0, INT64_MAX, FLAGS },
+    { "handshake_timeout", FF_CUFRAMES_HELP_HANDSHAKE_TIMEOUT,
+      OFFSET(handshake_timeout), AV_OPT_TYPE_DURATION, { .i64 = FF_CUFRAMES_HANDSHAKE_TIMEOUT_DEFAULT }, 1000, INT64_MAX, FLAGS },
+    { "read_timeout", FF_CUFRAMES_HELP_READ_TIMEOUT,
+      OFFSET(read_timeout), AV_OPT_TYPE_DURATION, { .i64 = FF_CUFRAMES_READ_TIMEOUT_DEFAULT }, 0, INT64_MAX, FLAGS },
+    { "connect_timeout", "deprecated: milliseconds; use wait_publisher",
+      OFFSET(deprecated_connect_timeout_ms), AV_OPT_TYPE_INT, { .i64 = -1 }, -1, INT_MAX, FLAGS | AV_OPT_FLAG_DEPRECATED },
+    { "timeout", "deprecated: milliseconds, -1 forever; use read_timeout",
+      OFFSET(deprecated_timeout_ms), AV_OPT_TYPE_INT, { .i64 = -2 }, -2, INT_MAX, FLAGS | AV_OPT_FLAG_DEPRECATED },
+    { "name", FF_CUFRAMES_HELP_NAME,
       OFFSET(name), AV_OPT_TYPE_STRING, { .str = "ffmpeg" }, 0, 0, FLAGS },
-    { "runtime_dir", "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)",
+    { "runtime_dir", FF_CUFRAMES_HELP_RUNTIME_DIR,
       OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, FLAGS },
     { "spin", "before sleeping for a frame, poll this long (lower latency, a busy CPU meanwhile; 0: sleep at once)",
       OFFSET(spin_us), AV_OPT_TYPE_DURATION, { .i64 = 0 }, 0, UINT32_MAX, FLAGS },
@@ -490,6 +521,11 @@ const FFInputFormat ff_cuframes_demuxer = {
     .p.flags        = AVFMT_NOFILE,
     .p.priv_class   = &cuframes_demuxer_class,
     .priv_data_size = sizeof(CuframesDemuxContext),
+    /* read_header fails after connecting in several ways (no frame ring, unknown format, no
+     * CUDA device for the output): read_close then destroys the subscriber, so the
+     * publisher does not keep counting a reader that is gone (an API user's process lives
+     * on after avformat_open_input fails). */
+    .flags_internal = FF_INFMT_FLAG_INIT_CLEANUP,
     .read_header    = cuframes_read_header,
     .read_packet    = cuframes_read_packet,
     .read_close     = cuframes_read_close,

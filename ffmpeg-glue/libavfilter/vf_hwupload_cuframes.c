@@ -50,6 +50,7 @@
 #include "filters.h"
 #include "formats.h"
 #include "video.h"
+#include "version.h"
 
 /* The legacy default stream of the current context (CU_STREAM_LEGACY in cuda.h). FFmpeg's
  * hwcontext uses it when AVCUDADeviceContext.stream is NULL; cuframes treats a NULL stream
@@ -66,12 +67,12 @@ typedef struct CuframesUploadContext {
     char *runtime_dir;
     int ring_size;
     int policy;
-    int ack_timeout_ms;
+    int64_t ack_timeout;
     int memory;
     int device;
     int wait_subscribers;
     int allow_legacy;
-    int wait_timeout_ms;
+    int64_t wait_timeout;
 
     /* state */
     cuframes_publisher_t *pub;
@@ -95,6 +96,11 @@ static av_cold int cuframes_upload_init(AVFilterContext *ctx)
         av_log(ctx, AV_LOG_ERROR, "The key option is required (e.g. hwupload_cuframes=key=cam1).\n");
         return AVERROR(EINVAL);
     }
+    /* cuframes 0.4 took these in milliseconds: ack_timeout=10000 now means 10000 s. */
+    if (s->ack_timeout >= 1000 * INT64_C(1000000) || s->wait_timeout >= 1000 * INT64_C(1000000))
+        av_log(ctx, AV_LOG_WARNING, "ack_timeout/wait_timeout are durations (10, 10s, "
+               "10000ms), no longer milliseconds: %.0f s / %.0f s is meant?\n",
+               s->ack_timeout / 1e6, s->wait_timeout / 1e6);
     s->ring_pix_fmt = AV_PIX_FMT_NONE;
     s->host_copies_at_start = cuframes_host_copy_count();
     return 0;
@@ -119,16 +125,13 @@ static int cuframes_upload_query_formats(const AVFilterContext *ctx,
                                          AVFilterFormatsConfig **cfg_in,
                                          AVFilterFormatsConfig **cfg_out)
 {
-    static const enum AVPixelFormat pix_fmts[] = {
+    /* int, not enum AVPixelFormat: the list type that FFmpeg 7.1 to 9.0 all take. */
+    static const int pix_fmts[] = {
         AV_PIX_FMT_NV12, AV_PIX_FMT_P010LE, AV_PIX_FMT_P016LE, AV_PIX_FMT_YUV420P,
         AV_PIX_FMT_YUV444P, AV_PIX_FMT_RGBA, AV_PIX_FMT_BGRA, AV_PIX_FMT_CUDA,
         AV_PIX_FMT_NONE,
     };
-    AVFilterFormats *fmts = ff_make_pixel_format_list(pix_fmts);
-    int ret = ff_formats_ref(fmts, &cfg_in[0]->formats);
-    if (ret < 0)
-        return ret;
-    return ff_formats_ref(fmts, &cfg_out[0]->formats);
+    return ff_set_common_formats_from_list2(ctx, cfg_in, cfg_out, pix_fmts);
 }
 
 static int cuframes_upload_config_output(AVFilterLink *outlink)
@@ -244,7 +247,7 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
         rc.height         = frame->height;
         rc.ring_size      = s->ring_size;
         rc.policy         = s->policy;
-        rc.ack_timeout_ms = s->ack_timeout_ms;
+        rc.ack_timeout_ms = ff_cuframes_duration_ms(s->ack_timeout);
         rc.memory_kind    = memory;
         rc.cuda_device    = ordinal;
         ret = cuframes_publisher_enable_frames(s->pub, &rc);
@@ -264,14 +267,14 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
     s->ring_h       = frame->height;
 
     if (s->wait_subscribers > 0) {
-        int64_t deadline = av_gettime_relative() + (int64_t)s->wait_timeout_ms * 1000;
+        int64_t deadline = av_gettime_relative() + s->wait_timeout;
         int n = 0;
         while ((n = cuframes_publisher_subscriber_count(s->pub)) < s->wait_subscribers &&
                av_gettime_relative() < deadline)
             av_usleep(5000);
         if (n < s->wait_subscribers)
-            av_log(ctx, AV_LOG_WARNING, "Only %d of %d subscribers connected within %d ms; "
-                   "publishing anyway.\n", n, s->wait_subscribers, s->wait_timeout_ms);
+            av_log(ctx, AV_LOG_WARNING, "Only %d of %d subscribers connected within %.3f s; "
+                   "publishing anyway.\n", n, s->wait_subscribers, s->wait_timeout / 1e6);
         else
             av_log(ctx, AV_LOG_VERBOSE, "%d subscribers connected.\n", n);
     }
@@ -416,8 +419,8 @@ static const AVOption cuframes_upload_options[] = {
           0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_POLICY_DROP_OLDEST }, 0, 0, FLAGS, .unit = "policy" },
         { "strict_wait", "wait for every subscriber's ACK: each one sees every frame",
           0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_POLICY_STRICT_WAIT }, 0, 0, FLAGS, .unit = "policy" },
-    { "ack_timeout", "strict_wait: milliseconds after which a subscriber that has not ACKed is declared dead",
-      OFFSET(ack_timeout_ms), AV_OPT_TYPE_INT, { .i64 = 1000 }, 1, INT_MAX, FLAGS },
+    { "ack_timeout", "strict_wait: how long a subscriber may hold a frame without ACKing before it is declared dead",
+      OFFSET(ack_timeout), AV_OPT_TYPE_DURATION, { .i64 = 1000000 }, 1000, UINT32_MAX * INT64_C(1000), FLAGS },
     { "memory", "where the ring's slots live",
       OFFSET(memory), AV_OPT_TYPE_INT, { .i64 = MEMORY_AUTO }, -1, 1, FLAGS, .unit = "memory" },
         { "auto", "CUDA VMM for CUDA input or when a CUDA device exists, else host memory",
@@ -430,11 +433,11 @@ static const AVOption cuframes_upload_options[] = {
       OFFSET(device), AV_OPT_TYPE_INT, { .i64 = -1 }, -1, INT_MAX, FLAGS },
     { "allow_legacy", "admit plain protocol v4 subscribers without ACK pages (makes the frame ring writable by the group: see docs/protocol.md, trust model)",
       OFFSET(allow_legacy), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, FLAGS },
-    { "wait_subscribers", "before publishing the first frame, wait until this many subscribers are connected",
+    { "wait_subscribers", FF_CUFRAMES_HELP_WAIT_SUBSCRIBERS,
       OFFSET(wait_subscribers), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, CUFRAMES_MAX_SUBSCRIBERS, FLAGS },
-    { "wait_timeout", "milliseconds to wait for wait_subscribers before publishing anyway",
-      OFFSET(wait_timeout_ms), AV_OPT_TYPE_INT, { .i64 = 10000 }, 0, INT_MAX, FLAGS },
-    { "runtime_dir", "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)",
+    { "wait_timeout", "how long to wait for wait_subscribers, then publish anyway (with a warning)",
+      OFFSET(wait_timeout), AV_OPT_TYPE_DURATION, { .i64 = 10000000 }, 0, INT64_MAX, FLAGS },
+    { "runtime_dir", FF_CUFRAMES_HELP_RUNTIME_DIR,
       OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, FLAGS },
     { NULL },
 };
@@ -457,11 +460,22 @@ static const AVFilterPad cuframes_upload_outputs[] = {
     },
 };
 
-const FFFilter ff_vf_hwupload_cuframes = {
-    .p.name        = "hwupload_cuframes",
-    .p.description = NULL_IF_CONFIG_SMALL("Publish frames into a cuframes ring (GPU or host "
-                                          "memory) and pass them on unchanged."),
-    .p.priv_class  = &cuframes_upload_class,
+/* FFmpeg 8.0 (libavfilter 11) moved the internal fields of AVFilter into FFFilter, which
+ * embeds the public part as .p; FFmpeg 7.1 has them in AVFilter itself. Only the public
+ * fields' spelling differs. */
+#if LIBAVFILTER_VERSION_MAJOR >= 11
+#define CUFRAMES_FILTER_TYPE FFFilter
+#define CUFRAMES_PUBLIC(field) .p.field
+#else
+#define CUFRAMES_FILTER_TYPE AVFilter
+#define CUFRAMES_PUBLIC(field) .field
+#endif
+
+const CUFRAMES_FILTER_TYPE ff_vf_hwupload_cuframes = {
+    CUFRAMES_PUBLIC(name)        = "hwupload_cuframes",
+    CUFRAMES_PUBLIC(description) = NULL_IF_CONFIG_SMALL("Publish frames into a cuframes ring "
+                                   "(GPU or host memory) and pass them on unchanged."),
+    CUFRAMES_PUBLIC(priv_class)  = &cuframes_upload_class,
     .init          = cuframes_upload_init,
     .uninit        = cuframes_upload_uninit,
     .priv_size     = sizeof(CuframesUploadContext),

@@ -42,7 +42,7 @@ typedef struct CuframesPktDemuxContext {
     const AVClass *class;
     char *runtime_dir;
     char *name;
-    int64_t connect_timeout;
+    int64_t handshake_timeout;
     int64_t wait_publisher;
     int64_t read_timeout;
     AVRational time_base;
@@ -78,7 +78,7 @@ static int cuframes_pkt_connect(AVFormatContext *s)
     o.runtime_dir        = c->runtime_dir;
     o.name               = c->name;
     o.flags              = CUFRAMES_SUBSCRIBE_WANTS_PACKETS;
-    o.connect_timeout_ms = FFMAX(c->connect_timeout / 1000, 1);
+    o.connect_timeout_ms = ff_cuframes_duration_ms(c->handshake_timeout);
     for (;;) {
         rc = cuframes_subscriber_connect(s->url, &o, &c->sub);
         /* NOT_FOUND: no publisher yet, or one without a packet ring yet. */
@@ -253,16 +253,19 @@ static int cuframes_pkt_read_packet(AVFormatContext *s, AVPacket *pkt)
 #define OFFSET(x) offsetof(CuframesPktDemuxContext, x)
 #define D AV_OPT_FLAG_DECODING_PARAM
 static const AVOption options[] = {
-    { "runtime_dir", "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)",
-      OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, D },
-    { "name", "subscriber name shown to operators (printable ASCII, at most 31 bytes)",
+    { "wait_publisher", FF_CUFRAMES_HELP_WAIT_PUBLISHER,
+      OFFSET(wait_publisher), AV_OPT_TYPE_DURATION, { .i64 = FF_CUFRAMES_WAIT_PUBLISHER_DEFAULT }, 0, INT64_MAX, D },
+    { "handshake_timeout", FF_CUFRAMES_HELP_HANDSHAKE_TIMEOUT,
+      OFFSET(handshake_timeout), AV_OPT_TYPE_DURATION, { .i64 = FF_CUFRAMES_HANDSHAKE_TIMEOUT_DEFAULT }, 1000, INT64_MAX, D },
+    { "read_timeout", FF_CUFRAMES_HELP_READ_TIMEOUT,
+      OFFSET(read_timeout), AV_OPT_TYPE_DURATION, { .i64 = FF_CUFRAMES_READ_TIMEOUT_DEFAULT }, 0, INT64_MAX, D },
+    /* cuframes 0.4 called the handshake timeout connect_timeout (a duration already). */
+    { "connect_timeout", "deprecated: use handshake_timeout",
+      OFFSET(handshake_timeout), AV_OPT_TYPE_DURATION, { .i64 = FF_CUFRAMES_HANDSHAKE_TIMEOUT_DEFAULT }, 1000, INT64_MAX, D | AV_OPT_FLAG_DEPRECATED },
+    { "name", FF_CUFRAMES_HELP_NAME,
       OFFSET(name), AV_OPT_TYPE_STRING, { .str = "ffmpeg cuframes_pkt" }, 0, 0, D },
-    { "connect_timeout", "how long the handshake with the publisher may take",
-      OFFSET(connect_timeout), AV_OPT_TYPE_DURATION, { .i64 = 5000000 }, 1000, INT64_MAX, D },
-    { "wait_publisher", "how long to wait for the publisher (and its packet ring) to appear; 0 = fail at once",
-      OFFSET(wait_publisher), AV_OPT_TYPE_DURATION, { .i64 = 0 }, 0, INT64_MAX, D },
-    { "read_timeout", "fail when no packet arrives for this long; 0 = wait forever",
-      OFFSET(read_timeout), AV_OPT_TYPE_DURATION, { .i64 = 0 }, 0, INT64_MAX, D },
+    { "runtime_dir", FF_CUFRAMES_HELP_RUNTIME_DIR,
+      OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, D },
     { "timebase", "time base of the stream (ring timestamps are nanoseconds: 1/1000000000 is lossless)",
       OFFSET(time_base), AV_OPT_TYPE_RATIONAL, { .dbl = 1.0 / 90000 }, 1e-9, 1, D },
     { NULL },

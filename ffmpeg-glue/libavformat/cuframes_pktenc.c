@@ -42,8 +42,8 @@ typedef struct CuframesPktMuxContext {
     char *file_mode;
     int ring_slots;
     int data_size;
-    int min_subscribers;
-    int64_t subscriber_wait;
+    int wait_subscribers;
+    int64_t wait_timeout;
     int64_t gap;
 
     cuframes_publisher_t *pub;
@@ -51,12 +51,17 @@ typedef struct CuframesPktMuxContext {
     int have_extradata;
     int64_t last_ts_ns;
     uint64_t seq;
+    uint64_t discard_published, disposable_published;
 } CuframesPktMuxContext;
 
 static void cuframes_pkt_deinit(AVFormatContext *s)
 {
     CuframesPktMuxContext *c = s->priv_data;
 
+    if (c->discard_published || c->disposable_published)
+        av_log(s, AV_LOG_INFO, "'%s': published %"PRIu64" packets flagged DISCARD and %"PRIu64
+               " flagged DISPOSABLE as ordinary packets (the ring has no bits for them)\n",
+               s->url, c->discard_published, c->disposable_published);
     cuframes_publisher_destroy(c->pub);
     c->pub = NULL;
 }
@@ -70,22 +75,22 @@ static int cuframes_pkt_fail(AVFormatContext *s, int rc, const char *what)
 static int cuframes_pkt_wait_subscribers(AVFormatContext *s)
 {
     CuframesPktMuxContext *c = s->priv_data;
-    int64_t deadline = av_gettime_relative() + c->subscriber_wait;
+    int64_t deadline = av_gettime_relative() + c->wait_timeout;
     int n;
 
-    while ((n = cuframes_publisher_subscriber_count(c->pub)) < c->min_subscribers) {
+    while ((n = cuframes_publisher_subscriber_count(c->pub)) < c->wait_subscribers) {
         if (n < 0)
             return cuframes_pkt_fail(s, n, "cannot count the subscribers of");
         if (ff_check_interrupt(&s->interrupt_callback))
             return AVERROR_EXIT;
         if (av_gettime_relative() >= deadline) {
             av_log(s, AV_LOG_ERROR, "only %d of %d subscribers connected to '%s' within %.3f s\n",
-                   n, c->min_subscribers, s->url, c->subscriber_wait / 1e6);
+                   n, c->wait_subscribers, s->url, c->wait_timeout / 1e6);
             return AVERROR(ETIMEDOUT);
         }
         av_usleep(10000);
     }
-    if (c->min_subscribers)
+    if (c->wait_subscribers)
         av_log(s, AV_LOG_VERBOSE, "%d subscribers connected to '%s'\n", n, s->url);
     return 0;
 }
@@ -199,6 +204,17 @@ static int cuframes_pkt_write_packet(AVFormatContext *s, AVPacket *pkt)
         flags |= CUFRAMES_PACKET_FLAG_KEY;
     if (pkt->flags & AV_PKT_FLAG_CORRUPT)
         flags |= CUFRAMES_PACKET_FLAG_CORRUPT;
+    /* DISCARD (decode, do not show: an MP4 edit list's preroll) and DISPOSABLE (no other
+     * frame refers to it) have no ring bit (§10.5). Both are published as ordinary packets,
+     * deliberately: a DISCARD packet is often the keyframe the next ones are predicted from,
+     * so dropping it would break every subscriber's decoding; DISPOSABLE is only a hint.
+     * Subscribers therefore show the preroll frames; the counts are logged. */
+    if ((pkt->flags & AV_PKT_FLAG_DISCARD) && !c->discard_published++)
+        av_log(s, AV_LOG_WARNING, "'%s': packets flagged DISCARD (e.g. an edit list's "
+               "preroll) are published as ordinary packets: the ring has no bit for it, so "
+               "subscribers show these frames\n", s->url);
+    if (pkt->flags & AV_PKT_FLAG_DISPOSABLE)
+        c->disposable_published++;
     /* Ring flags with no AVPacket equivalent, from an upstream cuframes_pkt demuxer (R15). */
     sd = av_packet_get_side_data(pkt, AV_PKT_DATA_STRINGS_METADATA, &sd_size);
     if (sd) {
@@ -243,7 +259,7 @@ static int cuframes_pkt_check_bitstream(AVFormatContext *s, AVStream *st, const 
 #define OFFSET(x) offsetof(CuframesPktMuxContext, x)
 #define E AV_OPT_FLAG_ENCODING_PARAM
 static const AVOption options[] = {
-    { "runtime_dir", "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)",
+    { "runtime_dir", FF_CUFRAMES_HELP_RUNTIME_DIR,
       OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, E },
     { "file_mode", "permissions of the socket and shared memory, octal",
       OFFSET(file_mode), AV_OPT_TYPE_STRING, { .str = "0660" }, 0, 0, E },
@@ -251,10 +267,15 @@ static const AVOption options[] = {
       OFFSET(ring_slots), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, CUFRAMES_MAX_PACKET_RING_SLOTS, E },
     { "data_size", "bytes of the ring's data area, the largest packet that fits; 0 = library default (8 MiB)",
       OFFSET(data_size), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, INT_MAX, E },
-    { "min_subscribers", "wait until this many subscribers are connected before publishing",
-      OFFSET(min_subscribers), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, CUFRAMES_MAX_SUBSCRIBERS, E },
-    { "subscriber_wait", "how long to wait for min_subscribers before failing",
-      OFFSET(subscriber_wait), AV_OPT_TYPE_DURATION, { .i64 = 10000000 }, 0, INT64_MAX, E },
+    { "wait_subscribers", FF_CUFRAMES_HELP_WAIT_SUBSCRIBERS " (the wait holds the whole command: docs/ffmpeg.md)",
+      OFFSET(wait_subscribers), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, CUFRAMES_MAX_SUBSCRIBERS, E },
+    { "wait_timeout", "how long to wait for wait_subscribers, then fail",
+      OFFSET(wait_timeout), AV_OPT_TYPE_DURATION, { .i64 = 10000000 }, 0, INT64_MAX, E },
+    /* cuframes 0.4 names (same types). */
+    { "min_subscribers", "deprecated: use wait_subscribers",
+      OFFSET(wait_subscribers), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, CUFRAMES_MAX_SUBSCRIBERS, E | AV_OPT_FLAG_DEPRECATED },
+    { "subscriber_wait", "deprecated: use wait_timeout",
+      OFFSET(wait_timeout), AV_OPT_TYPE_DURATION, { .i64 = 10000000 }, 0, INT64_MAX, E | AV_OPT_FLAG_DEPRECATED },
     { "discont_gap", "a dts step larger than this (or backwards) flags the packet DISCONTINUITY; 0 = never",
       OFFSET(gap), AV_OPT_TYPE_DURATION, { .i64 = 1000000 }, 0, INT64_MAX / 1000, E },
     { NULL },

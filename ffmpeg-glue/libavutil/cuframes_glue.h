@@ -23,6 +23,7 @@
 #define AVUTIL_CUFRAMES_GLUE_H
 
 #include <errno.h>
+#include <stdint.h>
 #include <cuframes.h>
 
 #include "libavutil/error.h"
@@ -59,6 +60,37 @@ static inline int ff_cuframes_log_error(void *log_ctx, int code, const char *wha
     const char *msg = cuframes_last_error();
     av_log(log_ctx, AV_LOG_ERROR, "%s: %s\n", what, msg && *msg ? msg : cuframes_strerror(code));
     return ff_cuframes_averror(code);
+}
+
+/*
+ * One option vocabulary for the four components (docs/ffmpeg.md, "Options common to the
+ * components"): the same name has the same meaning, type (AV_OPT_TYPE_DURATION for every
+ * time) and help text wherever it appears, so `-h filter=`/`-h demuxer=`/... read alike.
+ */
+#define FF_CUFRAMES_HELP_WAIT_PUBLISHER \
+    "how long to wait for a missing publisher (and its ring) to appear; 0 = fail at once"
+#define FF_CUFRAMES_HELP_HANDSHAKE_TIMEOUT \
+    "how long the handshake with the publisher may take"
+#define FF_CUFRAMES_HELP_READ_TIMEOUT \
+    "fail when nothing arrives for this long; 0 = wait forever"
+#define FF_CUFRAMES_HELP_WAIT_SUBSCRIBERS \
+    "before writing the first frame or packet, wait until this many subscribers are connected"
+#define FF_CUFRAMES_HELP_RUNTIME_DIR \
+    "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)"
+#define FF_CUFRAMES_HELP_NAME \
+    "subscriber name shown to operators (printable ASCII, at most 31 bytes)"
+
+/* Defaults shared by both inputs: a missing publisher is an error at once (the same in
+ * -f cuframes and -f cuframes_pkt), the handshake may take 5 s, reads wait forever. */
+#define FF_CUFRAMES_WAIT_PUBLISHER_DEFAULT    0
+#define FF_CUFRAMES_HANDSHAKE_TIMEOUT_DEFAULT 5000000
+#define FF_CUFRAMES_READ_TIMEOUT_DEFAULT      0
+
+/** A duration option (microseconds) as the library's u32 milliseconds, at least 1 ms. */
+static inline uint32_t ff_cuframes_duration_ms(int64_t us)
+{
+    int64_t ms = us / 1000;
+    return ms < 1 ? 1 : ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
 }
 
 /* The ring formats (R7) and the FFmpeg pixel formats with the same memory layout. */

@@ -67,7 +67,7 @@ def ffmpeg_zero_copy(ffmpeg, sample):
     pub_err = open(os.path.join(run_dir, "publisher.log"), "w+")
     pub = subprocess.Popen(
         [ffmpeg, "-v", "info", "-nostats", "-hwaccel", "cuda", "-hwaccel_output_format", "cuda", "-i", sample,
-         "-vf", f"hwupload_cuframes=key={key}:policy=strict_wait:wait_subscribers=1:wait_timeout=30000",
+         "-vf", f"hwupload_cuframes=key={key}:policy=strict_wait:wait_subscribers=1:wait_timeout=30",
          "-f", "null", "-"],
         env=env, stderr=pub_err,
     )

@@ -25,7 +25,7 @@ def test_ffmpeg_filter_to_python(runtime_dir, key):
     pub = subprocess.Popen(
         [str(FFMPEG), "-v", "error", *src, "-vf",
          f"format=nv12,hwupload_cuframes=key={key}:memory=host:policy=strict_wait"
-         ":wait_subscribers=1:wait_timeout=10000", "-f", "null", "-"],
+         ":wait_subscribers=1:wait_timeout=10", "-f", "null", "-"],
         env=dict(os.environ, CUFRAMES_RUNTIME_DIR=runtime_dir),
     )
     sub = None
