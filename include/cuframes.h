@@ -467,6 +467,24 @@ typedef struct cuframes_publisher_options {
     uint32_t allow_legacy_subscribers;
 } cuframes_publisher_options_t;
 
+/** A stream's colour description and sample aspect ratio (frame meta extension, compatible:
+ *  docs/protocol.md). The publisher announces it for its ring; subscribers read it with
+ *  cuframes_subscriber_colour. Code points: primaries, transfer and matrix are ITU-T H.273
+ *  (= FFmpeg's AVColorPrimaries / AVColorTransferCharacteristic / AVColorSpace); range and
+ *  chroma_location use FFmpeg's AVColorRange (0 unspecified, 1 limited, 2 full) and
+ *  AVChromaLocation (0 unspecified, 1 left, 2 center, 3 top-left, 4 top, 5 bottom-left,
+ *  6 bottom) numbering. Fixed wire values. */
+typedef struct cuframes_colour {
+    uint32_t present;          /**< 1: recorded; 0: nothing known (the rest is 0) */
+    uint32_t sar_num, sar_den; /**< sample aspect ratio; 0 = unknown */
+    uint8_t range;
+    uint8_t primaries;
+    uint8_t transfer;
+    uint8_t matrix;
+    uint8_t chroma_location;
+    uint8_t reserved[3];       /**< 0 */
+} cuframes_colour_t;
+
 typedef struct cuframes_frame_ring_config {
     uint32_t format;         /**< cuframes_format_t */
     uint32_t width, height;  /**< 1..16384 */
@@ -475,6 +493,7 @@ typedef struct cuframes_frame_ring_config {
     uint32_t ack_timeout_ms; /**< STRICT_WAIT: a subscriber this late is declared dead (R11) */
     uint32_t memory_kind;    /**< CUFRAMES_MEMORY_CUDA_VMM or CUFRAMES_MEMORY_HOST_MEMFD */
     int32_t cuda_device;     /**< device ordinal for CUDA VMM */
+    cuframes_colour_t colour; /**< announced to subscribers; present = 0 (default): none */
 } cuframes_frame_ring_config_t;
 
 /** A slot being written: `address` is a host pointer (host memory) or a CUdeviceptr. */
@@ -562,7 +581,12 @@ typedef struct cuframes_frame cuframes_frame_t;
 typedef struct cuframes_subscriber_options {
     const char *runtime_dir;             /**< NULL: $CUFRAMES_RUNTIME_DIR, else /run/cuframes */
     const char *name;                    /**< shown to operators; printable ASCII, <= 31 bytes */
-    int32_t cuda_device;                 /**< device to import CUDA slots on */
+    int32_t cuda_device;                 /**< GPU to import CUDA rings on: -1 (default) = the
+                                              *  publisher's GPU, found by its UUID whatever
+                                              *  its ordinal here; N = this process's device N,
+                                              *  which must be the publisher's GPU (else the
+                                              *  connect fails with CUFRAMES_ERR_NOT_FOUND,
+                                              *  naming both UUIDs) */
     uint32_t mode;                       /**< cuframes_subscriber_mode_t */
     uint32_t flags;                      /**< CUFRAMES_SUBSCRIBE_WANTS_*; 0 = frames */
     uint32_t connect_timeout_ms;         /**< 0 = 5000 */
@@ -603,6 +627,11 @@ int cuframes_subscriber_stats(const cuframes_subscriber_t *sub, cuframes_frame_s
 int cuframes_subscriber_is_zero_copy(const cuframes_subscriber_t *sub);
 /** CUFRAMES_MEMORY_* of the ring, or a negative error. */
 int cuframes_subscriber_memory_kind(const cuframes_subscriber_t *sub);
+/** The colour description the publisher announced (`present` = 0: none); NOT_FOUND without
+ *  a frame ring. */
+int cuframes_subscriber_colour(const cuframes_subscriber_t *sub, cuframes_colour_t *colour);
+/** This process's CUDA ordinal of the ring's GPU, or a negative error (NOT_FOUND: host ring). */
+int cuframes_subscriber_cuda_device(const cuframes_subscriber_t *sub);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Packets (§10)                                                                              */

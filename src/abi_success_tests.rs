@@ -16,6 +16,7 @@ use cuframes_core::wire::{
 
 use crate::abi::*;
 use crate::codec::*;
+use crate::colour::*;
 use crate::cuframes_last_error;
 use crate::ffmpeg_frames::*;
 use crate::packets::*;
@@ -157,6 +158,17 @@ fn successful_calls_leave_the_last_error_untouched() {
         fcfg.height = 32;
         fcfg.policy = Policy::StrictWait as u32;
         fcfg.memory_kind = MemoryKind::HostMemfd as u32;
+        fcfg.colour = CColour {
+            present: 1,
+            sar_num: 16,
+            sar_den: 11,
+            range: 1,
+            primaries: 6,
+            transfer: 6,
+            matrix: 6,
+            chroma_location: 1,
+            reserved: [0; 3],
+        };
         ok(
             "cuframes_publisher_enable_frames",
             cuframes_publisher_enable_frames(p, &fcfg) as i64,
@@ -220,6 +232,12 @@ fn successful_calls_leave_the_last_error_untouched() {
             "cuframes_subscriber_memory_kind",
             cuframes_subscriber_memory_kind(s) as i64,
         );
+        let mut colour = CColour::default();
+        ok(
+            "cuframes_subscriber_colour",
+            cuframes_subscriber_colour(s, &mut colour) as i64,
+        );
+        assert_eq!(colour, fcfg.colour, "what the publisher announced");
         ok(
             "cuframes_publisher_subscriber_count",
             cuframes_publisher_subscriber_count(p) as i64,
@@ -322,7 +340,9 @@ fn successful_calls_leave_the_last_error_untouched() {
     );
 }
 
-const NEEDS_CUDA: [&str; 4] = [
+const NEEDS_CUDA: [&str; 5] = [
+    // Succeeds only for a CUDA ring (NOT_FOUND for a host ring).
+    "cuframes_subscriber_cuda_device",
     "cuframes_cuda_primary_context",
     "cuframes_cuda_context_release",
     "cuframes_publisher_publish_after_stream",
@@ -333,6 +353,7 @@ fn exported_functions() -> Vec<String> {
     let sources = [
         include_str!("lib.rs"),
         include_str!("codec.rs"),
+        include_str!("colour.rs"),
         include_str!("error.rs"),
         include_str!("ffmpeg_frames.rs"),
         include_str!("packets.rs"),

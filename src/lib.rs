@@ -29,6 +29,7 @@ use cuframes_core::wire::PROTOCOL_VERSION;
 use cuframes_core::ErrorCode;
 
 mod codec;
+mod colour;
 mod convert;
 mod error;
 mod ffi;
@@ -46,6 +47,7 @@ pub use error::cuframes_last_error;
 /// against `cuframes.h` field by field.
 pub mod abi {
     pub use crate::codec::CCodecVideoInfo;
+    pub use crate::colour::CColour;
     pub use crate::layout::CFrameLayout;
     pub use crate::packets::{CPacketInfo, CPacketRingConfig, CPacketStats};
     pub use crate::publisher::{CFrameRingConfig, CPublisherOptions, CSlot, CSubscriberInfo};

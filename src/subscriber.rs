@@ -63,7 +63,8 @@ pub struct CFrameStats {
     pub dropped_torn: u64,
 }
 
-/// Fill `opts` with the defaults: frames only, COPY, device 0, 5 s connect timeout.
+/// Fill `opts` with the defaults: frames only, COPY, device -1 (the publisher's GPU), 5 s
+/// connect timeout.
 ///
 /// # Safety
 /// The C contract (crate docs): `opts` is NULL or writable.
@@ -74,7 +75,7 @@ pub unsafe extern "C" fn cuframes_subscriber_options_default(opts: *mut CSubscri
         *o = CSubscriberOptions {
             runtime_dir: std::ptr::null(),
             name: std::ptr::null(),
-            cuda_device: 0,
+            cuda_device: cuframes_core::cuda::DEVICE_AUTO,
             mode: SubscriberMode::Copy as u32,
             flags: SUBSCRIBE_WANTS_FRAMES,
             connect_timeout_ms: 5000,

@@ -93,3 +93,49 @@ fn create_refuses_a_live_key_and_packets_are_not_found() {
         .unwrap();
     assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
 }
+
+/// Issue #14 (metadata downstream): the colour description and sample aspect ratio the
+/// publisher gives its ring reach every subscriber and every frame, and a ring without one
+/// says so (None, not a default that would pass for BT.601 limited).
+#[test]
+fn the_colour_description_travels_with_the_ring() {
+    use cuframes_core::colour::{self, ColourInfo};
+    use cuframes_core::convert::{ColorMatrix, ColorRange};
+    let env = TestEnv::new("colour");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    let described = ColourInfo {
+        range: colour::RANGE_FULL,
+        primaries: colour::PRIMARIES_BT709,
+        transfer: colour::TRANSFER_BT709,
+        matrix: colour::MATRIX_BT709,
+        chroma_location: 2,
+        sar: (64, 45),
+    };
+    let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 48);
+    cfg.colour = Some(described);
+    p.enable_frames(cfg).unwrap();
+    let mut s = Subscriber::connect(&env.key, &env.subscriber_options("colour")).unwrap();
+    assert_eq!(s.colour(), Some(described));
+    publish(&p, 1);
+    let f = s.next_frame(Some(Duration::from_secs(2))).unwrap();
+    let c = f.colour.expect("the frame carries the ring's description");
+    assert_eq!(c, described);
+    assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt709));
+    assert_eq!(c.rgb_range(), Some(ColorRange::Full));
+    assert_eq!(c.sample_aspect_ratio(), Some((64, 45)));
+    drop(f);
+    drop(s);
+    drop(p);
+
+    let env = TestEnv::new("nocolour");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 48))
+        .unwrap();
+    let mut s = Subscriber::connect(&env.key, &env.subscriber_options("nocolour")).unwrap();
+    assert_eq!(s.colour(), None);
+    publish(&p, 1);
+    let f = s.next_frame(Some(Duration::from_secs(2))).unwrap();
+    assert_eq!(f.colour, None);
+    // Host ring: no GPU, no device to resolve.
+    assert_eq!(s.cuda_device(), None);
+}

@@ -330,7 +330,7 @@ fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> HelloResp {
         return refuse(ErrorCode::NotFound);
     }
     let (ring_size, meta, shm_path) = match ring {
-        Some(r) => (r.ring_size as u32, r.layout.to_meta(), r.shm_name.clone()),
+        Some(r) => (r.ring_size as u32, r.meta, r.shm_name.clone()),
         None => (0, Default::default(), String::new()),
     };
     HelloResp {

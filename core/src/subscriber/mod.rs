@@ -26,6 +26,7 @@ use crate::paths::{self, Key};
 use crate::sock::{self, Inbox, Pumped};
 use crate::tlv::{HelloReq, Message};
 use crate::wire::frame::FRAME_SHM_SIZE;
+use crate::wire::meta_ext::MetaExt;
 use crate::wire::*;
 use frames::{FrameSource, Got};
 
@@ -35,7 +36,11 @@ pub struct SubscriberOptions {
     pub runtime_dir: Option<PathBuf>,
     /// Shown to operators (printable ASCII, at most 31 bytes).
     pub name: String,
-    /// CUDA device for imports (ignored for host rings).
+    /// The GPU to import CUDA rings on: [`crate::cuda::DEVICE_AUTO`] (-1, the default) = the
+    /// publisher's GPU, found by its UUID whatever its ordinal is in this process; N = this
+    /// process's device N, which must be the publisher's GPU (otherwise the connect is
+    /// refused naming both UUIDs). Publishers that announce no UUID: N, or 0 for auto.
+    /// Ignored for host rings.
     pub cuda_device: i32,
     pub mode: SubscriberMode,
     pub want_frames: bool,
@@ -55,7 +60,7 @@ impl Default for SubscriberOptions {
         SubscriberOptions {
             runtime_dir: None,
             name: String::from("subscriber"),
-            cuda_device: 0,
+            cuda_device: crate::cuda::DEVICE_AUTO,
             mode: SubscriberMode::Copy,
             want_frames: true,
             want_packets: false,
@@ -130,7 +135,7 @@ impl Subscriber {
                         Box::new(HostImport::import(fds, vmm.frame_size_bytes as usize)?)
                     }
                     Some(MemoryKind::CudaVmm) => crate::memory::import_cuda_slots(
-                        options.cuda_device,
+                        est.cuda_device.unwrap_or(options.cuda_device.max(0)),
                         fds,
                         vmm.frame_size_bytes as usize,
                     )?,
@@ -168,6 +173,7 @@ impl Subscriber {
                 Some(FrameSource {
                     ring,
                     layout: Arc::new(layout),
+                    colour: MetaExt::read(&est.hello.meta).colour,
                     reader: FrameReader::new(est.subscribed.initial_seq),
                     zero_copy,
                     cuda,
@@ -238,6 +244,21 @@ impl Subscriber {
     /// True when frames are handed out without a copy (ZERO_COPY granted, R12).
     pub fn is_zero_copy(&self) -> bool {
         self.frames.as_ref().is_some_and(|f| f.zero_copy)
+    }
+
+    /// The colour description the publisher announced for its frame ring (None: none
+    /// recorded, or no frames subscribed).
+    pub fn colour(&self) -> Option<crate::colour::ColourInfo> {
+        self.frames.as_ref().and_then(|f| f.colour)
+    }
+
+    /// This process's ordinal of the GPU the frame ring is on (CUDA rings; None for host
+    /// rings). Resolved from the publisher's GPU UUID where it announces one.
+    pub fn cuda_device(&self) -> Option<i32> {
+        self.frames
+            .as_ref()
+            .and_then(|f| f.ring.slots.cuda_device())
+            .map(|d| d.ordinal())
     }
 
     pub fn memory_kind(&self) -> Option<MemoryKind> {

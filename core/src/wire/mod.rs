@@ -9,6 +9,7 @@
 
 pub mod ack_page;
 pub mod frame;
+pub mod meta_ext;
 pub mod packet;
 
 #[cfg(not(target_endian = "little"))]
