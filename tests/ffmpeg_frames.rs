@@ -246,3 +246,121 @@ fn missing_publisher_is_a_clear_error() {
     assert!(!ok);
     assert!(err.contains("Cannot subscribe"), "{err}");
 }
+
+/// Issue #14 (metadata downstream): sample aspect ratio, range, primaries, transfer and
+/// matrix go through the ring. The whole framemd5, headers (`#sar`) included, equals the
+/// direct path's, and a BT.709 and a BT.601 source keep their tags frame by frame
+/// (`ffprobe -show_frames` of what a reader records). Before the extension the reader's
+/// `#sar` was 0/1 and every tag "unknown".
+#[test]
+fn colour_tags_and_aspect_ratio_survive_the_ring() {
+    let Some(ff) = find() else { return };
+    let env = Scratch::new(&ff, "colour");
+    let cases = [
+        // (name, setsar, setparams, what ffprobe must show)
+        (
+            "709",
+            "16/11",
+            "range=tv:color_primaries=bt709:color_trc=bt709:colorspace=bt709",
+            ["tv", "bt709", "bt709", "bt709", "16:11"],
+        ),
+        (
+            "601",
+            "10/11",
+            "range=pc:color_primaries=smpte170m:color_trc=smpte170m:colorspace=smpte170m",
+            ["pc", "smpte170m", "smpte170m", "smpte170m", "10:11"],
+        ),
+    ];
+    for (name, sar, params, want_tags) in cases {
+        let chain = format!("setsar={sar},setparams={params},format=yuv420p");
+        let direct_md5 = env.path(&format!("{name}-direct.md5"));
+        env.ffmpeg_ok(
+            &format!("{name}-direct"),
+            &[
+                "-f",
+                "lavfi",
+                "-i",
+                &testsrc(),
+                "-vf",
+                &chain,
+                "-f",
+                "framemd5",
+                direct_md5.to_str().unwrap(),
+            ],
+        );
+        let key = env.key(&format!("col{name}"));
+        let md5 = env.path(&format!("{name}-ring.md5"));
+        let mkv = env.path(&format!("{name}-ring.mkv"));
+        let reader = |log: &str, out: &[&str]| {
+            let mut args = vec![
+                "-f",
+                "cuframes",
+                "-framerate",
+                "25",
+                "-connect_timeout",
+                "30000",
+                "-timeout",
+                "30000",
+                "-i",
+                &key,
+            ];
+            args.extend_from_slice(out);
+            env.spawn_ffmpeg(log, &args)
+        };
+        let r_md5 = reader(
+            &format!("{name}-r-md5"),
+            &["-f", "framemd5", md5.to_str().unwrap()],
+        );
+        let r_mkv = reader(
+            &format!("{name}-r-mkv"),
+            &["-c:v", "rawvideo", "-f", "matroska", mkv.to_str().unwrap()],
+        );
+        let publisher = env.spawn_ffmpeg(
+            &format!("{name}-pub"),
+            &[
+                "-f",
+                "lavfi",
+                "-i",
+                &testsrc(),
+                "-vf",
+                &format!(
+                    "{chain},hwupload_cuframes=key={key}:memory=host:policy=strict_wait:\
+                     ack_timeout=10000:wait_subscribers=2:wait_timeout=30000"
+                ),
+                "-f",
+                "null",
+                "-",
+            ],
+        );
+        env.wait_ok(publisher, Duration::from_secs(60));
+        env.wait_ok(r_md5, Duration::from_secs(30));
+        env.wait_ok(r_mkv, Duration::from_secs(30));
+        let want = std::fs::read_to_string(&direct_md5).unwrap();
+        let got = std::fs::read_to_string(&md5).unwrap();
+        assert!(want.contains(&format!("#sar 0: {sar}")), "{want}");
+        assert_eq!(got, want, "{name}: framemd5 through the ring, headers included");
+        let frames = env.ffprobe_ok(
+            &format!("{name}-probe"),
+            &[
+                "-v",
+                "error",
+                "-show_frames",
+                "-show_entries",
+                "frame=color_range,color_primaries,color_transfer,color_space,sample_aspect_ratio",
+                "-of",
+                "csv=p=0",
+                mkv.to_str().unwrap(),
+            ],
+            Duration::from_secs(30),
+        );
+        let lines: Vec<&str> = frames.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines.len(), FRAMES, "{name}: {frames}");
+        for l in lines {
+            let mut fields: Vec<&str> = l.split(',').collect();
+            fields.sort_unstable();
+            let mut want: Vec<&str> = want_tags.to_vec();
+            want.sort_unstable();
+            assert_eq!(fields, want, "{name}: frame tags {l:?}");
+        }
+    }
+}

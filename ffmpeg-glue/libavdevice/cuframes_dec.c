@@ -78,6 +78,7 @@ typedef struct CuframesDemuxContext {
     /* state */
     cuframes_subscriber_t *sub;
     cuframes_frame_layout_t layout;
+    cuframes_colour_t colour;      /* as the publisher announced it (present = 0: none) */
     enum AVPixelFormat sw_format;
     int memory_kind;
     int zero_copy;
@@ -246,7 +247,15 @@ static av_cold int cuframes_read_header(AVFormatContext *avctx)
         av_log(avctx, AV_LOG_ERROR, "The ring carries unknown format %u.\n", s->layout.format);
         return AVERROR(EINVAL);
     }
+    if (cuframes_subscriber_colour(s->sub, &s->colour) != CUFRAMES_OK)
+        memset(&s->colour, 0, sizeof(s->colour));
     s->memory_kind = cuframes_subscriber_memory_kind(s->sub);
+    /* device=-1: the publisher's GPU, found by its UUID (containers and CUDA_VISIBLE_DEVICES
+     * renumber devices); an explicit device was checked against that UUID at connect. */
+    if (cuframes_subscriber_cuda_device(s->sub) >= 0)
+        s->device = cuframes_subscriber_cuda_device(s->sub);
+    else if (s->device < 0)
+        s->device = 0;
     s->zero_copy   = cuframes_subscriber_is_zero_copy(s->sub);
     if (s->output == OUTPUT_AUTO)
         s->out_cuda = s->memory_kind == CUFRAMES_MEMORY_CUDA_VMM;
@@ -270,6 +279,14 @@ static av_cold int cuframes_read_header(AVFormatContext *avctx)
     st->codecpar->width      = s->layout.width;
     st->codecpar->height     = s->layout.height;
     st->codecpar->format     = s->out_cuda ? AV_PIX_FMT_CUDA : s->sw_format;
+    if (s->colour.present) {
+        st->codecpar->sample_aspect_ratio = st->sample_aspect_ratio = ff_cuframes_sar(&s->colour);
+        st->codecpar->color_range         = ff_cuframes_range(&s->colour);
+        st->codecpar->color_primaries     = ff_cuframes_primaries(&s->colour);
+        st->codecpar->color_trc           = ff_cuframes_transfer(&s->colour);
+        st->codecpar->color_space         = ff_cuframes_matrix(&s->colour);
+        st->codecpar->chroma_location     = ff_cuframes_chroma_location(&s->colour);
+    }
     if (s->framerate.num > 0 && s->framerate.den > 0) {
         s->time_base = av_inv_q(s->framerate);
         st->avg_frame_rate = st->r_frame_rate = s->framerate;
@@ -418,6 +435,7 @@ static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
         frame = copy;
     }
 
+    ff_cuframes_colour_to_frame(&s->colour, frame);
     frame->pts = av_rescale_q(info.pts_ns, (AVRational){ 1, 1000000000 }, s->time_base);
     frame->pkt_dts = frame->pts;
     frame->time_base = s->time_base;
@@ -457,8 +475,8 @@ static const AVOption options[] = {
           0, AV_OPT_TYPE_CONST, { .i64 = OUTPUT_CUDA }, 0, 0, FLAGS, .unit = "output" },
         { "software", "software frames in the ring's pixel format (a CUDA ring is downloaded)",
           0, AV_OPT_TYPE_CONST, { .i64 = OUTPUT_SOFTWARE }, 0, 0, FLAGS, .unit = "output" },
-    { "device", "CUDA device ordinal to import the ring on and to output frames from",
-      OFFSET(device), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, INT_MAX, FLAGS },
+    { "device", "CUDA device of this process to import the ring on and output frames from; -1: the publisher's GPU, found by its UUID (an explicit device must be that GPU)",
+      OFFSET(device), AV_OPT_TYPE_INT, { .i64 = -1 }, -1, INT_MAX, FLAGS },
     { "framerate", "nominal frame rate; when set, timestamps are in 1/framerate units (else nanoseconds)",
       OFFSET(framerate), AV_OPT_TYPE_RATIONAL, { .dbl = 0 }, 0, 1000000, FLAGS },
     { "connect_timeout", "milliseconds to wait for the publisher to appear",

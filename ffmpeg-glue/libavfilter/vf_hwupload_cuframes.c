@@ -246,6 +246,8 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
         rc.ack_timeout_ms = s->ack_timeout_ms;
         rc.memory_kind    = memory;
         rc.cuda_device    = ordinal;
+        /* Subscribers tag their frames with it (FFmpeg: the input device; Python: to_rgb). */
+        ff_cuframes_colour_from_frame(frame, ctx->inputs[0]->sample_aspect_ratio, &rc.colour);
         ret = cuframes_publisher_enable_frames(s->pub, &rc);
         if (ret != CUFRAMES_OK)
             return ff_cuframes_log_error(ctx, ret, "Cannot create the frame ring");
