@@ -141,6 +141,9 @@ extern "C" {
 #define CUFRAMES_SHUTDOWN_NORMAL 0u
 #define CUFRAMES_SHUTDOWN_ERROR 1u
 #define CUFRAMES_SHUTDOWN_UPGRADE 2u
+/** Extension (compatible): the frame ring was replaced by a new generation (another size or
+ *  format); the publisher lives on and frame subscribers subscribe again. */
+#define CUFRAMES_SHUTDOWN_NEW_RING 3u
 
 /** Socket message type ids (§3.2): the `message_type` of the TLV header (§3.1). */
 #define CUFRAMES_MSG_HELLO_REQ 0x01u
@@ -535,6 +538,13 @@ void cuframes_publisher_destroy(cuframes_publisher_t *pub);
 /** Add the frame ring (once). */
 int cuframes_publisher_enable_frames(cuframes_publisher_t *pub, const cuframes_frame_ring_config_t *cfg);
 int cuframes_publisher_frame_layout(const cuframes_publisher_t *pub, cuframes_frame_layout_t *layout);
+/** Replace the frame ring by a new generation (another size, format or colour description,
+ *  e.g. a camera switching 1080p to 720p). The old ring's subscribers drain it, receive
+ *  SHUTDOWN with reason CUFRAMES_SHUTDOWN_NEW_RING and subscribe again (this library's
+ *  subscriber by itself; its frames then have the new layout: cuframes_frame_layout). Under
+ *  STRICT_WAIT this first waits for the ACKs of the old ring's frames, then, up to the ack
+ *  timeout, for the old ring's subscribers to come back. Packets are not affected. */
+int cuframes_publisher_replace_frames(cuframes_publisher_t *pub, const cuframes_frame_ring_config_t *cfg);
 
 /** Take the next slot (under STRICT_WAIT, waits for ACKs up to the ack timeout). Write the
  *  frame at `slot->address` with the layout's offsets and pitches, then publish or abandon. */
@@ -620,6 +630,10 @@ int cuframes_subscriber_frame_layout(const cuframes_subscriber_t *sub, cuframes_
  *  CUFRAMES_ERR_DISCONNECTED after SHUTDOWN or the publisher's death. */
 int cuframes_subscriber_next_frame(cuframes_subscriber_t *sub, int64_t timeout_ms, cuframes_frame_t **frame);
 int cuframes_frame_info(const cuframes_frame_t *frame, cuframes_frame_info_t *info);
+/** The layout of this frame's ring (after a ring replacement it differs from the earlier
+ *  frames'), and its colour description (`present` = 0: none announced). */
+int cuframes_frame_layout(const cuframes_frame_t *frame, cuframes_frame_layout_t *layout);
+int cuframes_frame_colour(const cuframes_frame_t *frame, cuframes_colour_t *colour);
 /** Release a frame. For CUDA frames pass the CUstream of the last work reading it: the ACK
  *  follows that work (R12). NULL: the reads are finished. NULL frame is ignored. */
 void cuframes_frame_release(cuframes_frame_t *frame, void *cuda_stream);

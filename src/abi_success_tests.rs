@@ -19,6 +19,7 @@ use crate::codec::*;
 use crate::colour::*;
 use crate::cuframes_last_error;
 use crate::ffmpeg_frames::*;
+use crate::frame_info::*;
 use crate::packets::*;
 use crate::publisher::*;
 use crate::subscriber::*;
@@ -268,6 +269,18 @@ fn successful_calls_leave_the_last_error_untouched() {
             cuframes_frame_info(frame, &mut finfo) as i64,
         );
         assert_eq!(finfo.seq, 1);
+        let mut flayout = std::mem::zeroed::<CFrameLayout>();
+        ok(
+            "cuframes_frame_layout",
+            cuframes_frame_layout(frame, &mut flayout) as i64,
+        );
+        assert_eq!((flayout.width, flayout.height), (64, 32));
+        let mut fcolour = CColour::default();
+        ok(
+            "cuframes_frame_colour",
+            cuframes_frame_colour(frame, &mut fcolour) as i64,
+        );
+        assert_eq!(fcolour, fcfg.colour);
         cuframes_frame_release(frame, null_mut());
         ok("cuframes_frame_release", 0);
         ok(
@@ -319,6 +332,16 @@ fn successful_calls_leave_the_last_error_untouched() {
             cuframes_subscriber_packet_stats(s, &mut kstats) as i64,
         );
 
+        // A new ring generation (the subscriber follows it on its next read).
+        fcfg.width = 32;
+        fcfg.policy = Policy::DropOldest as u32;
+        ok(
+            "cuframes_publisher_replace_frames",
+            cuframes_publisher_replace_frames(p, &fcfg) as i64,
+        );
+        let mut player = std::mem::zeroed::<CFrameLayout>();
+        cuframes_publisher_frame_layout(p, &mut player);
+        assert_eq!(player.width, 32);
         cuframes_subscriber_destroy(s);
         ok("cuframes_subscriber_destroy", 0);
         cuframes_publisher_destroy(p);
@@ -356,6 +379,7 @@ fn exported_functions() -> Vec<String> {
         include_str!("colour.rs"),
         include_str!("error.rs"),
         include_str!("ffmpeg_frames.rs"),
+        include_str!("frame_info.rs"),
         include_str!("packets.rs"),
         include_str!("publisher.rs"),
         include_str!("subscriber.rs"),

@@ -34,6 +34,7 @@ mod convert;
 mod error;
 mod ffi;
 mod ffmpeg_frames;
+mod frame_info;
 mod layout;
 mod packets;
 mod publisher;

@@ -274,6 +274,26 @@ pub unsafe extern "C" fn cuframes_publisher_enable_frames(
     })
 }
 
+/// Replace the frame ring by a new generation with `cfg`'s geometry, format and colour (a
+/// camera changing resolution): the old ring's subscribers drain it and follow the new one
+/// (`Publisher::replace_frames`).
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `cfg` is NULL or points
+/// to an initialised `CFrameRingConfig`.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_replace_frames(
+    p: *mut CPublisher,
+    cfg: *const CFrameRingConfig,
+) -> c_int {
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle, `cfg` NULL or a
+        // valid cuframes_frame_ring_config_t.
+        let (p, cfg) = unsafe { (input(p, "publisher")?, input(cfg, "config")?) };
+        p.0.replace_frames(ring_config(cfg)?)
+    })
+}
+
 /// The frame layout of the publisher's ring.
 ///
 /// # Safety
@@ -291,7 +311,7 @@ pub unsafe extern "C" fn cuframes_publisher_frame_layout(
             p.0.frame_layout()
                 .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
         // SAFETY: the C contract: `layout` is NULL or a writable cuframes_frame_layout_t.
-        *unsafe { out(layout, "layout") }? = CFrameLayout::from(l);
+        *unsafe { out(layout, "layout") }? = CFrameLayout::from(&l);
         Ok(())
     })
 }

@@ -31,6 +31,12 @@ impl CSubscriber {
 /// Opaque `cuframes_frame_t`.
 pub struct CFrame(Frame);
 
+impl CFrame {
+    pub(crate) fn inner(&self) -> &Frame {
+        &self.0
+    }
+}
+
 /// Mirrors `cuframes_subscriber_options_t`.
 #[repr(C)]
 pub struct CSubscriberOptions {

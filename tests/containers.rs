@@ -105,7 +105,10 @@ fn frames_role(key: &str) {
             Err(e) => break e.code() == ErrorCode::Disconnected,
         }
     };
-    println!("RESULT good={good} bad={bad} disconnected={}", disconnected as u8);
+    println!(
+        "RESULT good={good} bad={bad} disconnected={}",
+        disconnected as u8
+    );
 }
 
 fn packets_role(key: &str) {
@@ -128,7 +131,10 @@ fn packets_role(key: &str) {
             Err(e) => break e.code() == ErrorCode::Disconnected,
         }
     };
-    println!("RESULT good={good} bad={bad} disconnected={}", disconnected as u8);
+    println!(
+        "RESULT good={good} bad={bad} disconnected={}",
+        disconnected as u8
+    );
 }
 
 /// The shell that runs as PID 1 of a namespace: hides the temporary directory behind an
@@ -239,17 +245,15 @@ read cmd
 echo "CLEAN_RC $?"
 "#
     );
-    let mut kids = Children(vec![namespace(
-        &env,
-        &hide,
-        &publisher_script,
-        "publisher",
-    )]);
+    let mut kids = Children(vec![namespace(&env, &hide, &publisher_script, "publisher")]);
     let pub_out = lines(kids.0[0].stdout.take().unwrap());
     let ready = wait_for(&pub_out, "READY", Duration::from_secs(30), "publisher");
     // In its PID namespace the publisher is a low pid (the shell is 1).
     let ns_pid: u32 = ready.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(ns_pid < 100, "publisher pid {ns_pid}: not in a fresh PID namespace?");
+    assert!(
+        ns_pid < 100,
+        "publisher pid {ns_pid}: not in a fresh PID namespace?"
+    );
 
     let mut subs = Vec::new();
     for role in ["frames", "packets"] {
@@ -281,7 +285,10 @@ echo "CLEAN_RC $?"
     let procs = wait_for(&pub_out, "PROCS", Duration::from_secs(10), "publisher");
     // sh, the publisher, ls, grep, and the subshells of $(...): nothing of the host's.
     let n: u32 = procs.split(' ').nth(1).unwrap().parse().unwrap();
-    assert!(n < 10, "the publisher's namespace sees {n} processes: {procs}");
+    assert!(
+        n < 10,
+        "the publisher's namespace sees {n} processes: {procs}"
+    );
     assert!(
         procs.ends_with("SECRET 0"),
         "the namespace sees more than the runtime directory in {}: {procs}",

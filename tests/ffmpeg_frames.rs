@@ -155,36 +155,108 @@ fn roundtrip_bgra() {
     check_format(FORMATS[6]);
 }
 
-/// A size change inside one filter instance is an error naming both geometries, never a
-/// silently wrong frame.
+/// Issue #14 (size and format changes): a source that changes size twice mid-stream (a camera
+/// switching resolution) makes `hwupload_cuframes` publish a new ring generation each time;
+/// every reader follows (its frames take the new size, FFmpeg reconfigures its filters) and
+/// its framemd5, sizes and hashes of every frame, equals the direct path's. Before, the
+/// first change was an error and the readers' streams ended there.
 #[test]
-fn size_change_mid_stream_is_an_error() {
+fn size_changes_make_new_ring_generations_that_readers_follow() {
     let Some(ff) = find() else { return };
     let env = Scratch::new(&ff, "resize");
-    let key = env.key("resize");
-    let (ok, err) = env.ffmpeg(
-        "resize",
+    // 64x48 for frames 0-1, 80x40 for 2-4, 48x32 after (scale counts n from its first output).
+    let chain = "scale=w='if(lt(n\\,3)\\,64\\,if(lt(n\\,6)\\,80\\,48))':\
+                 h='if(lt(n\\,3)\\,48\\,if(lt(n\\,6)\\,40\\,32))':eval=frame,format=nv12";
+    let src = "testsrc=s=64x48:r=25:d=0.36";
+    let direct_md5 = env.path("direct.md5");
+    env.ffmpeg_ok(
+        "direct",
         &[
             "-f",
             "lavfi",
             "-i",
-            &testsrc(),
+            src,
             "-vf",
-            &format!(
-                "scale=w='if(lt(n\\,3)\\,64\\,80)':h=48:eval=frame,format=nv12,\
-             hwupload_cuframes=key={key}:memory=host"
-            ),
+            chain,
             "-f",
-            "null",
-            "-",
+            "framemd5",
+            direct_md5.to_str().unwrap(),
         ],
-        Duration::from_secs(60),
     );
-    assert!(!ok, "a size change must fail:\n{err}");
-    assert!(
-        err.contains("changed from 64x48 nv12 to 80x48 nv12"),
-        "the error names both geometries:\n{err}"
-    );
+    let want = std::fs::read_to_string(&direct_md5).unwrap();
+    let want_lines = frame_lines(&want);
+    let sizes: std::collections::BTreeSet<&str> = want_lines
+        .iter()
+        .map(|l| l.split(',').nth(4).unwrap().trim())
+        .collect();
+    assert_eq!(sizes.len(), 3, "the source must change size twice:\n{want}");
+    for policy in ["strict_wait", "drop_oldest"] {
+        let key = env.key(&format!("resize{}", &policy[..1]));
+        let mut readers = Vec::new();
+        for r in 0..2 {
+            let out = env.path(&format!("{key}-{r}.md5"));
+            let log = format!("{key}-{r}");
+            let p = env.spawn_ffmpeg(
+                &log,
+                &[
+                    "-f",
+                    "cuframes",
+                    "-framerate",
+                    "25",
+                    "-connect_timeout",
+                    "30000",
+                    "-timeout",
+                    "30000",
+                    "-i",
+                    &key,
+                    "-f",
+                    "framemd5",
+                    out.to_str().unwrap(),
+                ],
+            );
+            readers.push((p, out, log));
+        }
+        let pub_log = format!("{key}-pub");
+        // -re: under drop_oldest nobody waits; at 25 fps the readers keep up and follow.
+        let publisher = env.spawn_ffmpeg(
+            &pub_log,
+            &[
+                "-re",
+                "-f",
+                "lavfi",
+                "-i",
+                src,
+                "-vf",
+                &format!(
+                    "{chain},hwupload_cuframes=key={key}:memory=host:policy={policy}:\
+                     ring_size=16:ack_timeout=10000:wait_subscribers=2:wait_timeout=30000"
+                ),
+                "-f",
+                "null",
+                "-",
+            ],
+        );
+        let ok = env.wait(publisher, Duration::from_secs(60)).success();
+        let log = env.stderr(&pub_log);
+        assert!(ok, "publisher ({policy}) failed:\n{log}");
+        assert!(
+            log.contains("published a new ring generation")
+                && log.contains("2 new ring generations"),
+            "two new generations expected:\n{log}"
+        );
+        for (p, out, log) in readers {
+            let ok = env.wait(p, Duration::from_secs(30)).success();
+            let text = env.stderr(&log);
+            assert!(ok, "reader ({policy}) failed:\n{text}");
+            assert!(text.contains("the publisher's ring changed"), "{text}");
+            let got = std::fs::read_to_string(out).unwrap();
+            assert_eq!(
+                frame_lines(&got),
+                want_lines,
+                "{policy}: framemd5 through the ring differs\ndirect:\n{want}\nring:\n{got}\n{text}"
+            );
+        }
+    }
 }
 
 /// The options are documented in `ffmpeg -h`.
@@ -338,7 +410,10 @@ fn colour_tags_and_aspect_ratio_survive_the_ring() {
         let want = std::fs::read_to_string(&direct_md5).unwrap();
         let got = std::fs::read_to_string(&md5).unwrap();
         assert!(want.contains(&format!("#sar 0: {sar}")), "{want}");
-        assert_eq!(got, want, "{name}: framemd5 through the ring, headers included");
+        assert_eq!(
+            got, want,
+            "{name}: framemd5 through the ring, headers included"
+        );
         let frames = env.ffprobe_ok(
             &format!("{name}-probe"),
             &[

@@ -139,3 +139,74 @@ fn the_colour_description_travels_with_the_ring() {
     // Host ring: no GPU, no device to resolve.
     assert_eq!(s.cuda_device(), None);
 }
+
+/// Issue #14 (size and format changes): the publisher replaces its ring (a camera switching
+/// resolution, twice); the subscriber drains the old ring, follows the new one by itself and
+/// delivers every frame with its own layout, never an old-size frame after a new one or the
+/// reverse. Under STRICT_WAIT the publisher waits for the old ring's ACKs and for the
+/// subscriber to come back, so no frame is lost.
+#[test]
+fn a_replaced_ring_is_followed_frame_for_frame() {
+    for policy in [Policy::StrictWait, Policy::DropOldest] {
+        let env = TestEnv::new("regen");
+        let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+        let geometry = [
+            (Format::Nv12, 64u32, 48u32),
+            (Format::Rgba, 32, 16),
+            (Format::Yuv420p, 80, 40),
+        ];
+        let config = |(f, w, h): (Format, u32, u32)| {
+            let mut c = FrameRingConfig::new(f, w, h);
+            c.policy = policy;
+            c.ring_size = 16;
+            c.ack_timeout = Duration::from_secs(10);
+            c
+        };
+        p.enable_frames(config(geometry[0])).unwrap();
+        let mut opts = env.subscriber_options("regen");
+        opts.connect_timeout = Duration::from_secs(10);
+        let mut s = Subscriber::connect(&env.key, &opts).unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            while got.len() < 9 {
+                match s.next_frame(Some(Duration::from_secs(10))) {
+                    Ok(f) => {
+                        let l = (*f.layout).clone();
+                        let ok = common::verify_frame(&f, &common::planes_for(&l, f.seq));
+                        got.push((l.format, l.width, l.height, f.pts_ns, ok));
+                    }
+                    Err(e) => panic!("after {got:?} (generations {}): {e}", s.ring_generations()),
+                }
+            }
+            (got, s.ring_generations())
+        });
+        let mut pts = 0i64;
+        for (i, g) in geometry.iter().enumerate() {
+            if i > 0 {
+                p.replace_frames(config(*g)).unwrap();
+                if policy == Policy::DropOldest {
+                    // Nobody waits under DROP_OLDEST: frames published before the reader is
+                    // back are not for it (R26). Give it time to drain and follow.
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            }
+            assert_eq!(p.frame_layout().unwrap().width, g.1);
+            for seq in 1..=3u64 {
+                pts += 1;
+                common::publish_pattern(&p, seq, Some(pts)).unwrap();
+            }
+        }
+        let (got, generations) = reader.join().unwrap();
+        assert_eq!(generations, 2, "{policy:?}");
+        let want: Vec<_> = geometry
+            .iter()
+            .flat_map(|g| std::iter::repeat(*g).take(3))
+            .zip(1..)
+            .map(|((f, w, h), pts)| (f, w, h, pts, true))
+            .collect();
+        assert_eq!(
+            got, want,
+            "{policy:?}: every frame in order, each with its own layout"
+        );
+    }
+}

@@ -181,6 +181,8 @@ static int connect_subscriber(AVFormatContext *avctx)
     return ff_cuframes_log_error(avctx, ret, "Cannot subscribe");
 }
 
+static int setup_cuda_frames(AVFormatContext *avctx);
+
 static void free_cuda_device(AVHWDeviceContext *dc)
 {
     cuframes_cuda_context_release(dc->user_opaque);
@@ -194,7 +196,6 @@ static int setup_cuda(AVFormatContext *avctx)
     CuframesDemuxContext *s = avctx->priv_data;
     cuframes_cuda_context_t *ref = NULL;
     AVHWDeviceContext *dc;
-    AVHWFramesContext *fc;
     void *cu_ctx = NULL;
     int ret;
 
@@ -215,6 +216,17 @@ static int setup_cuda(AVFormatContext *avctx)
         av_log(avctx, AV_LOG_ERROR, "Cannot create the CUDA device context.\n");
         return ret;
     }
+    return setup_cuda_frames(avctx);
+}
+
+/* The output frames context for the ring's current geometry (again after a new ring). */
+static int setup_cuda_frames(AVFormatContext *avctx)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    AVHWFramesContext *fc;
+    int ret;
+
+    av_buffer_unref(&s->frames_ref);
     s->frames_ref = av_hwframe_ctx_alloc(s->device_ref);
     if (!s->frames_ref)
         return AVERROR(ENOMEM);
@@ -386,6 +398,37 @@ static int copy_frame(AVFormatContext *avctx, AVFrame **dst, const AVFrame *src)
     return 0;
 }
 
+/* The publisher replaced its ring (a size or format change, docs/ffmpeg.md): frames of the
+ * new ring have another layout. The output frames follow it (FFmpeg reconfigures the filters
+ * when the frame size changes); CUDA output gets a frames context of the new geometry. */
+static int follow_layout(AVFormatContext *avctx, const cuframes_frame_t *f)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    cuframes_frame_layout_t l;
+    enum AVPixelFormat fmt;
+    int ret = cuframes_frame_layout(f, &l);
+
+    if (ret != CUFRAMES_OK)
+        return ff_cuframes_log_error(avctx, ret, "Cannot inspect the frame");
+    if (l.format == s->layout.format && l.width == s->layout.width && l.height == s->layout.height)
+        return 0;
+    fmt = ff_cuframes_pix_fmt_from_format(l.format);
+    if (fmt == AV_PIX_FMT_NONE) {
+        av_log(avctx, AV_LOG_ERROR, "The new ring carries unknown format %u.\n", l.format);
+        return AVERROR(EINVAL);
+    }
+    av_log(avctx, AV_LOG_INFO, "%s: the publisher's ring changed from %ux%u %s to %ux%u %s.\n",
+           avctx->url, s->layout.width, s->layout.height, av_get_pix_fmt_name(s->sw_format),
+           l.width, l.height, av_get_pix_fmt_name(fmt));
+    s->layout    = l;
+    s->sw_format = fmt;
+    if (cuframes_frame_colour(f, &s->colour) != CUFRAMES_OK)
+        memset(&s->colour, 0, sizeof(s->colour));
+    if (s->frames_ref)
+        return setup_cuda_frames(avctx);
+    return 0;
+}
+
 static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
 {
     CuframesDemuxContext *s = avctx->priv_data;
@@ -417,6 +460,11 @@ static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
     if (ret != CUFRAMES_OK) {
         cuframes_frame_release(f, NULL);
         return ff_cuframes_log_error(avctx, ret, "Cannot inspect the frame");
+    }
+    ret = follow_layout(avctx, f);
+    if (ret < 0) {
+        cuframes_frame_release(f, NULL);
+        return ret;
     }
     frame = wrap_frame(avctx, f, &info);
     if (!frame)

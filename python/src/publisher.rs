@@ -195,7 +195,7 @@ impl Publisher {
             .try_iter()
             .map_err(|_| PyTypeError::new_err("planes must be a list of buffers"))?
             .collect::<PyResult<_>>()?;
-        let layout = self.with(|p| Ok(p.frame_layout().cloned()))?;
+        let layout = self.with(|p| Ok(p.frame_layout()))?;
         let layout = layout.ok_or_else(|| error(ErrorCode::NotFound, "no frame ring"))?;
         let geometry = layout.planes();
         if planes.len() != geometry.len() {

@@ -83,6 +83,13 @@ pub struct Subscriber {
     closing: Option<Error>,
     /// Set when the publisher gave up on this subscriber (ERROR): frames stop at once.
     given_up: Option<Error>,
+    /// How it connected: what it connects with again to follow a new frame ring.
+    options: SubscriberOptions,
+    /// The publisher replaced its frame ring (SHUTDOWN with reason NEW_RING): once the old
+    /// ring is drained, subscribe to the new one instead of ending.
+    new_ring: bool,
+    /// Frame rings followed so far (0: still the first).
+    generations: u64,
 }
 
 /// How long one futex sleep lasts before the socket is looked at again: bounds how late a
@@ -225,7 +232,74 @@ impl Subscriber {
             packets,
             closing: None,
             given_up: None,
+            options: options.clone(),
+            new_ring: false,
+            generations: 0,
         })
+    }
+
+    /// How many times the publisher replaced its frame ring and this subscriber followed
+    /// (frames of a new ring may have another size or format: each [`Frame`] has its
+    /// layout).
+    pub fn ring_generations(&self) -> u64 {
+        self.generations
+    }
+
+    /// Subscribe to the publisher's new frame ring (issue #14: size and format changes). The
+    /// packet reader, if any, is kept: the packet ring did not change. Retries while the
+    /// publisher is mid-replacement, up to the connect timeout.
+    fn follow_new_ring(&mut self) -> Result<()> {
+        let mut opts = self.options.clone();
+        opts.want_frames = true;
+        opts.want_packets = false;
+        let deadline = Instant::now() + self.options.connect_timeout;
+        let mut fresh = loop {
+            opts.connect_timeout = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(10));
+            match Subscriber::connect(self.key.as_str(), &opts) {
+                Ok(s) => break s,
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        ErrorCode::Disconnected | ErrorCode::NotFound | ErrorCode::Format
+                    ) && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => {
+                    return Err(Error::new(
+                        e.code(),
+                        format!("following the publisher's new frame ring: {}", e.message()),
+                    ))
+                }
+            }
+        };
+        // The old connection and ring go with `fresh` (its drop revokes the old ring's ACKs
+        // and says UNSUBSCRIBE on the old socket, which the publisher already closed).
+        std::mem::swap(&mut self.stream, &mut fresh.stream);
+        std::mem::swap(&mut self.inbox, &mut fresh.inbox);
+        std::mem::swap(&mut self.bit, &mut fresh.bit);
+        std::mem::swap(&mut self.frames, &mut fresh.frames);
+        self.closing = None;
+        self.given_up = None;
+        self.new_ring = false;
+        self.generations += 1;
+        Ok(())
+    }
+
+    /// After the shutdown flag was seen: give the socket a moment to say why (a SHUTDOWN
+    /// follows the flag), so that a new ring is told from the end of the stream.
+    fn wait_for_reason(&mut self) {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while self.closing.is_none() && Instant::now() < deadline {
+            let mut fds = [nix::poll::PollFd::new(
+                self.stream.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(20u16));
+            self.poll_connection();
+        }
     }
 
     pub fn key(&self) -> &str {
@@ -304,10 +378,18 @@ impl Subscriber {
             }
             // Everything published was delivered: now the end of the stream may be reported.
             if shut_down && self.closing.is_none() {
-                self.close(Error::new(
-                    ErrorCode::Disconnected,
-                    "the publisher shut down",
-                ));
+                self.wait_for_reason();
+                if self.closing.is_none() {
+                    self.close(Error::new(
+                        ErrorCode::Disconnected,
+                        "the publisher shut down",
+                    ));
+                }
+            }
+            if self.new_ring && self.closing.is_some() {
+                // The old ring is drained (Empty above); its frames were all delivered.
+                self.follow_new_ring()?;
+                continue;
             }
             if let Some(e) = &self.closing {
                 return Err(e.clone());
@@ -393,6 +475,10 @@ impl Subscriber {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             self.poll_connection();
+            if self.new_ring {
+                // Its socket is the old ring's: the new connection carries the liveness.
+                self.follow_new_ring()?;
+            }
             let closing = self.closing.clone();
             let slice = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
@@ -443,6 +529,13 @@ impl Subscriber {
         };
         for m in msgs {
             match m {
+                Message::Shutdown { reason } if reason == SHUTDOWN_NEW_RING => {
+                    self.new_ring = self.frames.is_some();
+                    self.close(Error::new(
+                        ErrorCode::Disconnected,
+                        "the publisher replaced its frame ring",
+                    ));
+                }
                 Message::Shutdown { reason } => {
                     self.close(Error::new(
                         ErrorCode::Disconnected,
