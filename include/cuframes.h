@@ -601,6 +601,12 @@ typedef struct cuframes_subscriber_options {
     uint32_t flags;                      /**< CUFRAMES_SUBSCRIBE_WANTS_*; 0 = frames */
     uint32_t connect_timeout_ms;         /**< 0 = 5000 */
     int accept_zero_copy_overwrite;      /**< R12: allow ZERO_COPY under DROP_OLDEST */
+    /** Keep going across a publisher restart under the same key: when the publisher goes,
+     *  deliver what its rings hold, then wait up to this many ms for a new one and subscribe
+     *  to it (packets resume on its newest keyframe, flagged DISCONTINUITY; timestamps are
+     *  shifted where needed to keep increasing). 0 (default): the stream ends with
+     *  CUFRAMES_ERR_DISCONNECTED. While it waits, reads return CUFRAMES_ERR_TIMEOUT. */
+    uint32_t reconnect_ms;
 } cuframes_subscriber_options_t;
 
 typedef struct cuframes_frame_info {

@@ -47,6 +47,7 @@ pub struct CSubscriberOptions {
     pub flags: u32,
     pub connect_timeout_ms: u32,
     pub accept_zero_copy_overwrite: c_int,
+    pub reconnect_ms: u32,
 }
 
 /// Mirrors `cuframes_frame_info_t`.
@@ -86,6 +87,7 @@ pub unsafe extern "C" fn cuframes_subscriber_options_default(opts: *mut CSubscri
             flags: SUBSCRIBE_WANTS_FRAMES,
             connect_timeout_ms: 5000,
             accept_zero_copy_overwrite: 0,
+            reconnect_ms: 0,
         };
     }
 }
@@ -116,6 +118,9 @@ unsafe fn options(o: Option<&CSubscriberOptions>) -> Result<SubscriberOptions> {
             opts.connect_timeout = Duration::from_millis(o.connect_timeout_ms as u64);
         }
         opts.accept_zero_copy_overwrite = o.accept_zero_copy_overwrite != 0;
+        if o.reconnect_ms != 0 {
+            opts.reconnect = Some(Duration::from_millis(o.reconnect_ms as u64));
+        }
     }
     Ok(opts)
 }

@@ -74,6 +74,7 @@ typedef struct CuframesDemuxContext {
     int timeout_ms;
     char *name;
     char *runtime_dir;
+    int reconnect;
 
     /* state */
     cuframes_subscriber_t *sub;
@@ -162,6 +163,9 @@ static int connect_subscriber(AVFormatContext *avctx)
     o.mode = s->mode == CUFRAMES_MODE_COPY ? CUFRAMES_MODE_COPY : CUFRAMES_MODE_ZERO_COPY;
     o.flags = CUFRAMES_SUBSCRIBE_WANTS_FRAMES;
     o.accept_zero_copy_overwrite = s->accept_overwrite;
+    /* A restarted publisher is waited for as long as a missing one at the start. */
+    if (s->reconnect)
+        o.reconnect_ms = FFMAX(s->connect_timeout_ms, 1);
 
     for (;;) {
         ret = cuframes_subscriber_connect(avctx->url, &o, &s->sub);
@@ -535,6 +539,8 @@ static const AVOption options[] = {
       OFFSET(name), AV_OPT_TYPE_STRING, { .str = "ffmpeg" }, 0, 0, FLAGS },
     { "runtime_dir", "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)",
       OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, FLAGS },
+    { "reconnect", "keep reading across a publisher restart: wait (up to connect_timeout) for the new publisher; timestamps kept increasing",
+      OFFSET(reconnect), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, FLAGS },
     { NULL },
 };
 

@@ -1,6 +1,7 @@
 //! The subscriber: connects to a publisher, imports its slots once, and reads frames (and,
 //! with packets enabled, packets) without copies where the mode allows.
 
+mod continuity;
 pub(crate) mod deferred;
 mod frames;
 mod handshake;
@@ -28,6 +29,7 @@ use crate::tlv::{HelloReq, Message};
 use crate::wire::frame::FRAME_SHM_SIZE;
 use crate::wire::meta_ext::MetaExt;
 use crate::wire::*;
+use continuity::Continuity;
 use frames::{FrameSource, Got};
 
 /// How a subscriber connects.
@@ -53,6 +55,13 @@ pub struct SubscriberOptions {
     /// the shared header's bitmaps (the publisher must set `allow_legacy_subscribers`). For
     /// interoperability tests and as the benchmark baseline; never needed otherwise.
     pub plain_v4_acks: bool,
+    /// Keep going across a publisher restart under the same key (issue #14): when the
+    /// publisher goes (SIGKILL, crash, shutdown), deliver what its rings still hold, then wait
+    /// up to this long for a new publisher of the key and subscribe to it. Frames and packets
+    /// continue (packets at the new publisher's newest keyframe, the first flagged
+    /// DISCONTINUITY), timestamps shifted where needed to stay increasing. None (default): the
+    /// stream ends with DISCONNECTED. Not after the publisher gave up on this subscriber.
+    pub reconnect: Option<Duration>,
 }
 
 impl Default for SubscriberOptions {
@@ -67,6 +76,7 @@ impl Default for SubscriberOptions {
             connect_timeout: Duration::from_secs(5),
             accept_zero_copy_overwrite: false,
             plain_v4_acks: false,
+            reconnect: None,
         }
     }
 }
@@ -90,6 +100,33 @@ pub struct Subscriber {
     new_ring: bool,
     /// Frame rings followed so far (0: still the first).
     generations: u64,
+    /// Publishers followed after a restart.
+    restarts: u64,
+    /// A new connection being waited for (a new ring, or a restarted publisher).
+    reopening: Option<Reopen>,
+    /// Timestamps kept increasing across restarts, per timeline.
+    frame_times: Continuity,
+    packet_times: Continuity,
+    /// The next packet is the first of a restarted publisher: flag DISCONTINUITY.
+    packet_gap: bool,
+}
+
+/// What [`Subscriber::reopen`] is waiting for, and until when.
+#[derive(Debug, Clone, Copy)]
+struct Reopen {
+    /// A restarted publisher (frames and packets anew), not only a new frame ring.
+    restart: bool,
+    until: Instant,
+}
+
+/// The outcome of one attempt to reopen.
+enum Reopened {
+    /// Connected: read on.
+    Yes,
+    /// Still waiting (the caller's timeout is up first).
+    NotYet,
+    /// Nothing to reopen: the stream ends.
+    No,
 }
 
 /// How long one futex sleep lasts before the socket is looked at again: bounds how late a
@@ -235,7 +272,17 @@ impl Subscriber {
             options: options.clone(),
             new_ring: false,
             generations: 0,
+            restarts: 0,
+            reopening: None,
+            frame_times: Continuity::default(),
+            packet_times: Continuity::default(),
+            packet_gap: false,
         })
+    }
+
+    /// How many times this subscriber followed a restarted publisher (`reconnect`).
+    pub fn restarts(&self) -> u64 {
+        self.restarts
     }
 
     /// How many times the publisher replaced its frame ring and this subscriber followed
@@ -245,47 +292,105 @@ impl Subscriber {
         self.generations
     }
 
-    /// Subscribe to the publisher's new frame ring (issue #14: size and format changes). The
-    /// packet reader, if any, is kept: the packet ring did not change. Retries while the
-    /// publisher is mid-replacement, up to the connect timeout.
-    fn follow_new_ring(&mut self) -> Result<()> {
+    /// The connection ended and what it delivered is drained: subscribe again where that is
+    /// wanted (issue #14). A new frame ring (SHUTDOWN NEW_RING) is followed always, within the
+    /// connect timeout, keeping the packet reader (the packet ring did not change); a
+    /// restarted publisher only with `reconnect`, within that bound, with fresh frame and
+    /// packet readers. One call tries until the caller's `deadline` at most (NotYet after
+    /// it), so that callers that poll stay responsive.
+    fn reopen(&mut self, deadline: Option<Instant>) -> Result<Reopened> {
+        let plan = match self.reopening {
+            Some(plan) => plan,
+            None if self.new_ring && self.frames.is_some() => Reopen {
+                restart: false,
+                until: Instant::now() + self.options.connect_timeout,
+            },
+            None => match (self.options.reconnect, &self.given_up) {
+                (Some(bound), None) => Reopen {
+                    restart: true,
+                    until: Instant::now() + bound,
+                },
+                _ => return Ok(Reopened::No),
+            },
+        };
+        self.reopening = Some(plan);
+        let stop = deadline.map_or(plan.until, |d| d.min(plan.until));
         let mut opts = self.options.clone();
-        opts.want_frames = true;
-        opts.want_packets = false;
-        let deadline = Instant::now() + self.options.connect_timeout;
+        if !plan.restart {
+            opts.want_frames = true;
+            opts.want_packets = false;
+        }
         let mut fresh = loop {
-            opts.connect_timeout = deadline
-                .saturating_duration_since(Instant::now())
+            let left = plan.until.saturating_duration_since(Instant::now());
+            opts.connect_timeout = left
+                .min(self.options.connect_timeout)
                 .max(Duration::from_millis(10));
             match Subscriber::connect(self.key.as_str(), &opts) {
                 Ok(s) => break s,
+                // No publisher (yet), a stale socket, one without the rings asked for yet, or
+                // one mid-replacement: wait for it.
                 Err(e)
                     if matches!(
                         e.code(),
-                        ErrorCode::Disconnected | ErrorCode::NotFound | ErrorCode::Format
-                    ) && Instant::now() < deadline =>
+                        ErrorCode::Disconnected
+                            | ErrorCode::NotFound
+                            | ErrorCode::Format
+                            | ErrorCode::Timeout
+                            | ErrorCode::Io
+                    ) && Instant::now() < plan.until =>
                 {
-                    std::thread::sleep(Duration::from_millis(5));
+                    if Instant::now() >= stop {
+                        return Ok(Reopened::NotYet);
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(e) => {
-                    return Err(Error::new(
-                        e.code(),
-                        format!("following the publisher's new frame ring: {}", e.message()),
-                    ))
+                    self.reopening = None;
+                    let what = if plan.restart {
+                        "waiting for the publisher to come back"
+                    } else {
+                        "following the publisher's new frame ring"
+                    };
+                    return Err(Error::new(e.code(), format!("{what}: {}", e.message())));
                 }
             }
         };
-        // The old connection and ring go with `fresh` (its drop revokes the old ring's ACKs
-        // and says UNSUBSCRIBE on the old socket, which the publisher already closed).
+        // The old connection and rings go with `fresh`: its drop revokes the old ring's ACKs.
+        // The old socket is closed by the publisher (or dead): no UNSUBSCRIBE on it.
         std::mem::swap(&mut self.stream, &mut fresh.stream);
         std::mem::swap(&mut self.inbox, &mut fresh.inbox);
         std::mem::swap(&mut self.bit, &mut fresh.bit);
         std::mem::swap(&mut self.frames, &mut fresh.frames);
+        if plan.restart {
+            std::mem::swap(&mut self.packets, &mut fresh.packets);
+            self.restarts += 1;
+            self.frame_times.restarted();
+            self.packet_times.restarted();
+            self.packet_gap = self.packets.is_some();
+        } else {
+            self.generations += 1;
+        }
+        fresh.closing = Some(Error::new(ErrorCode::Disconnected, "replaced"));
+        drop(fresh);
         self.closing = None;
         self.given_up = None;
         self.new_ring = false;
-        self.generations += 1;
-        Ok(())
+        self.reopening = None;
+        Ok(Reopened::Yes)
+    }
+
+    fn reopen_or_end(&mut self, deadline: Option<Instant>) -> Result<()> {
+        match self.reopen(deadline)? {
+            Reopened::Yes => Ok(()),
+            Reopened::NotYet => Err(Error::new(
+                ErrorCode::Timeout,
+                "waiting for the publisher to come back",
+            )),
+            Reopened::No => Err(self
+                .closing
+                .clone()
+                .unwrap_or_else(|| Error::new(ErrorCode::Disconnected, "disconnected"))),
+        }
     }
 
     /// After the shutdown flag was seen: give the socket a moment to say why (a SHUTDOWN
@@ -371,7 +476,10 @@ impl Subscriber {
             #[cfg(test)]
             tests::between_shutdown_and_ring_loads();
             match source.try_read() {
-                Got::Frame(f) => return Ok(f),
+                Got::Frame(mut f) => {
+                    f.pts_ns += self.frame_times.shift_for(Some(f.pts_ns));
+                    return Ok(f);
+                }
                 Got::Skipped => continue,
                 Got::Failed(e) => return Err(e),
                 Got::Empty => {}
@@ -386,13 +494,11 @@ impl Subscriber {
                     ));
                 }
             }
-            if self.new_ring && self.closing.is_some() {
-                // The old ring is drained (Empty above); its frames were all delivered.
-                self.follow_new_ring()?;
+            if self.closing.is_some() {
+                // The old ring is drained (Empty above): follow a new ring or a restarted
+                // publisher, or end.
+                self.reopen_or_end(deadline)?;
                 continue;
-            }
-            if let Some(e) = &self.closing {
-                return Err(e.clone());
             }
             let source = self.frames.as_mut().expect("checked above");
             let left = match deadline {
@@ -477,7 +583,7 @@ impl Subscriber {
             self.poll_connection();
             if self.new_ring {
                 // Its socket is the old ring's: the new connection carries the liveness.
-                self.follow_new_ring()?;
+                self.reopen_or_end(deadline)?;
             }
             let closing = self.closing.clone();
             let slice = match deadline {
@@ -492,12 +598,33 @@ impl Subscriber {
             };
             match self.packet_reader()?.next_packet(Some(slice), out) {
                 Err(e) if e.code() == ErrorCode::Timeout => {
-                    if let Some(c) = closing {
-                        return Err(c);
+                    if closing.is_some() {
+                        // Drained: a restarted publisher (`reconnect`), or the end.
+                        self.reopen_or_end(deadline)?;
+                        continue;
                     }
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Err(e);
                     }
+                }
+                // The packet ring's own end (its shutdown flag): as a closed connection.
+                Err(e)
+                    if e.code() == ErrorCode::Disconnected && self.options.reconnect.is_some() =>
+                {
+                    self.close(e);
+                    self.reopen_or_end(deadline)?;
+                }
+                Ok(mut info) => {
+                    let anchor = [info.dts_ns, info.pts_ns]
+                        .into_iter()
+                        .find(|t| *t != NO_PTS);
+                    let shift = self.packet_times.shift_for(anchor);
+                    info.pts_ns = continuity::shifted(info.pts_ns, shift);
+                    info.dts_ns = continuity::shifted(info.dts_ns, shift);
+                    if std::mem::take(&mut self.packet_gap) {
+                        info.flags |= PACKET_FLAG_DISCONTINUITY;
+                    }
+                    return Ok(info);
                 }
                 other => return other,
             }

@@ -115,7 +115,8 @@ fn subscriber_structs() {
             mode,
             flags,
             connect_timeout_ms,
-            accept_zero_copy_overwrite
+            accept_zero_copy_overwrite,
+            reconnect_ms
         }
     );
     same_layout!(
