@@ -259,21 +259,6 @@ impl FrameWriter {
         })
     }
 
-    /// STRICT_WAIT, before this ring is replaced: wait until every frame still in a slot was
-    /// ACKed by everyone who must see it (or they are declared dead, R11), as a publish into
-    /// those slots would. DROP_OLDEST returns at once.
-    pub(crate) fn drain(&self, acks: &dyn AckAuthority) {
-        if self.policy != Policy::StrictWait {
-            return;
-        }
-        let st = self.lock();
-        for k in 0..self.ring_size {
-            if st.slot_seq[k] != 0 {
-                self.wait_for_acks(k, st.slot_seq[k], acks);
-            }
-        }
-    }
-
     fn wait_for_acks(&self, index: usize, old_seq: u64, acks: &dyn AckAuthority) {
         let start = Instant::now();
         loop {

@@ -256,15 +256,12 @@ impl Publisher {
     /// A new generation of the frame ring (issue #14: a camera switching 1080p to 720p): the
     /// old ring ends (its subscribers drain what it holds, get SHUTDOWN with reason
     /// NEW_RING and subscribe again, our subscriber by itself), the new one has `config`'s
-    /// geometry, format and colour. Under STRICT_WAIT this first waits for the ACKs of the
-    /// frames still in the old ring (as a publish would), and afterwards, up to the ack
-    /// timeout, until as many frame subscribers as the old ring had are back, so that they
-    /// see every frame of both rings. Packet subscribers are not affected.
+    /// geometry, format and colour. Under STRICT_WAIT this waits, up to the ack timeout, until
+    /// as many frame subscribers as the old ring had are back. Subscribers that join a
+    /// replacement ring before it has wrapped start at its first frame (they are the old
+    /// ring's readers coming back), so a returning reader misses none of its frames. Packet
+    /// subscribers are not affected.
     pub fn replace_frames(&self, config: FrameRingConfig) -> Result<()> {
-        // STRICT_WAIT: every subscriber sees every frame of the old ring first.
-        if let Some(old) = self.inner.ring() {
-            old.drain(&*self.inner);
-        }
         let fresh = {
             let mut frames = self.inner.frames.write().unwrap_or_else(|p| p.into_inner());
             let Some(old) = frames.take() else {

@@ -403,7 +403,17 @@ fn subscribe(
         return Ok(None);
     };
     // From the writer's own record, not from the SHM (which a legacy peer could write).
-    let initial_seq = ring.map_or(0, |r| r.published_seq());
+    // A replacement ring (generation > 1) that has not wrapped yet starts its subscribers at
+    // its first frame: they are the old ring's readers coming back (`replace_frames`), and
+    // the frames published before they could return are still in the slots.
+    let initial_seq = ring.map_or(0, |r| {
+        let published = r.published_seq();
+        if generation > 1 && published < r.ring_size as u64 {
+            0
+        } else {
+            published
+        }
+    });
     let ack_page = match ring {
         Some(_) if want_frames && wants_ack_page(h) => match AckPage::create() {
             Ok((page, fd)) => Some((Arc::new(page), fd)),
