@@ -157,9 +157,11 @@ fn roundtrip_bgra() {
 
 /// Issue #14 (size and format changes): a source that changes size twice mid-stream (a camera
 /// switching resolution) makes `hwupload_cuframes` publish a new ring generation each time;
-/// every reader follows (its frames take the new size, FFmpeg reconfigures its filters) and
-/// its framemd5, sizes and hashes of every frame, equals the direct path's. Before, the
-/// first change was an error and the readers' streams ended there.
+/// every reader follows: its frames take the new size. A reader with `-reinit_filter 0`
+/// passes them on as they are and its framemd5 (sizes and hashes of every frame) equals the
+/// direct path's; a reader with ffmpeg's defaults reconfigures its filter graph on each change
+/// and scales to the size its output was opened with, exactly as the direct path followed by
+/// that scale. Before, the first change was an error and the readers' streams ended there.
 #[test]
 fn size_changes_make_new_ring_generations_that_readers_follow() {
     let Some(ff) = find() else { return };
@@ -168,37 +170,33 @@ fn size_changes_make_new_ring_generations_that_readers_follow() {
     let chain = "scale=w='if(lt(n\\,3)\\,64\\,if(lt(n\\,6)\\,80\\,48))':\
                  h='if(lt(n\\,3)\\,48\\,if(lt(n\\,6)\\,40\\,32))':eval=frame,format=nv12";
     let src = "testsrc=s=64x48:r=25:d=0.36";
-    let direct_md5 = env.path("direct.md5");
-    env.ffmpeg_ok(
-        "direct",
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            src,
-            "-vf",
-            chain,
-            "-f",
-            "framemd5",
-            direct_md5.to_str().unwrap(),
-        ],
-    );
-    let want = std::fs::read_to_string(&direct_md5).unwrap();
+    let direct = |name: &str, vf: &str| {
+        let path = env.path(&format!("{name}.md5"));
+        let args = ["-f", "lavfi", "-i", src, "-vf", vf, "-f", "framemd5"];
+        let mut args: Vec<&str> = args.to_vec();
+        args.push(path.to_str().unwrap());
+        env.ffmpeg_ok(name, &args);
+        std::fs::read_to_string(&path).unwrap()
+    };
+    let want = direct("direct", chain);
     let want_lines = frame_lines(&want);
     let sizes: std::collections::BTreeSet<&str> = want_lines
         .iter()
         .map(|l| l.split(',').nth(4).unwrap().trim())
         .collect();
     assert_eq!(sizes.len(), 3, "the source must change size twice:\n{want}");
+    let want_scaled = frame_lines(&direct("direct-scaled", &format!("{chain},scale=64:48")));
     for policy in ["strict_wait", "drop_oldest"] {
         let key = env.key(&format!("resize{}", &policy[..1]));
         let mut readers = Vec::new();
-        for r in 0..2 {
-            let out = env.path(&format!("{key}-{r}.md5"));
-            let log = format!("{key}-{r}");
+        for reinit in ["0", "1"] {
+            let out = env.path(&format!("{key}-{reinit}.md5"));
+            let log = format!("{key}-{reinit}");
             let p = env.spawn_ffmpeg(
                 &log,
                 &[
+                    "-reinit_filter",
+                    reinit,
                     "-f",
                     "cuframes",
                     "-framerate",
@@ -214,7 +212,7 @@ fn size_changes_make_new_ring_generations_that_readers_follow() {
                     out.to_str().unwrap(),
                 ],
             );
-            readers.push((p, out, log));
+            readers.push((p, out, log, reinit));
         }
         let pub_log = format!("{key}-pub");
         // -re: under drop_oldest nobody waits; at 25 fps the readers keep up and follow.
@@ -244,16 +242,22 @@ fn size_changes_make_new_ring_generations_that_readers_follow() {
                 && log.contains("2 new ring generations"),
             "two new generations expected:\n{log}"
         );
-        for (p, out, log) in readers {
+        for (p, out, log, reinit) in readers {
             let ok = env.wait(p, Duration::from_secs(30)).success();
             let text = env.stderr(&log);
             assert!(ok, "reader ({policy}) failed:\n{text}");
             assert!(text.contains("the publisher's ring changed"), "{text}");
             let got = std::fs::read_to_string(out).unwrap();
+            let (expected, what) = if reinit == "0" {
+                (&want_lines, "the direct path")
+            } else {
+                (&want_scaled, "the direct path scaled to 64x48")
+            };
             assert_eq!(
-                frame_lines(&got),
-                want_lines,
-                "{policy}: framemd5 through the ring differs\ndirect:\n{want}\nring:\n{got}\n{text}"
+                &frame_lines(&got),
+                expected,
+                "{policy}, -reinit_filter {reinit}: framemd5 through the ring differs from \
+                 {what}\ndirect:\n{want}\nring:\n{got}\n{text}"
             );
         }
     }

@@ -210,3 +210,47 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
         );
     }
 }
+
+/// With `reconnect`, a publisher that does not come back within the bound ends the stream as
+/// a stream ends (DISCONNECTED, an end of file for FFmpeg), once and for good: later reads
+/// do not wait again. While it waits, reads time out.
+#[test]
+fn reconnect_gives_up_after_its_bound_with_a_plain_end() {
+    let env = TestEnv::new("rc-bound");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 48))
+        .unwrap();
+    let mut opts = env.subscriber_options("rc-bound");
+    opts.reconnect = Some(Duration::from_millis(400));
+    let mut s = Subscriber::connect(&env.key, &opts).unwrap();
+    publish(&p, 1);
+    drop(p);
+    assert_eq!(s.next_frame(Some(Duration::from_secs(2))).unwrap().seq, 1);
+    let t = std::time::Instant::now();
+    let e = s
+        .next_frame(Some(Duration::from_millis(100)))
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), ErrorCode::Timeout, "still waiting: {e}");
+    let e = loop {
+        match s.next_frame(Some(Duration::from_millis(100))) {
+            Err(e) if e.code() == ErrorCode::Timeout => continue,
+            other => break other.err().unwrap(),
+        }
+    };
+    assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
+    assert!(e.message().contains("did not come back"), "{e}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+    let t = std::time::Instant::now();
+    let e = s.next_frame(Some(Duration::from_secs(2))).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Disconnected);
+    assert!(
+        t.elapsed() < Duration::from_millis(50),
+        "waited again: {:?}",
+        t.elapsed()
+    );
+}

@@ -347,11 +347,29 @@ impl Subscriber {
                 Err(e) => {
                     self.reopening = None;
                     let what = if plan.restart {
-                        "waiting for the publisher to come back"
+                        "the publisher did not come back in time"
                     } else {
-                        "following the publisher's new frame ring"
+                        "cannot follow the publisher's new frame ring"
                     };
-                    return Err(Error::new(e.code(), format!("{what}: {}", e.message())));
+                    let retryable = matches!(
+                        e.code(),
+                        ErrorCode::Disconnected
+                            | ErrorCode::NotFound
+                            | ErrorCode::Format
+                            | ErrorCode::Timeout
+                            | ErrorCode::Io
+                    );
+                    if !retryable {
+                        return Err(Error::new(e.code(), format!("{what}: {}", e.message())));
+                    }
+                    // The wait is over: the stream ends as a stream ends (DISCONNECTED), for
+                    // good (no further wait on the next call).
+                    let end =
+                        Error::new(ErrorCode::Disconnected, format!("{what} ({})", e.message()));
+                    self.closing = Some(end.clone());
+                    self.given_up = Some(end);
+                    self.new_ring = false;
+                    return Ok(Reopened::No);
                 }
             }
         };
