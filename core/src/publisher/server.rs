@@ -255,8 +255,10 @@ fn serve(inner: &Inner, c: &mut Conn) -> Result<bool> {
                 phase
             }
             (Phase::AwaitHello, Message::HelloReq(h)) => {
-                let generation = inner.generation.load(Ordering::SeqCst);
-                let resp = hello(inner, c, &h);
+                // The ring described and its generation, read together: SUBSCRIBE compares
+                // the generation, so the meta and the slots it gets are of one ring.
+                let (ring, generation) = inner.ring_and_generation();
+                let resp = hello(inner, c, &h, ring.as_deref());
                 let accepted = resp.result == 0;
                 c.outbox.push(&Message::HelloResp(resp), Vec::new())?;
                 if !accepted {
@@ -311,7 +313,12 @@ fn wants(h: &HelloReq) -> (bool, bool) {
 }
 
 /// The answer to HELLO_REQ: a refusal has a non-zero result.
-fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> HelloResp {
+fn hello(
+    inner: &Inner,
+    c: &Conn,
+    h: &HelloReq,
+    ring: Option<&crate::frames::FrameWriter>,
+) -> HelloResp {
     let refuse = |code: ErrorCode| HelloResp::failure(code as i32);
     if h.proto_version != PROTOCOL_VERSION {
         return refuse(ErrorCode::Protocol);
@@ -332,8 +339,6 @@ fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> HelloResp {
         return refuse(ErrorCode::Permission);
     }
     let (want_frames, want_packets) = wants(h);
-    let ring = inner.ring();
-    let ring = ring.as_deref();
     if want_frames && ring.is_none() {
         return refuse(ErrorCode::NotFound);
     }
