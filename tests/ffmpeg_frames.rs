@@ -293,6 +293,7 @@ fn options_are_documented() {
         "software",
         "framerate",
         "connect_timeout",
+        "reconnect",
     ] {
         assert!(d.contains(opt), "device help lacks {opt}:\n{d}");
     }

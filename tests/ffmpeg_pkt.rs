@@ -612,6 +612,7 @@ fn options_are_documented() {
                 "wait_publisher",
                 "read_timeout",
                 "timebase",
+                "reconnect",
             ][..],
         ),
     ] {
