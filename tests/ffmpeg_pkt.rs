@@ -950,8 +950,15 @@ fn recorders_reconnect_across_three_publisher_restarts() {
             s.stderr(&format!("{log}--count_frames"))
         );
         let packets = probe("-count_packets", "stream=nb_read_packets");
-        let frames: u64 = frames.trim().parse().unwrap();
-        let packets: u64 = packets.trim().parse().unwrap();
+        // MPEG-TS lists the stream under its program too: the first value is the stream's.
+        let first = |t: &str| -> u64 {
+            t.lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .and_then(|l| l.parse().ok())
+                .unwrap_or_else(|| panic!("{log}: ffprobe said {t:?}"))
+        };
+        let (frames, packets) = (first(&frames), first(&packets));
         assert_eq!(
             frames, packets,
             "{log}: every recorded packet decodes to a frame"
@@ -961,8 +968,18 @@ fn recorders_reconnect_across_three_publisher_restarts() {
             "{log}: {packets} packets, 3 rounds of 60 + the last"
         );
         let dts = probe("-show_packets", "packet=dts");
-        let dts: Vec<i64> = dts.lines().filter_map(|l| l.trim().parse().ok()).collect();
-        assert_eq!(dts.len() as u64, packets, "{log}: every packet has a dts");
+        let dts: Vec<i64> = dts
+            .lines()
+            // The first field; MPEG-TS packets carry side data after it.
+            .filter_map(|l| l.split(',').next()?.trim().parse().ok())
+            .collect();
+        // Matroska keeps pts only; its demuxer cannot derive the dts of the first B-frame
+        // stream packets (N/A). MPEG-TS carries every dts.
+        let missing = packets - dts.len() as u64;
+        assert!(
+            missing == 0 || (log == "rec-mkv" && missing <= 2),
+            "{log}: {missing} packets without a dts"
+        );
         assert!(
             dts.windows(2).all(|w| w[0] < w[1]),
             "{log}: timestamps go backwards across a restart: {dts:?}"

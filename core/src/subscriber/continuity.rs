@@ -12,6 +12,9 @@ pub(crate) struct Continuity {
     /// The last timestamp delivered (after the shift) and the step before it.
     last: Option<i64>,
     step: i64,
+    /// The latest presentation time delivered (after the shift), for packets whose pts runs
+    /// ahead of their dts (B-frames): a restart must not present anything before it either.
+    max_pts: Option<i64>,
     /// A restart happened: the next timestamp decides the new shift.
     pending: bool,
 }
@@ -25,9 +28,15 @@ impl Continuity {
         self.pending = true;
     }
 
-    /// The shift for the next item, whose anchor timestamp (packets: dts, else pts; frames:
-    /// pts) is `anchor` (None: the item has none, it keeps the current shift).
+    /// The shift for the next item, whose anchor timestamp (frames: pts) is `anchor` (None:
+    /// the item has none, it keeps the current shift).
     pub fn shift_for(&mut self, anchor: Option<i64>) -> i64 {
+        self.shift_for_packet(anchor, anchor)
+    }
+
+    /// The shift for an item with decoding time `anchor` (packets: dts, else pts) and
+    /// presentation time `pts`: after a restart both land after everything delivered before.
+    pub fn shift_for_packet(&mut self, anchor: Option<i64>, pts: Option<i64>) -> i64 {
         let Some(t) = anchor else {
             return self.shift;
         };
@@ -39,10 +48,11 @@ impl Continuity {
                 } else {
                     DEFAULT_STEP
                 };
-                let want = last.saturating_add(step);
-                if t.saturating_add(self.shift) < want {
-                    self.shift = want.saturating_sub(t);
+                let mut need = last.saturating_add(step).saturating_sub(t);
+                if let (Some(max), Some(p)) = (self.max_pts, pts) {
+                    need = need.max(max.saturating_add(step).saturating_sub(p));
                 }
+                self.shift = self.shift.max(need);
             }
         }
         let out = t.saturating_add(self.shift);
@@ -52,6 +62,10 @@ impl Continuity {
             }
         }
         self.last = Some(out);
+        if let Some(p) = pts {
+            let p = p.saturating_add(self.shift);
+            self.max_pts = Some(self.max_pts.map_or(p, |m| m.max(p)));
+        }
         self.shift
     }
 }
@@ -89,6 +103,28 @@ mod tests {
         assert_eq!(ahead + c.shift_for(Some(ahead)), ahead + 160);
         // Items without a timestamp keep the shift.
         assert_eq!(c.shift_for(None), 160);
+    }
+
+    /// B-frames: pts runs ahead of dts. After a restart the first keyframe's pts must land
+    /// after the latest pts delivered, not only its dts after the last dts (found by the
+    /// Matroska recording of the reconnect test: a repeated pts).
+    #[test]
+    fn reordered_packets_do_not_present_before_the_restart() {
+        let mut c = Continuity::default();
+        // A pts far ahead of its dts (200 at dts 0), then dts 40.
+        c.shift_for_packet(Some(0), Some(200));
+        c.shift_for_packet(Some(40), Some(40));
+        c.restarted();
+        // The new publisher's keyframe: dts 0, pts 0. Its dts alone would need 80; its pts
+        // must come after 200 (+ a step of 40).
+        let shift = c.shift_for_packet(Some(0), Some(0));
+        assert_eq!(shift, 240);
+        // Without reordering the dts decides, as before.
+        let mut c = Continuity::default();
+        c.shift_for_packet(Some(0), Some(0));
+        c.shift_for_packet(Some(40), Some(40));
+        c.restarted();
+        assert_eq!(c.shift_for_packet(Some(0), Some(0)), 80);
     }
 
     #[test]

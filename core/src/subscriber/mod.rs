@@ -636,7 +636,8 @@ impl Subscriber {
                     let anchor = [info.dts_ns, info.pts_ns]
                         .into_iter()
                         .find(|t| *t != NO_PTS);
-                    let shift = self.packet_times.shift_for(anchor);
+                    let pts = Some(info.pts_ns).filter(|t| *t != NO_PTS);
+                    let shift = self.packet_times.shift_for_packet(anchor, pts);
                     info.pts_ns = continuity::shifted(info.pts_ns, shift);
                     info.dts_ns = continuity::shifted(info.dts_ns, shift);
                     if std::mem::take(&mut self.packet_gap) {
