@@ -141,6 +141,9 @@ extern "C" {
 #define CUFRAMES_SHUTDOWN_NORMAL 0u
 #define CUFRAMES_SHUTDOWN_ERROR 1u
 #define CUFRAMES_SHUTDOWN_UPGRADE 2u
+/** Extension (compatible): the frame ring was replaced by a new generation (another size or
+ *  format); the publisher lives on and frame subscribers subscribe again. */
+#define CUFRAMES_SHUTDOWN_NEW_RING 3u
 
 /** Socket message type ids (§3.2): the `message_type` of the TLV header (§3.1). */
 #define CUFRAMES_MSG_HELLO_REQ 0x01u
@@ -467,6 +470,24 @@ typedef struct cuframes_publisher_options {
     uint32_t allow_legacy_subscribers;
 } cuframes_publisher_options_t;
 
+/** A stream's colour description and sample aspect ratio (frame meta extension, compatible:
+ *  docs/protocol.md). The publisher announces it for its ring; subscribers read it with
+ *  cuframes_subscriber_colour. Code points: primaries, transfer and matrix are ITU-T H.273
+ *  (= FFmpeg's AVColorPrimaries / AVColorTransferCharacteristic / AVColorSpace); range and
+ *  chroma_location use FFmpeg's AVColorRange (0 unspecified, 1 limited, 2 full) and
+ *  AVChromaLocation (0 unspecified, 1 left, 2 center, 3 top-left, 4 top, 5 bottom-left,
+ *  6 bottom) numbering. Fixed wire values. */
+typedef struct cuframes_colour {
+    uint32_t present;          /**< 1: recorded; 0: nothing known (the rest is 0) */
+    uint32_t sar_num, sar_den; /**< sample aspect ratio; 0 = unknown */
+    uint8_t range;
+    uint8_t primaries;
+    uint8_t transfer;
+    uint8_t matrix;
+    uint8_t chroma_location;
+    uint8_t reserved[3];       /**< 0 */
+} cuframes_colour_t;
+
 typedef struct cuframes_frame_ring_config {
     uint32_t format;         /**< cuframes_format_t */
     uint32_t width, height;  /**< 1..16384 */
@@ -475,6 +496,7 @@ typedef struct cuframes_frame_ring_config {
     uint32_t ack_timeout_ms; /**< STRICT_WAIT: a subscriber this late is declared dead (R11) */
     uint32_t memory_kind;    /**< CUFRAMES_MEMORY_CUDA_VMM or CUFRAMES_MEMORY_HOST_MEMFD */
     int32_t cuda_device;     /**< device ordinal for CUDA VMM */
+    cuframes_colour_t colour; /**< announced to subscribers; present = 0 (default): none */
 } cuframes_frame_ring_config_t;
 
 /** A slot being written: `address` is a host pointer (host memory) or a CUdeviceptr. */
@@ -516,6 +538,13 @@ void cuframes_publisher_destroy(cuframes_publisher_t *pub);
 /** Add the frame ring (once). */
 int cuframes_publisher_enable_frames(cuframes_publisher_t *pub, const cuframes_frame_ring_config_t *cfg);
 int cuframes_publisher_frame_layout(const cuframes_publisher_t *pub, cuframes_frame_layout_t *layout);
+/** Replace the frame ring by a new generation (another size, format or colour description,
+ *  e.g. a camera switching 1080p to 720p). The old ring's subscribers drain it, receive
+ *  SHUTDOWN with reason CUFRAMES_SHUTDOWN_NEW_RING and subscribe again (this library's
+ *  subscriber by itself; its frames then have the new layout: cuframes_frame_layout). Under
+ *  STRICT_WAIT this first waits for the ACKs of the old ring's frames, then, up to the ack
+ *  timeout, for the old ring's subscribers to come back. Packets are not affected. */
+int cuframes_publisher_replace_frames(cuframes_publisher_t *pub, const cuframes_frame_ring_config_t *cfg);
 
 /** Take the next slot (under STRICT_WAIT, waits for ACKs up to the ack timeout). Write the
  *  frame at `slot->address` with the layout's offsets and pitches, then publish or abandon. */
@@ -580,7 +609,12 @@ typedef struct cuframes_frame cuframes_frame_t;
 typedef struct cuframes_subscriber_options {
     const char *runtime_dir;             /**< NULL: $CUFRAMES_RUNTIME_DIR, else /run/cuframes */
     const char *name;                    /**< shown to operators; printable ASCII, <= 31 bytes */
-    int32_t cuda_device;                 /**< device to import CUDA slots on */
+    int32_t cuda_device;                 /**< GPU to import CUDA rings on: -1 (default) = the
+                                              *  publisher's GPU, found by its UUID whatever
+                                              *  its ordinal here; N = this process's device N,
+                                              *  which must be the publisher's GPU (else the
+                                              *  connect fails with CUFRAMES_ERR_NOT_FOUND,
+                                              *  naming both UUIDs) */
     uint32_t mode;                       /**< cuframes_subscriber_mode_t */
     uint32_t flags;                      /**< CUFRAMES_SUBSCRIBE_WANTS_*; 0 = frames */
     uint32_t connect_timeout_ms;         /**< 0 = 5000 */
@@ -588,6 +622,12 @@ typedef struct cuframes_subscriber_options {
     uint32_t spin_us;                    /**< before each sleep of next_frame, poll this many µs
                                               for a frame (lower latency, a busy CPU meanwhile;
                                               0 = sleep at once, the default) */
+    /** Keep going across a publisher restart under the same key: when the publisher goes,
+     *  deliver what its rings hold, then wait up to this many ms for a new one and subscribe
+     *  to it (packets resume on its newest keyframe, flagged DISCONTINUITY; timestamps are
+     *  shifted where needed to keep increasing). 0 (default): the stream ends with
+     *  CUFRAMES_ERR_DISCONNECTED. While it waits, reads return CUFRAMES_ERR_TIMEOUT. */
+    uint32_t reconnect_ms;
 } cuframes_subscriber_options_t;
 
 typedef struct cuframes_frame_info {
@@ -617,6 +657,10 @@ int cuframes_subscriber_frame_layout(const cuframes_subscriber_t *sub, cuframes_
  *  CUFRAMES_ERR_DISCONNECTED after SHUTDOWN or the publisher's death. */
 int cuframes_subscriber_next_frame(cuframes_subscriber_t *sub, int64_t timeout_ms, cuframes_frame_t **frame);
 int cuframes_frame_info(const cuframes_frame_t *frame, cuframes_frame_info_t *info);
+/** The layout of this frame's ring (after a ring replacement it differs from the earlier
+ *  frames'), and its colour description (`present` = 0: none announced). */
+int cuframes_frame_layout(const cuframes_frame_t *frame, cuframes_frame_layout_t *layout);
+int cuframes_frame_colour(const cuframes_frame_t *frame, cuframes_colour_t *colour);
 /** Release a frame. For CUDA frames pass the CUstream of the last work reading it: the ACK
  *  follows that work (R12). NULL: the reads are finished. NULL frame is ignored. */
 void cuframes_frame_release(cuframes_frame_t *frame, void *cuda_stream);
@@ -624,6 +668,11 @@ int cuframes_subscriber_stats(const cuframes_subscriber_t *sub, cuframes_frame_s
 int cuframes_subscriber_is_zero_copy(const cuframes_subscriber_t *sub);
 /** CUFRAMES_MEMORY_* of the ring, or a negative error. */
 int cuframes_subscriber_memory_kind(const cuframes_subscriber_t *sub);
+/** The colour description the publisher announced (`present` = 0: none); NOT_FOUND without
+ *  a frame ring. */
+int cuframes_subscriber_colour(const cuframes_subscriber_t *sub, cuframes_colour_t *colour);
+/** This process's CUDA ordinal of the ring's GPU, or a negative error (NOT_FOUND: host ring). */
+int cuframes_subscriber_cuda_device(const cuframes_subscriber_t *sub);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Packets (§10)                                                                              */

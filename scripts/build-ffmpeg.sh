@@ -290,7 +290,7 @@ CONFIGURE_FLAGS=(
   --enable-muxer=mp4,mov,matroska,mpegts,flv,h264,hevc,ivf,obu,framecrc,framemd5,md5,null,rawvideo,rtsp,rtp
   --enable-protocol=file,pipe,tcp,udp,rtp
   --enable-indev=lavfi
-  --enable-filter=scale_cuda,hwupload_cuda,hwdownload,format,null,testsrc,testsrc2,scale
+  --enable-filter=scale_cuda,hwupload_cuda,hwdownload,format,null,testsrc,testsrc2,scale,setparams,setsar
 )
 if [[ $CUFRAMES_MODE == 1 ]]; then
   CONFIGURE_FLAGS+=(

@@ -25,6 +25,7 @@ build() {
   local tests=(--test cuda_vmm --test frame_ring_cuda)
   [ -f core/tests/frame_ring_churn.rs ] && tests+=(--test frame_ring_churn)
   [ -f core/tests/hostile_subscriber.rs ] && tests+=(--test hostile_subscriber)
+  [ -f core/tests/gpu_identity.rs ] && tests+=(--test gpu_identity --test hostile_publisher)
   # The GPU tests use the test kernels of feature `testing` (the dev-dependency turns it on;
   # named here too, so the script says what it builds).
   cargo test --release -p cuframes-core --features testing "${tests[@]}" --no-run --message-format=json 2>/dev/null |
@@ -283,6 +284,12 @@ run() {
     step "hostile subscriber on CUDA VMM (both policies, ${GPU_HOSTILE_SECS:-10} s each): 0 wrong frames, no crash, no stall" hostile_cuda
   else
     echo "=== hostile subscriber on CUDA: SKIPPED (no $out/hostile_subscriber at build time)"
+  fi
+  if [ -x "$out/gpu_identity" ]; then
+    step "GPU identity: the ring's UUID resolved under CUDA_VISIBLE_DEVICES variations, an invisible or other GPU refused naming both UUIDs" \
+      gpu_test "$out/gpu_identity" --test-threads=1 --nocapture
+    step "GPU identity: an explicit device that is another GPU is refused (hostile_publisher)" \
+      gpu_test "$out/hostile_publisher" --exact an_explicit_device_that_is_another_gpu_is_refused_naming_both_uuids --nocapture
   fi
   step "demo on CUDA (4 subscriber processes, 1080p)" "$out/cuframes-demo" --frames 120 --subscribers 4 --cuda 0
   step "frame ring benchmark" "$out/frame_bench" --frames "${GPU_BENCH_FRAMES:-300}"

@@ -16,8 +16,10 @@ use cuframes_core::wire::{
 
 use crate::abi::*;
 use crate::codec::*;
+use crate::colour::*;
 use crate::cuframes_last_error;
 use crate::ffmpeg_frames::*;
+use crate::frame_info::*;
 use crate::packets::*;
 use crate::publisher::*;
 use crate::subscriber::*;
@@ -157,6 +159,17 @@ fn successful_calls_leave_the_last_error_untouched() {
         fcfg.height = 32;
         fcfg.policy = Policy::StrictWait as u32;
         fcfg.memory_kind = MemoryKind::HostMemfd as u32;
+        fcfg.colour = CColour {
+            present: 1,
+            sar_num: 16,
+            sar_den: 11,
+            range: 1,
+            primaries: 6,
+            transfer: 6,
+            matrix: 6,
+            chroma_location: 1,
+            reserved: [0; 3],
+        };
         ok(
             "cuframes_publisher_enable_frames",
             cuframes_publisher_enable_frames(p, &fcfg) as i64,
@@ -220,6 +233,12 @@ fn successful_calls_leave_the_last_error_untouched() {
             "cuframes_subscriber_memory_kind",
             cuframes_subscriber_memory_kind(s) as i64,
         );
+        let mut colour = CColour::default();
+        ok(
+            "cuframes_subscriber_colour",
+            cuframes_subscriber_colour(s, &mut colour) as i64,
+        );
+        assert_eq!(colour, fcfg.colour, "what the publisher announced");
         ok(
             "cuframes_publisher_subscriber_count",
             cuframes_publisher_subscriber_count(p) as i64,
@@ -250,6 +269,18 @@ fn successful_calls_leave_the_last_error_untouched() {
             cuframes_frame_info(frame, &mut finfo) as i64,
         );
         assert_eq!(finfo.seq, 1);
+        let mut flayout = std::mem::zeroed::<CFrameLayout>();
+        ok(
+            "cuframes_frame_layout",
+            cuframes_frame_layout(frame, &mut flayout) as i64,
+        );
+        assert_eq!((flayout.width, flayout.height), (64, 32));
+        let mut fcolour = CColour::default();
+        ok(
+            "cuframes_frame_colour",
+            cuframes_frame_colour(frame, &mut fcolour) as i64,
+        );
+        assert_eq!(fcolour, fcfg.colour);
         cuframes_frame_release(frame, null_mut());
         ok("cuframes_frame_release", 0);
         ok(
@@ -326,6 +357,16 @@ fn successful_calls_leave_the_last_error_untouched() {
             cuframes_subscriber_packet_stats(s, &mut kstats) as i64,
         );
 
+        // A new ring generation (the subscriber follows it on its next read).
+        fcfg.width = 32;
+        fcfg.policy = Policy::DropOldest as u32;
+        ok(
+            "cuframes_publisher_replace_frames",
+            cuframes_publisher_replace_frames(p, &fcfg) as i64,
+        );
+        let mut player = std::mem::zeroed::<CFrameLayout>();
+        cuframes_publisher_frame_layout(p, &mut player);
+        assert_eq!(player.width, 32);
         cuframes_subscriber_destroy(s);
         ok("cuframes_subscriber_destroy", 0);
         cuframes_publisher_destroy(p);
@@ -347,7 +388,9 @@ fn successful_calls_leave_the_last_error_untouched() {
     );
 }
 
-const NEEDS_CUDA: [&str; 6] = [
+const NEEDS_CUDA: [&str; 7] = [
+    // Succeeds only for a CUDA ring (NOT_FOUND for a host ring).
+    "cuframes_subscriber_cuda_device",
     "cuframes_cuda_primary_context",
     "cuframes_cuda_context_release",
     "cuframes_publisher_publish_after_stream",
@@ -360,8 +403,10 @@ fn exported_functions() -> Vec<String> {
     let sources = [
         include_str!("lib.rs"),
         include_str!("codec.rs"),
+        include_str!("colour.rs"),
         include_str!("error.rs"),
         include_str!("ffmpeg_frames.rs"),
+        include_str!("frame_info.rs"),
         include_str!("packets.rs"),
         include_str!("publisher.rs"),
         include_str!("subscriber.rs"),

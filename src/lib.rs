@@ -29,10 +29,12 @@ use cuframes_core::wire::PROTOCOL_VERSION;
 use cuframes_core::ErrorCode;
 
 mod codec;
+mod colour;
 mod convert;
 mod error;
 mod ffi;
 mod ffmpeg_frames;
+mod frame_info;
 mod layout;
 mod packets;
 mod publisher;
@@ -46,6 +48,7 @@ pub use error::cuframes_last_error;
 /// against `cuframes.h` field by field.
 pub mod abi {
     pub use crate::codec::CCodecVideoInfo;
+    pub use crate::colour::CColour;
     pub use crate::layout::CFrameLayout;
     pub use crate::packets::{CPacketInfo, CPacketRingConfig, CPacketStats};
     pub use crate::publisher::{CFrameRingConfig, CPublisherOptions, CSlot, CSubscriberInfo};

@@ -11,6 +11,7 @@ use cuframes_core::publisher::{
 use cuframes_core::wire::{Format, MemoryKind, Policy};
 use cuframes_core::{Error, ErrorCode, Result};
 
+use crate::colour::CColour;
 use crate::convert::{input, opt_path, out, str_arg};
 use crate::ffi::{guard, status, value};
 use crate::layout::CFrameLayout;
@@ -40,6 +41,7 @@ pub struct CFrameRingConfig {
     pub ack_timeout_ms: u32,
     pub memory_kind: u32,
     pub cuda_device: i32,
+    pub colour: CColour,
 }
 
 /// Mirrors `cuframes_slot_t`.
@@ -219,6 +221,7 @@ pub unsafe extern "C" fn cuframes_frame_ring_config_default(cfg: *mut CFrameRing
             ack_timeout_ms: 1000,
             memory_kind: MemoryKind::HostMemfd as u32,
             cuda_device: 0,
+            colour: CColour::default(),
         };
     }
 }
@@ -237,6 +240,7 @@ fn ring_config(c: &CFrameRingConfig) -> Result<FrameRingConfig> {
     cfg.policy = Policy::from_u64(c.policy as u64)
         .ok_or_else(|| Error::invalid(format!("unknown policy {}", c.policy)))?;
     cfg.ack_timeout = Duration::from_millis(c.ack_timeout_ms as u64);
+    cfg.colour = c.colour.to_core();
     cfg.memory = match MemoryKind::from_u32(c.memory_kind) {
         Some(MemoryKind::HostMemfd) => MemoryChoice::Host,
         Some(MemoryKind::CudaVmm) => MemoryChoice::Cuda {
@@ -270,6 +274,26 @@ pub unsafe extern "C" fn cuframes_publisher_enable_frames(
     })
 }
 
+/// Replace the frame ring by a new generation with `cfg`'s geometry, format and colour (a
+/// camera changing resolution): the old ring's subscribers drain it and follow the new one
+/// (`Publisher::replace_frames`).
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `cfg` is NULL or points
+/// to an initialised `CFrameRingConfig`.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_replace_frames(
+    p: *mut CPublisher,
+    cfg: *const CFrameRingConfig,
+) -> c_int {
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle, `cfg` NULL or a
+        // valid cuframes_frame_ring_config_t.
+        let (p, cfg) = unsafe { (input(p, "publisher")?, input(cfg, "config")?) };
+        p.0.replace_frames(ring_config(cfg)?)
+    })
+}
+
 /// The frame layout of the publisher's ring.
 ///
 /// # Safety
@@ -287,7 +311,7 @@ pub unsafe extern "C" fn cuframes_publisher_frame_layout(
             p.0.frame_layout()
                 .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
         // SAFETY: the C contract: `layout` is NULL or a writable cuframes_frame_layout_t.
-        *unsafe { out(layout, "layout") }? = CFrameLayout::from(l);
+        *unsafe { out(layout, "layout") }? = CFrameLayout::from(&l);
         Ok(())
     })
 }

@@ -31,6 +31,12 @@ impl CSubscriber {
 /// Opaque `cuframes_frame_t`.
 pub struct CFrame(Frame);
 
+impl CFrame {
+    pub(crate) fn inner(&self) -> &Frame {
+        &self.0
+    }
+}
+
 /// Mirrors `cuframes_subscriber_options_t`.
 #[repr(C)]
 pub struct CSubscriberOptions {
@@ -42,6 +48,7 @@ pub struct CSubscriberOptions {
     pub connect_timeout_ms: u32,
     pub accept_zero_copy_overwrite: c_int,
     pub spin_us: u32,
+    pub reconnect_ms: u32,
 }
 
 /// Mirrors `cuframes_frame_info_t`.
@@ -64,7 +71,8 @@ pub struct CFrameStats {
     pub dropped_torn: u64,
 }
 
-/// Fill `opts` with the defaults: frames only, COPY, device 0, 5 s connect timeout.
+/// Fill `opts` with the defaults: frames only, COPY, device -1 (the publisher's GPU), 5 s
+/// connect timeout.
 ///
 /// # Safety
 /// The C contract (crate docs): `opts` is NULL or writable.
@@ -75,12 +83,13 @@ pub unsafe extern "C" fn cuframes_subscriber_options_default(opts: *mut CSubscri
         *o = CSubscriberOptions {
             runtime_dir: std::ptr::null(),
             name: std::ptr::null(),
-            cuda_device: 0,
+            cuda_device: cuframes_core::cuda::DEVICE_AUTO,
             mode: SubscriberMode::Copy as u32,
             flags: SUBSCRIBE_WANTS_FRAMES,
             connect_timeout_ms: 5000,
             accept_zero_copy_overwrite: 0,
             spin_us: 0,
+            reconnect_ms: 0,
         };
     }
 }
@@ -112,6 +121,9 @@ unsafe fn options(o: Option<&CSubscriberOptions>) -> Result<SubscriberOptions> {
         }
         opts.accept_zero_copy_overwrite = o.accept_zero_copy_overwrite != 0;
         opts.spin = Duration::from_micros(u64::from(o.spin_us));
+        if o.reconnect_ms != 0 {
+            opts.reconnect = Some(Duration::from_millis(o.reconnect_ms as u64));
+        }
     }
     Ok(opts)
 }

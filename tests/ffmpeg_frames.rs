@@ -155,36 +155,112 @@ fn roundtrip_bgra() {
     check_format(FORMATS[6]);
 }
 
-/// A size change inside one filter instance is an error naming both geometries, never a
-/// silently wrong frame.
+/// Issue #14 (size and format changes): a source that changes size twice mid-stream (a camera
+/// switching resolution) makes `hwupload_cuframes` publish a new ring generation each time;
+/// every reader follows: its frames take the new size. A reader with `-reinit_filter 0`
+/// passes them on as they are and its framemd5 (sizes and hashes of every frame) equals the
+/// direct path's; a reader with ffmpeg's defaults reconfigures its filter graph on each change
+/// and scales to the size its output was opened with, exactly as the direct path followed by
+/// that scale. Before, the first change was an error and the readers' streams ended there.
 #[test]
-fn size_change_mid_stream_is_an_error() {
+fn size_changes_make_new_ring_generations_that_readers_follow() {
     let Some(ff) = find() else { return };
     let env = Scratch::new(&ff, "resize");
-    let key = env.key("resize");
-    let (ok, err) = env.ffmpeg(
-        "resize",
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            &testsrc(),
-            "-vf",
-            &format!(
-                "scale=w='if(lt(n\\,3)\\,64\\,80)':h=48:eval=frame,format=nv12,\
-             hwupload_cuframes=key={key}:memory=host"
-            ),
-            "-f",
-            "null",
-            "-",
-        ],
-        Duration::from_secs(60),
-    );
-    assert!(!ok, "a size change must fail:\n{err}");
-    assert!(
-        err.contains("changed from 64x48 nv12 to 80x48 nv12"),
-        "the error names both geometries:\n{err}"
-    );
+    // 64x48 for frames 0-1, 80x40 for 2-4, 48x32 after (scale counts n from its first output).
+    let chain = "scale=w='if(lt(n\\,3)\\,64\\,if(lt(n\\,6)\\,80\\,48))':\
+                 h='if(lt(n\\,3)\\,48\\,if(lt(n\\,6)\\,40\\,32))':eval=frame,format=nv12";
+    let src = "testsrc=s=64x48:r=25:d=0.36";
+    let direct = |name: &str, vf: &str| {
+        let path = env.path(&format!("{name}.md5"));
+        let args = ["-f", "lavfi", "-i", src, "-vf", vf, "-f", "framemd5"];
+        let mut args: Vec<&str> = args.to_vec();
+        args.push(path.to_str().unwrap());
+        env.ffmpeg_ok(name, &args);
+        std::fs::read_to_string(&path).unwrap()
+    };
+    let want = direct("direct", chain);
+    let want_lines = frame_lines(&want);
+    let sizes: std::collections::BTreeSet<&str> = want_lines
+        .iter()
+        .map(|l| l.split(',').nth(4).unwrap().trim())
+        .collect();
+    assert_eq!(sizes.len(), 3, "the source must change size twice:\n{want}");
+    let want_scaled = frame_lines(&direct("direct-scaled", &format!("{chain},scale=64:48")));
+    for policy in ["strict_wait", "drop_oldest"] {
+        let key = env.key(&format!("resize{}", &policy[..1]));
+        let mut readers = Vec::new();
+        for reinit in ["0", "1"] {
+            let out = env.path(&format!("{key}-{reinit}.md5"));
+            let log = format!("{key}-{reinit}");
+            let p = env.spawn_ffmpeg(
+                &log,
+                &[
+                    "-reinit_filter",
+                    reinit,
+                    "-f",
+                    "cuframes",
+                    "-framerate",
+                    "25",
+                    "-connect_timeout",
+                    "30000",
+                    "-timeout",
+                    "30000",
+                    "-i",
+                    &key,
+                    "-f",
+                    "framemd5",
+                    out.to_str().unwrap(),
+                ],
+            );
+            readers.push((p, out, log, reinit));
+        }
+        let pub_log = format!("{key}-pub");
+        // -re: under drop_oldest nobody waits; at 25 fps the readers keep up and follow.
+        let publisher = env.spawn_ffmpeg(
+            &pub_log,
+            &[
+                "-re",
+                "-f",
+                "lavfi",
+                "-i",
+                src,
+                "-vf",
+                &format!(
+                    "{chain},hwupload_cuframes=key={key}:memory=host:policy={policy}:\
+                     ring_size=16:ack_timeout=10000:wait_subscribers=2:wait_timeout=30000"
+                ),
+                "-f",
+                "null",
+                "-",
+            ],
+        );
+        let ok = env.wait(publisher, Duration::from_secs(60)).success();
+        let log = env.stderr(&pub_log);
+        assert!(ok, "publisher ({policy}) failed:\n{log}");
+        assert!(
+            log.contains("published a new ring generation")
+                && log.contains("2 new ring generations"),
+            "two new generations expected:\n{log}"
+        );
+        for (p, out, log, reinit) in readers {
+            let ok = env.wait(p, Duration::from_secs(30)).success();
+            let text = env.stderr(&log);
+            assert!(ok, "reader ({policy}) failed:\n{text}");
+            assert!(text.contains("the publisher's ring changed"), "{text}");
+            let got = std::fs::read_to_string(out).unwrap();
+            let (expected, what) = if reinit == "0" {
+                (&want_lines, "the direct path")
+            } else {
+                (&want_scaled, "the direct path scaled to 64x48")
+            };
+            assert_eq!(
+                &frame_lines(&got),
+                expected,
+                "{policy}, -reinit_filter {reinit}: framemd5 through the ring differs from \
+                 {what}\ndirect:\n{want}\nring:\n{got}\n{text}"
+            );
+        }
+    }
 }
 
 /// The options are documented in `ffmpeg -h`.
@@ -221,6 +297,8 @@ fn options_are_documented() {
         "wait_publisher",
         "handshake_timeout",
         "read_timeout",
+        "reconnect",
+        "spin",
     ] {
         assert!(d.contains(opt), "device help lacks {opt}:\n{d}");
     }
@@ -249,4 +327,125 @@ fn missing_publisher_is_a_clear_error() {
     );
     assert!(!ok);
     assert!(err.contains("Cannot subscribe"), "{err}");
+}
+
+/// Issue #14 (metadata downstream): sample aspect ratio, range, primaries, transfer and
+/// matrix go through the ring. The whole framemd5, headers (`#sar`) included, equals the
+/// direct path's, and a BT.709 and a BT.601 source keep their tags frame by frame
+/// (`ffprobe -show_frames` of what a reader records). Before the extension the reader's
+/// `#sar` was 0/1 and every tag "unknown".
+#[test]
+fn colour_tags_and_aspect_ratio_survive_the_ring() {
+    let Some(ff) = find() else { return };
+    let env = Scratch::new(&ff, "colour");
+    let cases = [
+        // (name, setsar, setparams, what ffprobe must show)
+        (
+            "709",
+            "16/11",
+            "range=tv:color_primaries=bt709:color_trc=bt709:colorspace=bt709",
+            ["tv", "bt709", "bt709", "bt709", "16:11"],
+        ),
+        (
+            "601",
+            "10/11",
+            "range=pc:color_primaries=smpte170m:color_trc=smpte170m:colorspace=smpte170m",
+            ["pc", "smpte170m", "smpte170m", "smpte170m", "10:11"],
+        ),
+    ];
+    for (name, sar, params, want_tags) in cases {
+        let chain = format!("setsar={sar},setparams={params},format=yuv420p");
+        let direct_md5 = env.path(&format!("{name}-direct.md5"));
+        env.ffmpeg_ok(
+            &format!("{name}-direct"),
+            &[
+                "-f",
+                "lavfi",
+                "-i",
+                &testsrc(),
+                "-vf",
+                &chain,
+                "-f",
+                "framemd5",
+                direct_md5.to_str().unwrap(),
+            ],
+        );
+        let key = env.key(&format!("col{name}"));
+        let md5 = env.path(&format!("{name}-ring.md5"));
+        let mkv = env.path(&format!("{name}-ring.mkv"));
+        let reader = |log: &str, out: &[&str]| {
+            let mut args = vec![
+                "-f",
+                "cuframes",
+                "-framerate",
+                "25",
+                "-connect_timeout",
+                "30000",
+                "-timeout",
+                "30000",
+                "-i",
+                &key,
+            ];
+            args.extend_from_slice(out);
+            env.spawn_ffmpeg(log, &args)
+        };
+        let r_md5 = reader(
+            &format!("{name}-r-md5"),
+            &["-f", "framemd5", md5.to_str().unwrap()],
+        );
+        let r_mkv = reader(
+            &format!("{name}-r-mkv"),
+            &["-c:v", "rawvideo", "-f", "matroska", mkv.to_str().unwrap()],
+        );
+        let publisher = env.spawn_ffmpeg(
+            &format!("{name}-pub"),
+            &[
+                "-f",
+                "lavfi",
+                "-i",
+                &testsrc(),
+                "-vf",
+                &format!(
+                    "{chain},hwupload_cuframes=key={key}:memory=host:policy=strict_wait:\
+                     ack_timeout=10000:wait_subscribers=2:wait_timeout=30000"
+                ),
+                "-f",
+                "null",
+                "-",
+            ],
+        );
+        env.wait_ok(publisher, Duration::from_secs(60));
+        env.wait_ok(r_md5, Duration::from_secs(30));
+        env.wait_ok(r_mkv, Duration::from_secs(30));
+        let want = std::fs::read_to_string(&direct_md5).unwrap();
+        let got = std::fs::read_to_string(&md5).unwrap();
+        assert!(want.contains(&format!("#sar 0: {sar}")), "{want}");
+        assert_eq!(
+            got, want,
+            "{name}: framemd5 through the ring, headers included"
+        );
+        let frames = env.ffprobe_ok(
+            &format!("{name}-probe"),
+            &[
+                "-v",
+                "error",
+                "-show_frames",
+                "-show_entries",
+                "frame=color_range,color_primaries,color_transfer,color_space,sample_aspect_ratio",
+                "-of",
+                "csv=p=0",
+                mkv.to_str().unwrap(),
+            ],
+            Duration::from_secs(30),
+        );
+        let lines: Vec<&str> = frames.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines.len(), FRAMES, "{name}: {frames}");
+        for l in lines {
+            let mut fields: Vec<&str> = l.split(',').collect();
+            fields.sort_unstable();
+            let mut want: Vec<&str> = want_tags.to_vec();
+            want.sort_unstable();
+            assert_eq!(fields, want, "{name}: frame tags {l:?}");
+        }
+    }
 }

@@ -9,7 +9,7 @@
 //!    [`shm`] (the one hardened open of `/dev/shm`, mappings, memfds: [`shm::Mapping`] is in
 //!    the signature of [`packet::PacketRingReader::from_mapping`]), [`liveness`] (the one
 //!    meaning of "alive": zombies are dead).
-//! 3. Frames and devices: [`format`] (plane geometry), [`cuda`] (devices, streams, VMM
+//! 3. Frames and devices: [`format`] (plane geometry), [`colour`] (colour description), [`cuda`] (devices, streams, VMM
 //!    memory, pitched copies), [`codec`] (parameter sets of encoded streams).
 //! 4. Rings: [`packet`] (the packet ring: writer, reader, header checks); the frame ring
 //!    (`frames`: its SHM, writer, reader and ACK pages) and its slot memory (`memory`, host or
@@ -26,6 +26,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod codec;
+pub mod colour;
 pub mod convert;
 pub mod cuda;
 mod error;

@@ -152,3 +152,164 @@ fn a_spinning_subscriber_gets_every_frame_and_keeps_its_timeout() {
     let e = s.next_frame(Some(Duration::from_secs(2))).err().unwrap();
     assert_eq!(e.code(), ErrorCode::Disconnected);
 }
+
+/// Issue #14 (metadata downstream): the colour description and sample aspect ratio the
+/// publisher gives its ring reach every subscriber and every frame, and a ring without one
+/// says so (None, not a default that would pass for BT.601 limited).
+#[test]
+fn the_colour_description_travels_with_the_ring() {
+    use cuframes_core::colour::{self, ColourInfo};
+    use cuframes_core::convert::{ColorMatrix, ColorRange};
+    let env = TestEnv::new("colour");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    let described = ColourInfo {
+        range: colour::RANGE_FULL,
+        primaries: colour::PRIMARIES_BT709,
+        transfer: colour::TRANSFER_BT709,
+        matrix: colour::MATRIX_BT709,
+        chroma_location: 2,
+        sar: (64, 45),
+    };
+    let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 48);
+    cfg.colour = Some(described);
+    p.enable_frames(cfg).unwrap();
+    let mut s = Subscriber::connect(&env.key, &env.subscriber_options("colour")).unwrap();
+    assert_eq!(s.colour(), Some(described));
+    publish(&p, 1);
+    let f = s.next_frame(Some(Duration::from_secs(2))).unwrap();
+    let c = f.colour.expect("the frame carries the ring's description");
+    assert_eq!(c, described);
+    assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt709));
+    assert_eq!(c.rgb_range(), Some(ColorRange::Full));
+    assert_eq!(c.sample_aspect_ratio(), Some((64, 45)));
+    drop(f);
+    drop(s);
+    drop(p);
+
+    let env = TestEnv::new("nocolour");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 48))
+        .unwrap();
+    let mut s = Subscriber::connect(&env.key, &env.subscriber_options("nocolour")).unwrap();
+    assert_eq!(s.colour(), None);
+    publish(&p, 1);
+    let f = s.next_frame(Some(Duration::from_secs(2))).unwrap();
+    assert_eq!(f.colour, None);
+    // Host ring: no GPU, no device to resolve.
+    assert_eq!(s.cuda_device(), None);
+}
+
+/// Issue #14 (size and format changes): the publisher replaces its ring (a camera switching
+/// resolution, twice); the subscriber drains the old ring, follows the new one by itself and
+/// delivers every frame with its own layout, never an old-size frame after a new one or the
+/// reverse. Under STRICT_WAIT the publisher waits for the old ring's ACKs and for the
+/// subscriber to come back, so no frame is lost.
+#[test]
+fn a_replaced_ring_is_followed_frame_for_frame() {
+    for policy in [Policy::StrictWait, Policy::DropOldest] {
+        let env = TestEnv::new("regen");
+        let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+        let geometry = [
+            (Format::Nv12, 64u32, 48u32),
+            (Format::Rgba, 32, 16),
+            (Format::Yuv420p, 80, 40),
+        ];
+        let config = |(f, w, h): (Format, u32, u32)| {
+            let mut c = FrameRingConfig::new(f, w, h);
+            c.policy = policy;
+            c.ring_size = 16;
+            c.ack_timeout = Duration::from_secs(10);
+            c
+        };
+        p.enable_frames(config(geometry[0])).unwrap();
+        let mut opts = env.subscriber_options("regen");
+        opts.connect_timeout = Duration::from_secs(10);
+        let mut s = Subscriber::connect(&env.key, &opts).unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            while got.len() < 9 {
+                match s.next_frame(Some(Duration::from_secs(10))) {
+                    Ok(f) => {
+                        let l = (*f.layout).clone();
+                        let ok = common::verify_frame(&f, &common::planes_for(&l, f.seq));
+                        got.push((l.format, l.width, l.height, f.pts_ns, ok));
+                    }
+                    Err(e) => panic!("after {got:?} (generations {}): {e}", s.ring_generations()),
+                }
+            }
+            (got, s.ring_generations())
+        });
+        let mut pts = 0i64;
+        for (i, g) in geometry.iter().enumerate() {
+            if i > 0 {
+                p.replace_frames(config(*g)).unwrap();
+                if policy == Policy::DropOldest {
+                    // Nobody waits under DROP_OLDEST: frames published before the reader is
+                    // back are not for it (R26). Give it time to drain and follow.
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            }
+            assert_eq!(p.frame_layout().unwrap().width, g.1);
+            for seq in 1..=3u64 {
+                pts += 1;
+                common::publish_pattern(&p, seq, Some(pts)).unwrap();
+            }
+        }
+        let (got, generations) = reader.join().unwrap();
+        assert_eq!(generations, 2, "{policy:?}");
+        let want: Vec<_> = geometry
+            .iter()
+            .flat_map(|g| std::iter::repeat(*g).take(3))
+            .zip(1..)
+            .map(|((f, w, h), pts)| (f, w, h, pts, true))
+            .collect();
+        assert_eq!(
+            got, want,
+            "{policy:?}: every frame in order, each with its own layout"
+        );
+    }
+}
+
+/// With `reconnect`, a publisher that does not come back within the bound ends the stream as
+/// a stream ends (DISCONNECTED, an end of file for FFmpeg), once and for good: later reads
+/// do not wait again. While it waits, reads time out.
+#[test]
+fn reconnect_gives_up_after_its_bound_with_a_plain_end() {
+    let env = TestEnv::new("rc-bound");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 48))
+        .unwrap();
+    let mut opts = env.subscriber_options("rc-bound");
+    opts.reconnect = Some(Duration::from_millis(400));
+    let mut s = Subscriber::connect(&env.key, &opts).unwrap();
+    publish(&p, 1);
+    drop(p);
+    assert_eq!(s.next_frame(Some(Duration::from_secs(2))).unwrap().seq, 1);
+    let t = std::time::Instant::now();
+    let e = s
+        .next_frame(Some(Duration::from_millis(100)))
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), ErrorCode::Timeout, "still waiting: {e}");
+    let e = loop {
+        match s.next_frame(Some(Duration::from_millis(100))) {
+            Err(e) if e.code() == ErrorCode::Timeout => continue,
+            other => break other.err().unwrap(),
+        }
+    };
+    assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
+    assert!(e.message().contains("did not come back"), "{e}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+    let t = std::time::Instant::now();
+    let e = s.next_frame(Some(Duration::from_secs(2))).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::Disconnected);
+    assert!(
+        t.elapsed() < Duration::from_millis(50),
+        "waited again: {:?}",
+        t.elapsed()
+    );
+}

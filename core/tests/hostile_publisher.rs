@@ -254,3 +254,82 @@ fn a_legacy_magic_frame_shm_is_refused() {
     assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
     assert!(e.message().contains("0xCC7C1DCC"), "{e}");
 }
+
+/// Issue #14 (GPU identity): a publisher whose CUDA ring is on a GPU this process cannot see
+/// (another container's GPU, a CUDA_VISIBLE_DEVICES that hides it) is refused before
+/// SUBSCRIBE, with an error naming the announced UUID; without the check the subscriber
+/// would import the ring's handles on whatever its device 0 is. CPU-testable: here no GPU is
+/// visible at all (or, on a GPU machine, none has this made-up UUID).
+#[test]
+fn a_publisher_on_an_unknown_gpu_is_refused_naming_its_uuid() {
+    use cuframes_core::wire::meta_ext::MetaExt;
+    let env = TestEnv::new("hp-uuid");
+    let key = env.key.clone();
+    let unknown = [0x5A; 16];
+    let subscribed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = subscribed.clone();
+    let e = against(&env, move |mut s| {
+        read_msg(&mut s);
+        let mut h = good_hello(&key);
+        MetaExt {
+            colour: None,
+            gpu_uuid: Some(unknown),
+        }
+        .write(&mut h.meta);
+        send(&mut s, &Message::HelloResp(h));
+        // The subscriber must hang up instead of subscribing.
+        let mut b = [0u8; 8];
+        if s.read(&mut b).unwrap_or(0) > 0 {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    let uuid = cuframes_core::cuda::GpuUuid(unknown).to_string();
+    assert_eq!(uuid, "GPU-5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a");
+    assert!(e.message().contains(&uuid), "{e}");
+    assert!(e.message().contains("cannot see"), "{e}");
+    assert!(
+        !subscribed.load(std::sync::atomic::Ordering::SeqCst),
+        "the subscriber sent SUBSCRIBE_REQ for a GPU it cannot use"
+    );
+}
+
+/// With an explicit device that is not the publisher's GPU the refusal names both UUIDs
+/// (needs a GPU to have a device 0 with a UUID; prints SKIPPED otherwise).
+#[test]
+fn an_explicit_device_that_is_another_gpu_is_refused_naming_both_uuids() {
+    use cuframes_core::wire::meta_ext::MetaExt;
+    let Ok(Some(mine)) = cuframes_core::cuda::visible_gpus().map(|v| v.first().copied()) else {
+        eprintln!("SKIPPED: no CUDA device visible");
+        return;
+    };
+    let env = TestEnv::new("hp-uuid2");
+    let key = env.key.clone();
+    let mut other = mine.0;
+    other[15] ^= 0xFF;
+    let path = env.dir.join(format!("{}.sock", env.key));
+    let listener = UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        read_msg(&mut s);
+        let mut h = good_hello(&key);
+        MetaExt {
+            colour: None,
+            gpu_uuid: Some(other),
+        }
+        .write(&mut h.meta);
+        send(&mut s, &Message::HelloResp(h));
+    });
+    let mut opts = env.subscriber_options("victim");
+    opts.cuda_device = 0;
+    let e = Subscriber::connect(&env.key, &opts).err().expect("refused");
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    assert!(e.message().contains(&mine.to_string()), "{e}");
+    assert!(
+        e.message()
+            .contains(&cuframes_core::cuda::GpuUuid(other).to_string()),
+        "{e}"
+    );
+}

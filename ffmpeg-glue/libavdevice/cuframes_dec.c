@@ -78,10 +78,12 @@ typedef struct CuframesDemuxContext {
     char *name;
     int64_t spin_us;
     char *runtime_dir;
+    int reconnect;
 
     /* state */
     cuframes_subscriber_t *sub;
     cuframes_frame_layout_t layout;
+    cuframes_colour_t colour;      /* as the publisher announced it (present = 0: none) */
     enum AVPixelFormat sw_format;
     int memory_kind;
     int zero_copy;
@@ -167,6 +169,9 @@ static int connect_subscriber(AVFormatContext *avctx)
     o.accept_zero_copy_overwrite = s->accept_overwrite;
     o.spin_us = (uint32_t)s->spin_us;
     o.connect_timeout_ms = ff_cuframes_duration_ms(s->handshake_timeout);
+    /* A restarted publisher is waited for as long as a missing one at the start. */
+    if (s->reconnect)
+        o.reconnect_ms = (uint32_t)av_clip64(FFMAX(s->wait_publisher / 1000, 1), 1, UINT32_MAX);
 
     for (;;) {
         ret = cuframes_subscriber_connect(avctx->url, &o, &s->sub);
@@ -186,6 +191,8 @@ static int connect_subscriber(AVFormatContext *avctx)
     return ff_cuframes_log_error(avctx, ret, "Cannot subscribe");
 }
 
+static int setup_cuda_frames(AVFormatContext *avctx);
+
 static void free_cuda_device(AVHWDeviceContext *dc)
 {
     cuframes_cuda_context_release(dc->user_opaque);
@@ -199,7 +206,6 @@ static int setup_cuda(AVFormatContext *avctx)
     CuframesDemuxContext *s = avctx->priv_data;
     cuframes_cuda_context_t *ref = NULL;
     AVHWDeviceContext *dc;
-    AVHWFramesContext *fc;
     void *cu_ctx = NULL;
     int ret;
 
@@ -220,6 +226,17 @@ static int setup_cuda(AVFormatContext *avctx)
         av_log(avctx, AV_LOG_ERROR, "Cannot create the CUDA device context.\n");
         return ret;
     }
+    return setup_cuda_frames(avctx);
+}
+
+/* The output frames context for the ring's current geometry (again after a new ring). */
+static int setup_cuda_frames(AVFormatContext *avctx)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    AVHWFramesContext *fc;
+    int ret;
+
+    av_buffer_unref(&s->frames_ref);
     s->frames_ref = av_hwframe_ctx_alloc(s->device_ref);
     if (!s->frames_ref)
         return AVERROR(ENOMEM);
@@ -273,7 +290,15 @@ static av_cold int cuframes_read_header(AVFormatContext *avctx)
         av_log(avctx, AV_LOG_ERROR, "The ring carries unknown format %u.\n", s->layout.format);
         return AVERROR(EINVAL);
     }
+    if (cuframes_subscriber_colour(s->sub, &s->colour) != CUFRAMES_OK)
+        memset(&s->colour, 0, sizeof(s->colour));
     s->memory_kind = cuframes_subscriber_memory_kind(s->sub);
+    /* device=-1: the publisher's GPU, found by its UUID (containers and CUDA_VISIBLE_DEVICES
+     * renumber devices); an explicit device was checked against that UUID at connect. */
+    if (cuframes_subscriber_cuda_device(s->sub) >= 0)
+        s->device = cuframes_subscriber_cuda_device(s->sub);
+    else if (s->device < 0)
+        s->device = 0;
     s->zero_copy   = cuframes_subscriber_is_zero_copy(s->sub);
     if (s->output == OUTPUT_AUTO)
         s->out_cuda = s->memory_kind == CUFRAMES_MEMORY_CUDA_VMM;
@@ -297,6 +322,14 @@ static av_cold int cuframes_read_header(AVFormatContext *avctx)
     st->codecpar->width      = s->layout.width;
     st->codecpar->height     = s->layout.height;
     st->codecpar->format     = s->out_cuda ? AV_PIX_FMT_CUDA : s->sw_format;
+    if (s->colour.present) {
+        st->codecpar->sample_aspect_ratio = st->sample_aspect_ratio = ff_cuframes_sar(&s->colour);
+        st->codecpar->color_range         = ff_cuframes_range(&s->colour);
+        st->codecpar->color_primaries     = ff_cuframes_primaries(&s->colour);
+        st->codecpar->color_trc           = ff_cuframes_transfer(&s->colour);
+        st->codecpar->color_space         = ff_cuframes_matrix(&s->colour);
+        st->codecpar->chroma_location     = ff_cuframes_chroma_location(&s->colour);
+    }
     if (s->framerate.num > 0 && s->framerate.den > 0) {
         s->time_base = av_inv_q(s->framerate);
         st->avg_frame_rate = st->r_frame_rate = s->framerate;
@@ -396,6 +429,37 @@ static int copy_frame(AVFormatContext *avctx, AVFrame **dst, const AVFrame *src)
     return 0;
 }
 
+/* The publisher replaced its ring (a size or format change, docs/ffmpeg.md): frames of the
+ * new ring have another layout. The output frames follow it (FFmpeg reconfigures the filters
+ * when the frame size changes); CUDA output gets a frames context of the new geometry. */
+static int follow_layout(AVFormatContext *avctx, const cuframes_frame_t *f)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    cuframes_frame_layout_t l;
+    enum AVPixelFormat fmt;
+    int ret = cuframes_frame_layout(f, &l);
+
+    if (ret != CUFRAMES_OK)
+        return ff_cuframes_log_error(avctx, ret, "Cannot inspect the frame");
+    if (l.format == s->layout.format && l.width == s->layout.width && l.height == s->layout.height)
+        return 0;
+    fmt = ff_cuframes_pix_fmt_from_format(l.format);
+    if (fmt == AV_PIX_FMT_NONE) {
+        av_log(avctx, AV_LOG_ERROR, "The new ring carries unknown format %u.\n", l.format);
+        return AVERROR(EINVAL);
+    }
+    av_log(avctx, AV_LOG_INFO, "%s: the publisher's ring changed from %ux%u %s to %ux%u %s.\n",
+           avctx->url, s->layout.width, s->layout.height, av_get_pix_fmt_name(s->sw_format),
+           l.width, l.height, av_get_pix_fmt_name(fmt));
+    s->layout    = l;
+    s->sw_format = fmt;
+    if (cuframes_frame_colour(f, &s->colour) != CUFRAMES_OK)
+        memset(&s->colour, 0, sizeof(s->colour));
+    if (s->frames_ref)
+        return setup_cuda_frames(avctx);
+    return 0;
+}
+
 static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
 {
     CuframesDemuxContext *s = avctx->priv_data;
@@ -428,6 +492,11 @@ static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
         cuframes_frame_release(f, NULL);
         return ff_cuframes_log_error(avctx, ret, "Cannot inspect the frame");
     }
+    ret = follow_layout(avctx, f);
+    if (ret < 0) {
+        cuframes_frame_release(f, NULL);
+        return ret;
+    }
     frame = wrap_frame(avctx, f, &info);
     if (!frame)
         return AVERROR(ENOMEM);
@@ -445,6 +514,7 @@ static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
         frame = copy;
     }
 
+    ff_cuframes_colour_to_frame(&s->colour, frame);
     frame->pts = av_rescale_q(info.pts_ns, (AVRational){ 1, 1000000000 }, s->time_base);
     frame->pkt_dts = frame->pts;
     frame->time_base = s->time_base;
@@ -484,8 +554,8 @@ static const AVOption options[] = {
           0, AV_OPT_TYPE_CONST, { .i64 = OUTPUT_CUDA }, 0, 0, FLAGS, .unit = "output" },
         { "software", "software frames in the ring's pixel format (a CUDA ring is downloaded)",
           0, AV_OPT_TYPE_CONST, { .i64 = OUTPUT_SOFTWARE }, 0, 0, FLAGS, .unit = "output" },
-    { "device", "CUDA device ordinal to import the ring on and to output frames from",
-      OFFSET(device), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, INT_MAX, FLAGS },
+    { "device", "CUDA device of this process to import the ring on and output frames from; -1: the publisher's GPU, found by its UUID (an explicit device must be that GPU)",
+      OFFSET(device), AV_OPT_TYPE_INT, { .i64 = -1 }, -1, INT_MAX, FLAGS },
     { "framerate", "nominal frame rate; when set, timestamps are in 1/framerate units (else nanoseconds)",
       OFFSET(framerate), AV_OPT_TYPE_RATIONAL, { .dbl = 0 }, 0, 1000000, FLAGS },
     { "wait_publisher", FF_CUFRAMES_HELP_WAIT_PUBLISHER,
@@ -504,6 +574,8 @@ static const AVOption options[] = {
       OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, FLAGS },
     { "spin", "before sleeping for a frame, poll this long (lower latency, a busy CPU meanwhile; 0: sleep at once)",
       OFFSET(spin_us), AV_OPT_TYPE_DURATION, { .i64 = 0 }, 0, UINT32_MAX, FLAGS },
+    { "reconnect", "keep reading across a publisher restart: wait (up to wait_publisher) for the new publisher; timestamps kept increasing",
+      OFFSET(reconnect), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, FLAGS },
     { NULL },
 };
 

@@ -29,8 +29,9 @@
  *
  * The publisher is created on the first frame, when the size and format are known, with
  * cuframes_publisher_open_shared (R6: a cuframes_pkt muxer of the same command shares it).
- * The ring's geometry is fixed for the publisher's lifetime: a frame of another size or
- * format is an error that names both geometries (see docs/ffmpeg.md).
+ * A frame of another size or format makes a new ring generation
+ * (cuframes_publisher_replace_frames): subscribers drain the old ring and follow the new one
+ * (see docs/ffmpeg.md).
  */
 
 #include <cuframes.h>
@@ -77,6 +78,8 @@ typedef struct CuframesUploadContext {
     /* state */
     cuframes_publisher_t *pub;
     int ring_memory;                /* CUFRAMES_MEMORY_* of the ring once created */
+    int ring_device;                /* its CUDA device ordinal */
+    uint64_t generations;           /* rings replaced after a size or format change */
     enum AVPixelFormat ring_pix_fmt; /* software format of the ring */
     int ring_w, ring_h;
     uint64_t published, device_copies, host_uploads, downloads;
@@ -112,9 +115,10 @@ static av_cold void cuframes_upload_uninit(AVFilterContext *ctx)
 
     if (s->pub) {
         av_log(ctx, AV_LOG_INFO, "key %s: published %"PRIu64" frames into the %s ring "
-               "(%"PRIu64" device copies, %"PRIu64" host uploads, %"PRIu64" downloads); "
-               "cuframes host copies: %"PRIu64"\n", s->key, s->published,
-               memory_name(s->ring_memory), s->device_copies, s->host_uploads, s->downloads,
+               "(%"PRIu64" device copies, %"PRIu64" host uploads, %"PRIu64" downloads, "
+               "%"PRIu64" new ring generations); cuframes host copies: %"PRIu64"\n", s->key,
+               s->published, memory_name(s->ring_memory), s->device_copies, s->host_uploads,
+               s->downloads, s->generations,
                cuframes_host_copy_count() - s->host_copies_at_start);
         cuframes_publisher_destroy(s->pub);
         s->pub = NULL;
@@ -187,18 +191,46 @@ static int frame_cuda_ordinal(AVFilterContext *ctx, const AVFrame *frame, int *o
     return ret;
 }
 
-static int geometry_mismatch(AVFilterContext *ctx, enum AVPixelFormat old_fmt, int old_w,
-                             int old_h, enum AVPixelFormat new_fmt, int new_w, int new_h)
+/* The ring configuration for frames like `frame` (software format `sw`). */
+static void ring_config(AVFilterContext *ctx, const AVFrame *frame, enum AVPixelFormat sw,
+                        int memory, int ordinal, cuframes_frame_ring_config_t *rc)
 {
     CuframesUploadContext *s = ctx->priv;
-    av_log(ctx, AV_LOG_ERROR, "The input changed from %dx%d %s to %dx%d %s mid-stream. The "
-           "frame ring of key '%s' has a fixed geometry for the publisher's lifetime "
-           "(subscribers map it once), so frames of another size or format cannot be "
-           "published. Scale/convert before hwupload_cuframes to keep one geometry, or "
-           "restart the publisher.\n",
-           old_w, old_h, av_get_pix_fmt_name(old_fmt), new_w, new_h,
-           av_get_pix_fmt_name(new_fmt), s->key);
-    return AVERROR(EINVAL);
+
+    cuframes_frame_ring_config_default(rc);
+    rc->format         = ff_cuframes_format_from_pix_fmt(sw);
+    rc->width          = frame->width;
+    rc->height         = frame->height;
+    rc->ring_size      = s->ring_size;
+    rc->policy         = s->policy;
+    rc->ack_timeout_ms = ff_cuframes_duration_ms(s->ack_timeout);
+    rc->memory_kind    = memory;
+    rc->cuda_device    = ordinal;
+    /* Subscribers tag their frames with it (FFmpeg: the input device; Python: to_rgb). */
+    ff_cuframes_colour_from_frame(frame, ctx->inputs[0]->sample_aspect_ratio, &rc->colour);
+}
+
+/* The input changed size or format (a camera switching resolution): a new ring generation
+ * replaces the old one; subscribers drain the old ring and follow (docs/ffmpeg.md). */
+static int replace_ring(AVFilterContext *ctx, const AVFrame *frame, enum AVPixelFormat sw,
+                        enum AVPixelFormat old_fmt, int old_w, int old_h)
+{
+    CuframesUploadContext *s = ctx->priv;
+    cuframes_frame_ring_config_t rc;
+    int ret;
+
+    ring_config(ctx, frame, sw, s->ring_memory, s->ring_device, &rc);
+    ret = cuframes_publisher_replace_frames(s->pub, &rc);
+    if (ret != CUFRAMES_OK)
+        return ff_cuframes_log_error(ctx, ret, "Cannot replace the frame ring");
+    av_log(ctx, AV_LOG_INFO, "key %s: the input changed from %dx%d %s to %dx%d %s; "
+           "published a new ring generation.\n", s->key, old_w, old_h,
+           av_get_pix_fmt_name(old_fmt), frame->width, frame->height, av_get_pix_fmt_name(sw));
+    s->ring_pix_fmt = sw;
+    s->ring_w       = frame->width;
+    s->ring_h       = frame->height;
+    s->generations++;
+    return 0;
 }
 
 static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVPixelFormat sw)
@@ -231,25 +263,22 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
             memory = CUFRAMES_MEMORY_HOST_MEMFD;
     }
 
+    s->ring_memory = memory;
+    s->ring_device = ordinal;
     /* R6: a component of this process (a previous instance of this filter kept alive by the
      * cuframes_pkt muxer's handle) may already have given the key a frame ring. */
     if (cuframes_publisher_frame_layout(s->pub, &layout) == CUFRAMES_OK) {
         enum AVPixelFormat f = ff_cuframes_pix_fmt_from_format(layout.format);
-        if (f != sw || layout.width != frame->width || layout.height != frame->height)
-            return geometry_mismatch(ctx, f, layout.width, layout.height, sw,
-                                     frame->width, frame->height);
-        av_log(ctx, AV_LOG_VERBOSE, "Reusing the frame ring of key %s (%dx%d %s).\n",
-               s->key, frame->width, frame->height, av_get_pix_fmt_name(sw));
+        if (f != sw || layout.width != frame->width || layout.height != frame->height) {
+            ret = replace_ring(ctx, frame, sw, f, layout.width, layout.height);
+            if (ret < 0)
+                return ret;
+        } else {
+            av_log(ctx, AV_LOG_VERBOSE, "Reusing the frame ring of key %s (%dx%d %s).\n",
+                   s->key, frame->width, frame->height, av_get_pix_fmt_name(sw));
+        }
     } else {
-        cuframes_frame_ring_config_default(&rc);
-        rc.format         = ff_cuframes_format_from_pix_fmt(sw);
-        rc.width          = frame->width;
-        rc.height         = frame->height;
-        rc.ring_size      = s->ring_size;
-        rc.policy         = s->policy;
-        rc.ack_timeout_ms = ff_cuframes_duration_ms(s->ack_timeout);
-        rc.memory_kind    = memory;
-        rc.cuda_device    = ordinal;
+        ring_config(ctx, frame, sw, memory, ordinal, &rc);
         ret = cuframes_publisher_enable_frames(s->pub, &rc);
         if (ret != CUFRAMES_OK)
             return ff_cuframes_log_error(ctx, ret, "Cannot create the frame ring");
@@ -368,9 +397,9 @@ static int cuframes_upload_filter_frame(AVFilterLink *inlink, AVFrame *frame)
             goto fail;
         }
     } else if (sw != s->ring_pix_fmt || frame->width != s->ring_w || frame->height != s->ring_h) {
-        ret = geometry_mismatch(ctx, s->ring_pix_fmt, s->ring_w, s->ring_h, sw,
-                                frame->width, frame->height);
-        goto fail;
+        ret = replace_ring(ctx, frame, sw, s->ring_pix_fmt, s->ring_w, s->ring_h);
+        if (ret < 0)
+            goto fail;
     }
 
     if (frame->pts != AV_NOPTS_VALUE)

@@ -46,6 +46,7 @@ typedef struct CuframesPktDemuxContext {
     int64_t wait_publisher;
     int64_t read_timeout;
     AVRational time_base;
+    int reconnect;
 
     cuframes_subscriber_t *sub;
     AVPacket *pending;
@@ -79,6 +80,9 @@ static int cuframes_pkt_connect(AVFormatContext *s)
     o.name               = c->name;
     o.flags              = CUFRAMES_SUBSCRIBE_WANTS_PACKETS;
     o.connect_timeout_ms = ff_cuframes_duration_ms(c->handshake_timeout);
+    /* A restarted publisher is waited for as long as a missing one at the start. */
+    if (c->reconnect)
+        o.reconnect_ms = (uint32_t)av_clip64(FFMAX(c->wait_publisher / 1000, 1), 1, UINT32_MAX);
     for (;;) {
         rc = cuframes_subscriber_connect(s->url, &o, &c->sub);
         /* NOT_FOUND: no publisher yet, or one without a packet ring yet. */
@@ -268,6 +272,8 @@ static const AVOption options[] = {
       OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, D },
     { "timebase", "time base of the stream (ring timestamps are nanoseconds: 1/1000000000 is lossless)",
       OFFSET(time_base), AV_OPT_TYPE_RATIONAL, { .dbl = 1.0 / 90000 }, 1e-9, 1, D },
+    { "reconnect", "keep reading across a publisher restart: wait (up to wait_publisher) for the new publisher, resume at its keyframe (discontinuity), timestamps kept increasing",
+      OFFSET(reconnect), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, D },
     { NULL },
 };
 

@@ -1,6 +1,6 @@
 /*
- * What every cuframes component needs from the library in FFmpeg's terms: error codes and
- * pixel formats. Header-only; the components include it as "libavutil/cuframes_glue.h".
+ * What every cuframes component needs from the library in FFmpeg's terms: error codes,
+ * pixel formats and colour descriptions. Header-only; the components include it as "libavutil/cuframes_glue.h".
  *
  * This file is part of FFmpeg.
  *
@@ -24,9 +24,13 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <limits.h>
+#include <string.h>
 #include <cuframes.h>
 
 #include "libavutil/error.h"
+#include "libavutil/frame.h"
+#include "libavutil/pixdesc.h"
 #include "libavutil/log.h"
 #include "libavutil/pixfmt.h"
 
@@ -117,6 +121,68 @@ static inline enum AVPixelFormat ff_cuframes_pix_fmt_from_format(uint32_t f)
     FF_CUFRAMES_FORMATS(FF_CUFRAMES_TO_PIX)
 #undef FF_CUFRAMES_TO_PIX
     return AV_PIX_FMT_NONE;
+}
+
+/* The colour description of a frame as the ring announces it (cuframes_colour_t: H.273 code
+ * points, FFmpeg's range and chroma-location numbering, docs/protocol.md). */
+static inline void ff_cuframes_colour_from_frame(const AVFrame *f, AVRational sar,
+                                                 cuframes_colour_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->present         = 1;
+    if (f->sample_aspect_ratio.num) /* the frame's own, else its link's */
+        sar = f->sample_aspect_ratio;
+    c->sar_num         = sar.num > 0 && sar.den > 0 ? (uint32_t)sar.num : 0;
+    c->sar_den         = sar.num > 0 && sar.den > 0 ? (uint32_t)sar.den : 1;
+    c->range           = (uint8_t)f->color_range;
+    c->primaries       = (uint8_t)f->color_primaries;
+    c->transfer        = (uint8_t)f->color_trc;
+    c->matrix          = (uint8_t)f->colorspace;
+    c->chroma_location = (uint8_t)f->chroma_location;
+}
+
+/* The announced values FFmpeg knows; anything else (a newer or broken peer) is unspecified. */
+static inline enum AVColorRange ff_cuframes_range(const cuframes_colour_t *c)
+{
+    return av_color_range_name(c->range) ? (enum AVColorRange)c->range : AVCOL_RANGE_UNSPECIFIED;
+}
+static inline enum AVColorPrimaries ff_cuframes_primaries(const cuframes_colour_t *c)
+{
+    return av_color_primaries_name(c->primaries) ? (enum AVColorPrimaries)c->primaries
+                                                 : AVCOL_PRI_UNSPECIFIED;
+}
+static inline enum AVColorTransferCharacteristic ff_cuframes_transfer(const cuframes_colour_t *c)
+{
+    return av_color_transfer_name(c->transfer) ? (enum AVColorTransferCharacteristic)c->transfer
+                                               : AVCOL_TRC_UNSPECIFIED;
+}
+static inline enum AVColorSpace ff_cuframes_matrix(const cuframes_colour_t *c)
+{
+    return av_color_space_name(c->matrix) ? (enum AVColorSpace)c->matrix : AVCOL_SPC_UNSPECIFIED;
+}
+static inline enum AVChromaLocation ff_cuframes_chroma_location(const cuframes_colour_t *c)
+{
+    return av_chroma_location_name(c->chroma_location) ? (enum AVChromaLocation)c->chroma_location
+                                                       : AVCHROMA_LOC_UNSPECIFIED;
+}
+static inline AVRational ff_cuframes_sar(const cuframes_colour_t *c)
+{
+    return c->sar_num && c->sar_den && c->sar_num <= INT_MAX && c->sar_den <= INT_MAX
+               ? (AVRational){ (int)c->sar_num, (int)c->sar_den }
+               : (AVRational){ 0, 1 };
+}
+
+/* Tag a frame with the announced description (nothing when none was announced). */
+static inline void ff_cuframes_colour_to_frame(const cuframes_colour_t *c, AVFrame *f)
+{
+    if (!c->present)
+        return;
+    f->sample_aspect_ratio = ff_cuframes_sar(c);
+    f->color_range         = ff_cuframes_range(c);
+    f->color_primaries     = ff_cuframes_primaries(c);
+    f->color_trc           = ff_cuframes_transfer(c);
+    f->colorspace          = ff_cuframes_matrix(c);
+    f->chroma_location     = ff_cuframes_chroma_location(c);
 }
 
 #endif /* AVUTIL_CUFRAMES_GLUE_H */

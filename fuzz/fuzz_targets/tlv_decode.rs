@@ -3,12 +3,14 @@
 //! Arbitrary bytes go to `decode` (a whole frame) and to the streaming pair
 //! `decode_header` + `decode_payload`. Neither may panic. Every message either path accepts
 //! must re-encode, and the re-encoding must decode to the same message (a failed HELLO_RESP
-//! in the long form comes back in the short form of §3.4, which keeps only `result`).
+//! in the long form comes back in the short form of §3.4, which keeps only `result`). The
+//! frame meta extension of a HELLO_RESP (colour, GPU UUID) is read as a subscriber reads it.
 #![no_main]
 
 use cuframes_core::tlv::{
     decode, decode_header, decode_payload, encode, HelloResp, Message, HEADER_LEN,
 };
+use cuframes_core::wire::meta_ext::MetaExt;
 use libfuzzer_sys::fuzz_target;
 
 /// What a message becomes after encode → decode.
@@ -19,8 +21,25 @@ fn normalized(m: &Message) -> Message {
     }
 }
 
+/// The frame meta extension a subscriber reads from a HELLO_RESP (colour, GPU UUID): any
+/// bytes give a value, and what it says is written back to the same bytes for the parts it
+/// records (the rest of the 32 bytes is reserved and not kept).
+fn check_meta_ext(m: &Message) {
+    if let Message::HelloResp(h) = m {
+        let ext = MetaExt::read(&h.meta);
+        let mut again = h.meta;
+        ext.write(&mut again);
+        assert_eq!(MetaExt::read(&again), ext);
+        if let Some(c) = ext.colour {
+            // The typed views never panic on peer values.
+            let _ = (c.rgb_matrix(), c.rgb_range(), c.sample_aspect_ratio());
+        }
+    }
+}
+
 /// `m` was decoded from some input: it must re-encode and decode back to itself.
 fn check_canonical(m: &Message) {
+    check_meta_ext(m);
     let bytes = encode(m).unwrap_or_else(|e| panic!("decoded {m:?} does not re-encode: {e}"));
     let header: [u8; HEADER_LEN] = bytes[..HEADER_LEN].try_into().unwrap();
     let (t, len) = decode_header(&header).expect("header of a re-encoding");

@@ -143,7 +143,7 @@ impl Publisher {
         stream: Option<usize>,
     ) -> PyResult<u64> {
         let p = self.get()?;
-        let dev = p.cuda_device().cloned().ok_or_else(|| {
+        let dev = p.cuda_device().ok_or_else(|| {
             PyTypeError::new_err(
                 "this publisher's ring is in host memory: pass host buffers (e.g. \
                  tensor.cpu()), or create the publisher with memory=\"cuda\"",
@@ -262,7 +262,7 @@ impl Publisher {
             .try_iter()
             .map_err(|_| PyTypeError::new_err("planes must be a list of buffers"))?
             .collect::<PyResult<_>>()?;
-        let layout = self.with(|p| Ok(p.frame_layout().cloned()))?;
+        let layout = self.with(|p| Ok(p.frame_layout()))?;
         let layout = layout.ok_or_else(|| error(ErrorCode::NotFound, "no frame ring"))?;
         let geometry = layout.planes();
         if planes.len() != geometry.len() {

@@ -11,6 +11,7 @@
 //! - [`driver`]: loading and checking the driver, error mapping, the count of failed
 //!   teardown calls ([`release_failures`]).
 //! - [`device`]: [`CudaDevice`] (primary or caller-owned context).
+//! - [`identity`]: [`GpuUuid`], and which local ordinal a publisher's announced GPU is.
 //! - [`context`]: [`ContextGuard`]: every call that needs a context pushes it and pops it
 //!   again, so the caller's current context is never replaced.
 //! - [`vmm`]: [`VmmAllocation`] (create + export fd) and [`VmmImport`] (import fd + map).
@@ -25,6 +26,7 @@ pub mod convert;
 pub mod copy;
 pub mod device;
 pub mod driver;
+pub mod identity;
 pub mod stream;
 pub mod vmm;
 
@@ -34,5 +36,6 @@ pub use convert::RgbKernel;
 pub use copy::{copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count, memset_d8_async};
 pub use device::CudaDevice;
 pub use driver::{device_count, driver_available, driver_version, release_failures};
+pub use identity::{device_uuid, resolve_device, visible_gpus, GpuUuid, DEVICE_AUTO};
 pub use stream::{launch_host_func, Event, Stream};
 pub use vmm::{live_mappings, VmmAllocation, VmmImport};

@@ -21,7 +21,8 @@ use crate::memory::SlotStore;
 use crate::paths::Key;
 use crate::shm;
 use crate::util::monotonic_ns;
-use crate::wire::frame::FRAME_SHM_SIZE;
+use crate::wire::frame::{FrameMeta, FRAME_SHM_SIZE};
+use crate::wire::meta_ext::MetaExt;
 use crate::wire::{Format, MemoryKind, Policy, INVALID_SEQ, MAX_RING_SIZE, MAX_SUBSCRIBER_SLOTS};
 
 /// Where the publisher allocates its slots.
@@ -45,6 +46,9 @@ pub struct FrameRingConfig {
     /// STRICT_WAIT: how long a publish waits for a subscriber's ACK before declaring it dead.
     pub ack_timeout: Duration,
     pub memory: MemoryChoice,
+    /// The stream's colour description and sample aspect ratio, announced to subscribers
+    /// (frame meta extension, `wire::meta_ext`); None = not recorded.
+    pub colour: Option<crate::colour::ColourInfo>,
 }
 
 impl FrameRingConfig {
@@ -57,6 +61,7 @@ impl FrameRingConfig {
             policy: Policy::DropOldest,
             ack_timeout: Duration::from_millis(1000),
             memory: MemoryChoice::Host,
+            colour: None,
         }
     }
 
@@ -102,6 +107,9 @@ const STREAM_PUBLICATION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The publisher's frame ring: the SHM, the slots and the writer state.
 pub struct FrameWriter {
     pub layout: FrameLayout,
+    /// The meta subscribers get (HELLO_RESP, SHM header): the layout's, with the extension
+    /// (colour, GPU UUID) in its reserved bytes.
+    pub meta: FrameMeta,
     pub ring_size: usize,
     pub policy: Policy,
     pub ack_timeout: Duration,
@@ -160,6 +168,7 @@ impl FrameWriter {
             Some(dev) => Some(crate::cuda::Stream::new(dev)?),
             None => None,
         };
+        let meta = announced_meta(&layout, config, slots.as_ref());
         let shm_name = key.frame_shm_name();
         let (fd, map) = shm::create(&shm_name, FRAME_SHM_SIZE, file_mode)?;
         let shm = match FrameShm::new(map) {
@@ -170,7 +179,7 @@ impl FrameWriter {
             }
         };
         shm.initialise(
-            &layout.to_meta(),
+            &meta,
             config.ring_size,
             config.policy,
             slots.kind(),
@@ -178,6 +187,7 @@ impl FrameWriter {
         );
         Ok(FrameWriter {
             layout,
+            meta,
             ring_size: config.ring_size,
             policy: config.policy,
             ack_timeout: config.ack_timeout,
@@ -631,6 +641,26 @@ impl FrameWriter {
             );
         }
     }
+}
+
+/// The meta of a new ring: the layout's, plus what the extension announces (R7 compatible:
+/// old peers ignore reserved bytes). The GPU UUID is the ring's device's, read from the
+/// driver here (our own state); a driver too old to tell is announced as no UUID.
+fn announced_meta(
+    layout: &FrameLayout,
+    config: &FrameRingConfig,
+    slots: &dyn SlotStore,
+) -> FrameMeta {
+    let mut meta = layout.to_meta();
+    MetaExt {
+        colour: config.colour,
+        gpu_uuid: slots
+            .cuda_device()
+            .and_then(|d| crate::cuda::device_uuid(d.ordinal()).ok())
+            .map(|u| u.0),
+    }
+    .write(&mut meta);
+    meta
 }
 
 /// The caller must give one pointer and one stride per plane of the ring's format.

@@ -255,6 +255,7 @@ fn entry(conn: u8, initial_seq: u8, kicked: bool) -> Entry {
         wants_frames: true,
         wants_packets: false,
         kicked,
+        retired: false,
         // Real pages are memfds, which a state cannot hold: with `Config::ack_pages` the model
         // keeps each connection's page itself (`Session::page`) and reads it where
         // `wait_for_acks` reads `required.pages[bit]`, the page of the owner it waits for.

@@ -13,8 +13,8 @@ use std::collections::HashSet;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -88,7 +88,12 @@ pub(crate) struct Inner {
     pub key: Key,
     pub options: PublisherOptions,
     pub socket_path: PathBuf,
-    pub frames: OnceLock<FrameWriter>,
+    /// The current frame ring. Replaced whole by [`Publisher::replace_frames`] (a new ring
+    /// generation); users hold an `Arc` of the generation they work on.
+    pub frames: RwLock<Option<Arc<FrameWriter>>>,
+    /// Bumped with every new frame ring: connections remember the generation they were told
+    /// about, so a handshake that straddles a replacement is restarted.
+    pub generation: AtomicU64,
     /// The packet ring, once `enable_packets` was called.
     pub packets: Mutex<Option<PacketRingWriter>>,
     pub table: Mutex<subscribers::Table>,
@@ -109,6 +114,21 @@ impl Inner {
     pub fn table(&self) -> std::sync::MutexGuard<'_, subscribers::Table> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// The current frame ring and its generation, read together (a replacement swaps the
+    /// ring and bumps the generation under the write lock).
+    pub fn ring_and_generation(&self) -> (Option<Arc<FrameWriter>>, u64) {
+        let frames = self.frames.read().unwrap_or_else(|p| p.into_inner());
+        (frames.clone(), self.generation.load(Ordering::SeqCst))
+    }
+
+    /// The current frame ring, if any.
+    pub fn ring(&self) -> Option<Arc<FrameWriter>> {
+        self.frames
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 impl AckAuthority for Inner {
@@ -118,7 +138,7 @@ impl AckAuthority for Inner {
 
     fn declare_dead(&self, required: &RequiredAcks, missing: u64) {
         let kicked = self.table().kick(required, missing);
-        if let Some(ring) = self.frames.get() {
+        if let Some(ring) = self.ring() {
             for bit in subscribers::bits(kicked) {
                 ring.forget_subscriber(bit);
             }
@@ -182,7 +202,8 @@ impl Publisher {
             key,
             options,
             socket_path,
-            frames: OnceLock::new(),
+            frames: RwLock::new(None),
+            generation: AtomicU64::new(0),
             packets: Mutex::new(None),
             table: Mutex::new(subscribers::Table::default()),
             stopping: AtomicBool::new(false),
@@ -209,12 +230,19 @@ impl Publisher {
 
     /// Add the frame ring (once): allocates the slots and the frame SHM.
     pub fn enable_frames(&self, config: FrameRingConfig) -> Result<()> {
-        if self.inner.frames.get().is_some() {
+        let mut frames = self.inner.frames.write().unwrap_or_else(|p| p.into_inner());
+        if frames.is_some() {
             return Err(Error::new(
                 ErrorCode::AlreadyExists,
                 "this publisher already has a frame ring",
             ));
         }
+        *frames = Some(Arc::new(self.create_ring(&config)?));
+        self.inner.generation.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn create_ring(&self, config: &FrameRingConfig) -> Result<FrameWriter> {
         let options = &self.inner.options;
         // Subscribers with ACK pages only read the frame SHM; only plain v4 peers write it.
         let mode = if options.allow_legacy_subscribers {
@@ -222,33 +250,74 @@ impl Publisher {
         } else {
             shm::readers_read_only(options.file_mode)
         };
-        let ring = FrameWriter::create(&self.inner.key, &config, mode)?;
-        let shm_name = ring.shm_name.clone();
-        if self.inner.frames.set(ring).is_err() {
-            let _ = shm::unlink(&shm_name);
-            return Err(Error::new(
-                ErrorCode::AlreadyExists,
-                "this publisher already has a frame ring",
-            ));
+        FrameWriter::create(&self.inner.key, config, mode)
+    }
+
+    /// A new generation of the frame ring (issue #14: a camera switching 1080p to 720p): the
+    /// old ring ends (its subscribers drain what it holds, get SHUTDOWN with reason
+    /// NEW_RING and subscribe again, our subscriber by itself), the new one has `config`'s
+    /// geometry, format and colour. Under STRICT_WAIT this waits, up to the ack timeout, until
+    /// as many frame subscribers as the old ring had are back. Subscribers that join a
+    /// replacement ring before it has wrapped start at its first frame (they are the old
+    /// ring's readers coming back), so a returning reader misses none of its frames. Packet
+    /// subscribers are not affected.
+    pub fn replace_frames(&self, config: FrameRingConfig) -> Result<()> {
+        let fresh = {
+            let mut frames = self.inner.frames.write().unwrap_or_else(|p| p.into_inner());
+            let Some(old) = frames.take() else {
+                return Err(Error::new(
+                    ErrorCode::NotFound,
+                    "this publisher has no frame ring to replace",
+                ));
+            };
+            // The old ring's readers stop at its end (its frames still queued on a stream
+            // made visible first); the new ring needs the name.
+            old.flush_publications();
+            old.shm.shutdown_flag().store(1, Ordering::SeqCst);
+            crate::futex::wake_all(old.shm.global_seq_word());
+            let _ = shm::unlink(&old.shm_name);
+            // The generation moves before the old subscribers are retired: a SUBSCRIBE that
+            // the server admits (it checks the generation under the table lock) is either
+            // in the table before the retirement, and retired with the others, or of the
+            // new generation.
+            self.inner.generation.fetch_add(1, Ordering::SeqCst);
+            let moved = self.inner.table().retire_frame_subscribers();
+            match self.create_ring(&config) {
+                Ok(ring) => *frames = Some(Arc::new(ring)),
+                Err(e) => {
+                    drop(frames);
+                    self.inner.wake_server();
+                    return Err(e);
+                }
+            }
+            moved
+        };
+        self.inner.wake_server();
+        if config.policy == crate::wire::Policy::StrictWait && fresh > 0 {
+            let deadline = std::time::Instant::now() + config.ack_timeout;
+            while self.inner.table().frame_subscribers() < fresh
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
         }
         Ok(())
     }
 
-    fn ring(&self) -> Result<&FrameWriter> {
+    fn ring(&self) -> Result<Arc<FrameWriter>> {
         self.inner
-            .frames
-            .get()
+            .ring()
             .ok_or_else(|| Error::new(ErrorCode::NotFound, "this publisher has no frame ring"))
     }
 
     /// The frame layout (pitches and plane offsets) subscribers will see.
-    pub fn frame_layout(&self) -> Option<&crate::format::FrameLayout> {
-        self.inner.frames.get().map(|r| &r.layout)
+    pub fn frame_layout(&self) -> Option<crate::format::FrameLayout> {
+        self.inner.ring().map(|r| r.layout.clone())
     }
 
     /// The device of a CUDA frame ring; `None` for a host ring or before `enable_frames`.
-    pub fn cuda_device(&self) -> Option<&std::sync::Arc<crate::cuda::CudaDevice>> {
-        self.inner.frames.get().and_then(|r| r.slots.cuda_device())
+    pub fn cuda_device(&self) -> Option<Arc<crate::cuda::CudaDevice>> {
+        self.inner.ring().and_then(|r| r.slots.cuda_device().cloned())
     }
 
     /// Take the next slot to write (waits for ACKs under STRICT_WAIT).
@@ -441,13 +510,14 @@ impl Publisher {
 
     /// The seq of the last published frame (0 = none).
     pub fn frame_seq(&self) -> u64 {
-        self.inner.frames.get().map_or(0, |r| r.last_seq())
+        self.inner.ring().map_or(0, |r| r.last_seq())
     }
 
     /// Every admitted subscriber with its lag and counters.
     pub fn subscribers(&self) -> Vec<SubscriberInfo> {
         let table = self.inner.table();
-        let ring = self.inner.frames.get();
+        let ring = self.inner.ring();
+        let ring = ring.as_deref();
         table
             .iter()
             .map(|(bit, e)| {
@@ -507,7 +577,7 @@ impl Publisher {
         if self.inner.stopping.swap(true, Ordering::SeqCst) {
             return;
         }
-        if let Some(ring) = self.inner.frames.get() {
+        if let Some(ring) = self.inner.ring() {
             // Frames still queued on a stream become visible first: subscribers that see the
             // flag then read every frame published before it (STRICT_WAIT: every frame).
             ring.flush_publications();
@@ -522,7 +592,7 @@ impl Publisher {
             let _ = h.join();
         }
         let _ = std::fs::remove_file(&self.inner.socket_path);
-        if let Some(ring) = self.inner.frames.get() {
+        if let Some(ring) = self.inner.ring() {
             let _ = shm::unlink(&ring.shm_name);
         }
         // Dropping the writer unlinks the packet SHM.

@@ -36,7 +36,8 @@ const MAX_ACCEPTS_PER_TURN: usize = 256;
 
 enum Phase {
     AwaitHello,
-    AwaitSubscribe(HelloReq),
+    /// With the frame ring generation HELLO_RESP described.
+    AwaitSubscribe(HelloReq, u64),
     Active {
         bit: usize,
     },
@@ -207,6 +208,16 @@ fn accept_all(inner: &Inner, listener: &UnixListener, conns: &mut Vec<Conn>, nex
 fn check_deadline_and_kick(inner: &Inner, c: &mut Conn) -> Result<bool> {
     match c.phase {
         Phase::Active { bit } => {
+            if inner.table().get(bit).is_some_and(|e| e.retired) {
+                // Its ring was replaced: tell it why it ends, so that it comes back.
+                c.outbox.push(
+                    &Message::Shutdown {
+                        reason: SHUTDOWN_NEW_RING,
+                    },
+                    Vec::new(),
+                )?;
+                return Ok(false);
+            }
             if inner.table().get(bit).is_some_and(|e| e.kicked) {
                 c.outbox.push(
                     &Message::Error {
@@ -244,25 +255,37 @@ fn serve(inner: &Inner, c: &mut Conn) -> Result<bool> {
                 phase
             }
             (Phase::AwaitHello, Message::HelloReq(h)) => {
-                let resp = hello(inner, c, &h);
+                // The ring described and its generation, read together: SUBSCRIBE compares
+                // the generation, so the meta and the slots it gets are of one ring.
+                let (ring, generation) = inner.ring_and_generation();
+                let resp = hello(inner, c, &h, ring.as_deref());
                 let accepted = resp.result == 0;
                 c.outbox.push(&Message::HelloResp(resp), Vec::new())?;
                 if !accepted {
                     return Ok(false);
                 }
-                Phase::AwaitSubscribe(h)
+                Phase::AwaitSubscribe(h, generation)
             }
-            (Phase::AwaitSubscribe(h), Message::SubscribeReq { proto_version }) => {
-                if proto_version != PROTOCOL_VERSION {
+            (Phase::AwaitSubscribe(h, generation), Message::SubscribeReq { proto_version }) => {
+                // The frame ring HELLO_RESP described was replaced meanwhile: its meta is not
+                // the ring VMM_FDS would carry. Refused as DISCONNECTED; the subscriber
+                // starts over (ours does by itself when it follows a new ring).
+                let (ring, now) = inner.ring_and_generation();
+                let moved = wants(&h).0 && generation != now;
+                if proto_version != PROTOCOL_VERSION || moved {
                     let resp = SubscribeResp {
-                        result: ErrorCode::Protocol as i32,
+                        result: if moved {
+                            ErrorCode::Disconnected as i32
+                        } else {
+                            ErrorCode::Protocol as i32
+                        },
                         assigned_bit: 0,
                         initial_seq: 0,
                     };
                     c.outbox.push(&Message::SubscribeResp(resp), Vec::new())?;
                     return Ok(false);
                 }
-                match subscribe(inner, c, &h)? {
+                match subscribe(inner, c, &h, ring.as_deref(), generation)? {
                     Some(bit) => Phase::Active { bit },
                     None => return Ok(false),
                 }
@@ -290,7 +313,12 @@ fn wants(h: &HelloReq) -> (bool, bool) {
 }
 
 /// The answer to HELLO_REQ: a refusal has a non-zero result.
-fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> HelloResp {
+fn hello(
+    inner: &Inner,
+    c: &Conn,
+    h: &HelloReq,
+    ring: Option<&crate::frames::FrameWriter>,
+) -> HelloResp {
     let refuse = |code: ErrorCode| HelloResp::failure(code as i32);
     if h.proto_version != PROTOCOL_VERSION {
         return refuse(ErrorCode::Protocol);
@@ -311,7 +339,6 @@ fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> HelloResp {
         return refuse(ErrorCode::Permission);
     }
     let (want_frames, want_packets) = wants(h);
-    let ring = inner.frames.get();
     if want_frames && ring.is_none() {
         return refuse(ErrorCode::NotFound);
     }
@@ -330,7 +357,7 @@ fn hello(inner: &Inner, c: &Conn, h: &HelloReq) -> HelloResp {
         return refuse(ErrorCode::NotFound);
     }
     let (ring_size, meta, shm_path) = match ring {
-        Some(r) => (r.ring_size as u32, r.layout.to_meta(), r.shm_name.clone()),
+        Some(r) => (r.ring_size as u32, r.meta, r.shm_name.clone()),
         None => (0, Default::default(), String::new()),
     };
     HelloResp {
@@ -350,10 +377,26 @@ fn wants_ack_page(h: &HelloReq) -> bool {
 }
 
 /// Admit the subscriber: a bit, its SHM slot, SUBSCRIBE_RESP and VMM_FDS.
-fn subscribe(inner: &Inner, c: &mut Conn, h: &HelloReq) -> Result<Option<usize>> {
+fn subscribe(
+    inner: &Inner,
+    c: &mut Conn,
+    h: &HelloReq,
+    ring: Option<&crate::frames::FrameWriter>,
+    generation: u64,
+) -> Result<Option<usize>> {
     let (want_frames, want_packets) = wants(h);
-    let ring = inner.frames.get();
     let mut table = inner.table();
+    if want_frames && inner.generation.load(Ordering::SeqCst) != generation {
+        // A new frame ring is being put in place (see `Publisher::replace_frames`).
+        drop(table);
+        let resp = SubscribeResp {
+            result: ErrorCode::Disconnected as i32,
+            assigned_bit: 0,
+            initial_seq: 0,
+        };
+        c.outbox.push(&Message::SubscribeResp(resp), Vec::new())?;
+        return Ok(None);
+    }
     let Some(bit) = table.free_bit() else {
         drop(table);
         let resp = SubscribeResp {
@@ -365,7 +408,17 @@ fn subscribe(inner: &Inner, c: &mut Conn, h: &HelloReq) -> Result<Option<usize>>
         return Ok(None);
     };
     // From the writer's own record, not from the SHM (which a legacy peer could write).
-    let initial_seq = ring.map_or(0, |r| r.published_seq());
+    // A replacement ring (generation > 1) that has not wrapped yet starts its subscribers at
+    // its first frame: they are the old ring's readers coming back (`replace_frames`), and
+    // the frames published before they could return are still in the slots.
+    let initial_seq = ring.map_or(0, |r| {
+        let published = r.published_seq();
+        if generation > 1 && published < r.ring_size as u64 {
+            0
+        } else {
+            published
+        }
+    });
     let ack_page = match ring {
         Some(_) if want_frames && wants_ack_page(h) => match AckPage::create() {
             Ok((page, fd)) => Some((Arc::new(page), fd)),
@@ -386,6 +439,7 @@ fn subscribe(inner: &Inner, c: &mut Conn, h: &HelloReq) -> Result<Option<usize>>
             wants_frames: want_frames,
             wants_packets: want_packets,
             kicked: false,
+            retired: false,
             ack_page: ack_page.as_ref().map(|(page, _)| page.clone()),
         },
     );
@@ -476,7 +530,7 @@ fn give_up_on(inner: &Inner, c: &mut Conn) -> bool {
         e.kicked = true;
     }
     drop(table);
-    if let Some(ring) = inner.frames.get() {
+    if let Some(ring) = inner.ring() {
         ring.forget_subscriber(bit);
     }
     c.phase = Phase::GivenUp;
@@ -491,12 +545,12 @@ const STATS_MIRROR_PERIOD: Duration = Duration::from_millis(250);
 /// and other v4 tools read them. The publisher is the only writer of the header; a subscriber
 /// can only misreport itself.
 fn mirror_page_stats(inner: &Inner) {
-    let Some(ring) = inner.frames.get() else {
+    let Some(ring) = inner.ring() else {
         return;
     };
     let table = inner.table();
     for (bit, e) in table.iter() {
-        let Some(page) = &e.ack_page else {
+        let Some(page) = e.ack_page.as_ref().filter(|_| !e.retired) else {
             continue;
         };
         let shm = &ring.shm;
@@ -515,9 +569,10 @@ fn free_bit(inner: &Inner, bit: usize, conn_id: u64) {
     let mut table = inner.table();
     if table.get(bit).is_some_and(|e| e.conn_id == conn_id) {
         let entry = table.remove(bit);
-        if let Some(r) = inner.frames.get() {
+        if let Some(r) = inner.ring() {
             r.shm.clear_subscriber(bit);
-            if entry.is_some_and(|e| e.ack_page.is_some()) {
+            // A retired subscriber's page counted for the old ring, not this one.
+            if entry.is_some_and(|e| e.ack_page.is_some() && !e.retired) {
                 r.publication.page_readers.fetch_sub(1, Ordering::SeqCst);
             }
         }

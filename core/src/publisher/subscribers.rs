@@ -39,6 +39,10 @@ pub struct Entry {
     /// Where this subscriber ACKs: its own page (our extension), or, for a plain v4 peer
     /// that the publisher admits, the header's bitmaps.
     pub ack_page: Option<Arc<AckPage>>,
+    /// Its frame ring was replaced by a new generation ([`Table::retire_frame_subscribers`]):
+    /// owed nothing from the new ring; the server thread sends SHUTDOWN(NEW_RING) and
+    /// closes the connection, and the subscriber comes back for the new ring.
+    pub retired: bool,
 }
 
 /// Bits 1..=31; index 0 is never used.
@@ -82,6 +86,27 @@ impl Table {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A new frame ring replaces the old: every frame subscriber of the old one is retired
+    /// (wants no frames of the new ring, owes no ACKs). Returns how many live ones there were.
+    pub fn retire_frame_subscribers(&mut self) -> usize {
+        let mut n = 0;
+        for e in self.entries.iter_mut().flatten() {
+            if e.wants_frames && !e.retired {
+                n += usize::from(!e.kicked);
+                e.wants_frames = false;
+                e.retired = true;
+            }
+        }
+        n
+    }
+
+    /// Live frame subscribers of the current ring.
+    pub fn frame_subscribers(&self) -> usize {
+        self.iter()
+            .filter(|(_, e)| e.wants_frames && !e.kicked && !e.retired)
+            .count()
     }
 
     /// Who must have ACKed frame `seq` before its slot may be overwritten (R11): live frame
@@ -128,8 +153,37 @@ mod tests {
             wants_frames: true,
             wants_packets: false,
             kicked: false,
+            retired: false,
             ack_page: None,
         }
+    }
+
+    /// A replaced frame ring: its subscribers owe the new ring nothing (a STRICT_WAIT
+    /// publish of the new ring must not wait for them) and are not counted as its readers;
+    /// packet-only subscribers stay.
+    #[test]
+    fn retired_frame_subscribers_owe_the_new_ring_nothing() {
+        let mut t = Table::default();
+        t.insert(1, entry(10, 0));
+        t.insert(2, entry(11, 0));
+        let mut packets_only = entry(12, 0);
+        packets_only.wants_frames = false;
+        packets_only.wants_packets = true;
+        t.insert(3, packets_only);
+        assert_eq!(t.frame_subscribers(), 2);
+        assert_eq!(t.required_acks(1).mask, 0b110);
+        assert_eq!(t.retire_frame_subscribers(), 2);
+        assert_eq!(t.frame_subscribers(), 0);
+        assert_eq!(t.required_acks(1).mask, 0);
+        assert!(t.get(1).unwrap().retired && !t.get(3).unwrap().retired);
+        t.insert(4, entry(13, 0));
+        assert_eq!(t.frame_subscribers(), 1);
+        assert_eq!(t.required_acks(1).mask, 1 << 4);
+        assert_eq!(
+            t.retire_frame_subscribers(),
+            1,
+            "already retired ones count once"
+        );
     }
 
     /// Defect: `declare_dead` kicked whoever held a missing bit at kick time. If the bit was

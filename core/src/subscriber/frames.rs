@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::colour::ColourInfo;
 use crate::cuda::{DeviceBuffer, Stream};
 
 use crate::format::FrameLayout;
@@ -43,6 +44,10 @@ pub struct Frame {
     pub seq: u64,
     pub pts_ns: i64,
     pub layout: Arc<FrameLayout>,
+    /// Colour range, primaries, transfer, matrix, chroma siting and sample aspect ratio, as
+    /// the publisher announced them for its ring (None: a publisher that records none). Use
+    /// [`ColourInfo::rgb_matrix`] and [`ColourInfo::rgb_range`] to pick a conversion.
+    pub colour: Option<ColourInfo>,
     pub(crate) data: FrameData,
 }
 
@@ -286,6 +291,8 @@ impl Drop for Frame {
 pub(crate) struct FrameSource {
     pub ring: Arc<RingView>,
     pub layout: Arc<FrameLayout>,
+    /// The stream's colour description as the publisher announced it (None: not recorded).
+    pub colour: Option<ColourInfo>,
     pub reader: FrameReader,
     pub zero_copy: bool,
     /// Present for CUDA rings: the stream COPY mode copies on, and its buffers.
@@ -402,6 +409,7 @@ impl FrameSource {
                 seq,
                 pts_ns,
                 layout: self.layout.clone(),
+                colour: self.colour,
                 data,
             }),
             Attempt::Empty => Got::Empty,

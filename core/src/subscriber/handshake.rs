@@ -5,11 +5,13 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Instant;
 
+use crate::cuda::GpuUuid;
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
 use crate::paths::{parse_wire_shm_name, Key};
 use crate::sock;
 use crate::tlv::{HelloReq, HelloResp, Message, SubscribeResp, VmmFds};
+use crate::wire::meta_ext::MetaExt;
 use crate::wire::*;
 
 /// What the handshake established.
@@ -21,6 +23,8 @@ pub struct Established {
     pub frames: Option<(FrameLayout, VmmFds, Vec<OwnedFd>)>,
     /// Our ACK page, when we asked for one and the publisher offers them.
     pub ack_page: Option<OwnedFd>,
+    /// This process's ordinal of the ring's GPU, when the publisher announced its UUID.
+    pub cuda_device: Option<i32>,
 }
 
 /// Connect to `socket_path` and run the handshake before `deadline`.
@@ -91,6 +95,15 @@ pub fn run(
     } else {
         None
     };
+    // Before SUBSCRIBE, so that a GPU we cannot use costs the publisher no bit.
+    let cuda_device = match MetaExt::read(&resp.meta).gpu_uuid {
+        Some(uuid) if want_frames => Some(crate::cuda::resolve_device(
+            Some(GpuUuid(uuid)),
+            hello.cuda_device,
+            crate::cuda::visible_gpus(),
+        )?),
+        _ => None,
+    };
     sock::send(
         fd,
         &Message::SubscribeReq {
@@ -158,6 +171,7 @@ pub fn run(
         subscribed,
         frames,
         ack_page,
+        cuda_device,
     })
 }
 

@@ -1,6 +1,7 @@
 //! The subscriber: connects to a publisher, imports its slots once, and reads frames (and,
 //! with packets enabled, packets) without copies where the mode allows.
 
+mod continuity;
 pub(crate) mod deferred;
 mod frames;
 mod handshake;
@@ -26,7 +27,9 @@ use crate::paths::{self, Key};
 use crate::sock::{self, Inbox, Pumped};
 use crate::tlv::{HelloReq, Message};
 use crate::wire::frame::FRAME_SHM_SIZE;
+use crate::wire::meta_ext::MetaExt;
 use crate::wire::*;
+use continuity::Continuity;
 use frames::{FrameSource, Got};
 
 /// How a subscriber connects.
@@ -35,7 +38,11 @@ pub struct SubscriberOptions {
     pub runtime_dir: Option<PathBuf>,
     /// Shown to operators (printable ASCII, at most 31 bytes).
     pub name: String,
-    /// CUDA device for imports (ignored for host rings).
+    /// The GPU to import CUDA rings on: [`crate::cuda::DEVICE_AUTO`] (-1, the default) = the
+    /// publisher's GPU, found by its UUID whatever its ordinal is in this process; N = this
+    /// process's device N, which must be the publisher's GPU (otherwise the connect is
+    /// refused naming both UUIDs). Publishers that announce no UUID: N, or 0 for auto.
+    /// Ignored for host rings.
     pub cuda_device: i32,
     pub mode: SubscriberMode,
     pub want_frames: bool,
@@ -54,6 +61,13 @@ pub struct SubscriberOptions {
     /// costs a busy CPU for its duration (spin for at least the frame interval to catch every
     /// frame this way).
     pub spin: Duration,
+    /// Keep going across a publisher restart under the same key (issue #14): when the
+    /// publisher goes (SIGKILL, crash, shutdown), deliver what its rings still hold, then wait
+    /// up to this long for a new publisher of the key and subscribe to it. Frames and packets
+    /// continue (packets at the new publisher's newest keyframe, the first flagged
+    /// DISCONTINUITY), timestamps shifted where needed to stay increasing. None (default): the
+    /// stream ends with DISCONNECTED. Not after the publisher gave up on this subscriber.
+    pub reconnect: Option<Duration>,
 }
 
 impl Default for SubscriberOptions {
@@ -61,7 +75,7 @@ impl Default for SubscriberOptions {
         SubscriberOptions {
             runtime_dir: None,
             name: String::from("subscriber"),
-            cuda_device: 0,
+            cuda_device: crate::cuda::DEVICE_AUTO,
             mode: SubscriberMode::Copy,
             want_frames: true,
             want_packets: false,
@@ -69,6 +83,7 @@ impl Default for SubscriberOptions {
             accept_zero_copy_overwrite: false,
             plain_v4_acks: false,
             spin: Duration::ZERO,
+            reconnect: None,
         }
     }
 }
@@ -87,6 +102,40 @@ pub struct Subscriber {
     given_up: Option<Error>,
     /// `SubscriberOptions::spin`.
     spin: Duration,
+    /// How it connected: what it connects with again to follow a new frame ring.
+    options: SubscriberOptions,
+    /// The publisher replaced its frame ring (SHUTDOWN with reason NEW_RING): once the old
+    /// ring is drained, subscribe to the new one instead of ending.
+    new_ring: bool,
+    /// Frame rings followed so far (0: still the first).
+    generations: u64,
+    /// Publishers followed after a restart.
+    restarts: u64,
+    /// A new connection being waited for (a new ring, or a restarted publisher).
+    reopening: Option<Reopen>,
+    /// Timestamps kept increasing across restarts, per timeline.
+    frame_times: Continuity,
+    packet_times: Continuity,
+    /// The next packet is the first of a restarted publisher: flag DISCONTINUITY.
+    packet_gap: bool,
+}
+
+/// What [`Subscriber::reopen`] is waiting for, and until when.
+#[derive(Debug, Clone, Copy)]
+struct Reopen {
+    /// A restarted publisher (frames and packets anew), not only a new frame ring.
+    restart: bool,
+    until: Instant,
+}
+
+/// The outcome of one attempt to reopen.
+enum Reopened {
+    /// Connected: read on.
+    Yes,
+    /// Still waiting (the caller's timeout is up first).
+    NotYet,
+    /// Nothing to reopen: the stream ends.
+    No,
 }
 
 /// How long one futex sleep lasts before the socket is looked at again: bounds how late a
@@ -158,7 +207,7 @@ impl Subscriber {
                         Box::new(HostImport::import(fds, vmm.frame_size_bytes as usize)?)
                     }
                     Some(MemoryKind::CudaVmm) => crate::memory::import_cuda_slots(
-                        options.cuda_device,
+                        est.cuda_device.unwrap_or(options.cuda_device.max(0)),
                         fds,
                         vmm.frame_size_bytes as usize,
                     )?,
@@ -196,6 +245,7 @@ impl Subscriber {
                 Some(FrameSource {
                     ring,
                     layout: Arc::new(layout),
+                    colour: MetaExt::read(&est.hello.meta).colour,
                     reader: FrameReader::new(est.subscribed.initial_seq),
                     zero_copy,
                     cuda,
@@ -248,12 +298,165 @@ impl Subscriber {
             closing: None,
             given_up: None,
             spin: options.spin,
+            options: options.clone(),
+            new_ring: false,
+            generations: 0,
+            restarts: 0,
+            reopening: None,
+            frame_times: Continuity::default(),
+            packet_times: Continuity::default(),
+            packet_gap: false,
         })
     }
 
     /// Change `SubscriberOptions::spin` (zero: sleep at once).
     pub fn set_spin(&mut self, spin: Duration) {
         self.spin = spin;
+    }
+
+    /// How many times this subscriber followed a restarted publisher (`reconnect`).
+    pub fn restarts(&self) -> u64 {
+        self.restarts
+    }
+
+    /// How many times the publisher replaced its frame ring and this subscriber followed
+    /// (frames of a new ring may have another size or format: each [`Frame`] has its
+    /// layout).
+    pub fn ring_generations(&self) -> u64 {
+        self.generations
+    }
+
+    /// The connection ended and what it delivered is drained: subscribe again where that is
+    /// wanted (issue #14). A new frame ring (SHUTDOWN NEW_RING) is followed always, within the
+    /// connect timeout, keeping the packet reader (the packet ring did not change); a
+    /// restarted publisher only with `reconnect`, within that bound, with fresh frame and
+    /// packet readers. One call tries until the caller's `deadline` at most (NotYet after
+    /// it), so that callers that poll stay responsive.
+    fn reopen(&mut self, deadline: Option<Instant>) -> Result<Reopened> {
+        let plan = match self.reopening {
+            Some(plan) => plan,
+            None if self.new_ring && self.frames.is_some() => Reopen {
+                restart: false,
+                until: Instant::now() + self.options.connect_timeout,
+            },
+            None => match (self.options.reconnect, &self.given_up) {
+                (Some(bound), None) => Reopen {
+                    restart: true,
+                    until: Instant::now() + bound,
+                },
+                _ => return Ok(Reopened::No),
+            },
+        };
+        self.reopening = Some(plan);
+        let stop = deadline.map_or(plan.until, |d| d.min(plan.until));
+        let mut opts = self.options.clone();
+        if !plan.restart {
+            opts.want_frames = true;
+            opts.want_packets = false;
+        }
+        let mut fresh = loop {
+            let left = plan.until.saturating_duration_since(Instant::now());
+            opts.connect_timeout = left
+                .min(self.options.connect_timeout)
+                .max(Duration::from_millis(10));
+            match Subscriber::connect(self.key.as_str(), &opts) {
+                Ok(s) => break s,
+                // No publisher (yet), a stale socket, one without the rings asked for yet, or
+                // one mid-replacement: wait for it.
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        ErrorCode::Disconnected
+                            | ErrorCode::NotFound
+                            | ErrorCode::Format
+                            | ErrorCode::Timeout
+                            | ErrorCode::Io
+                    ) && Instant::now() < plan.until =>
+                {
+                    if Instant::now() >= stop {
+                        return Ok(Reopened::NotYet);
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => {
+                    self.reopening = None;
+                    let what = if plan.restart {
+                        "the publisher did not come back in time"
+                    } else {
+                        "cannot follow the publisher's new frame ring"
+                    };
+                    let retryable = matches!(
+                        e.code(),
+                        ErrorCode::Disconnected
+                            | ErrorCode::NotFound
+                            | ErrorCode::Format
+                            | ErrorCode::Timeout
+                            | ErrorCode::Io
+                    );
+                    if !retryable {
+                        return Err(Error::new(e.code(), format!("{what}: {}", e.message())));
+                    }
+                    // The wait is over: the stream ends as a stream ends (DISCONNECTED), for
+                    // good (no further wait on the next call).
+                    let end =
+                        Error::new(ErrorCode::Disconnected, format!("{what} ({})", e.message()));
+                    self.closing = Some(end.clone());
+                    self.given_up = Some(end);
+                    self.new_ring = false;
+                    return Ok(Reopened::No);
+                }
+            }
+        };
+        // The old connection and rings go with `fresh`: its drop revokes the old ring's ACKs.
+        // The old socket is closed by the publisher (or dead): no UNSUBSCRIBE on it.
+        std::mem::swap(&mut self.stream, &mut fresh.stream);
+        std::mem::swap(&mut self.inbox, &mut fresh.inbox);
+        std::mem::swap(&mut self.bit, &mut fresh.bit);
+        std::mem::swap(&mut self.frames, &mut fresh.frames);
+        if plan.restart {
+            std::mem::swap(&mut self.packets, &mut fresh.packets);
+            self.restarts += 1;
+            self.frame_times.restarted();
+            self.packet_times.restarted();
+            self.packet_gap = self.packets.is_some();
+        } else {
+            self.generations += 1;
+        }
+        fresh.closing = Some(Error::new(ErrorCode::Disconnected, "replaced"));
+        drop(fresh);
+        self.closing = None;
+        self.given_up = None;
+        self.new_ring = false;
+        self.reopening = None;
+        Ok(Reopened::Yes)
+    }
+
+    fn reopen_or_end(&mut self, deadline: Option<Instant>) -> Result<()> {
+        match self.reopen(deadline)? {
+            Reopened::Yes => Ok(()),
+            Reopened::NotYet => Err(Error::new(
+                ErrorCode::Timeout,
+                "waiting for the publisher to come back",
+            )),
+            Reopened::No => Err(self
+                .closing
+                .clone()
+                .unwrap_or_else(|| Error::new(ErrorCode::Disconnected, "disconnected"))),
+        }
+    }
+
+    /// After the shutdown flag was seen: give the socket a moment to say why (a SHUTDOWN
+    /// follows the flag), so that a new ring is told from the end of the stream.
+    fn wait_for_reason(&mut self) {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while self.closing.is_none() && Instant::now() < deadline {
+            let mut fds = [nix::poll::PollFd::new(
+                self.stream.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(20u16));
+            self.poll_connection();
+        }
     }
 
     pub fn key(&self) -> &str {
@@ -272,6 +475,21 @@ impl Subscriber {
     /// True when frames are handed out without a copy (ZERO_COPY granted, R12).
     pub fn is_zero_copy(&self) -> bool {
         self.frames.as_ref().is_some_and(|f| f.zero_copy)
+    }
+
+    /// The colour description the publisher announced for its frame ring (None: none
+    /// recorded, or no frames subscribed).
+    pub fn colour(&self) -> Option<crate::colour::ColourInfo> {
+        self.frames.as_ref().and_then(|f| f.colour)
+    }
+
+    /// This process's ordinal of the GPU the frame ring is on (CUDA rings; None for host
+    /// rings). Resolved from the publisher's GPU UUID where it announces one.
+    pub fn cuda_device(&self) -> Option<i32> {
+        self.frames
+            .as_ref()
+            .and_then(|f| f.ring.slots.cuda_device())
+            .map(|d| d.ordinal())
     }
 
     pub fn memory_kind(&self) -> Option<MemoryKind> {
@@ -310,20 +528,29 @@ impl Subscriber {
             #[cfg(test)]
             tests::between_shutdown_and_ring_loads();
             match source.try_read() {
-                Got::Frame(f) => return Ok(f),
+                Got::Frame(mut f) => {
+                    f.pts_ns += self.frame_times.shift_for(Some(f.pts_ns));
+                    return Ok(f);
+                }
                 Got::Skipped => continue,
                 Got::Failed(e) => return Err(e),
                 Got::Empty => {}
             }
             // Everything published was delivered: now the end of the stream may be reported.
             if shut_down && self.closing.is_none() {
-                self.close(Error::new(
-                    ErrorCode::Disconnected,
-                    "the publisher shut down",
-                ));
+                self.wait_for_reason();
+                if self.closing.is_none() {
+                    self.close(Error::new(
+                        ErrorCode::Disconnected,
+                        "the publisher shut down",
+                    ));
+                }
             }
-            if let Some(e) = &self.closing {
-                return Err(e.clone());
+            if self.closing.is_some() {
+                // The old ring is drained (Empty above): follow a new ring or a restarted
+                // publisher, or end.
+                self.reopen_or_end(deadline)?;
+                continue;
             }
             let source = self.frames.as_mut().expect("checked above");
             let left = match deadline {
@@ -421,6 +648,10 @@ impl Subscriber {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             self.poll_connection();
+            if self.new_ring {
+                // Its socket is the old ring's: the new connection carries the liveness.
+                self.reopen_or_end(deadline)?;
+            }
             let closing = self.closing.clone();
             let slice = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
@@ -437,12 +668,34 @@ impl Subscriber {
                 .next_packet_into(Some(slice), &mut *out)
             {
                 Err(e) if e.code() == ErrorCode::Timeout => {
-                    if let Some(c) = closing {
-                        return Err(c);
+                    if closing.is_some() {
+                        // Drained: a restarted publisher (`reconnect`), or the end.
+                        self.reopen_or_end(deadline)?;
+                        continue;
                     }
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Err(e);
                     }
+                }
+                // The packet ring's own end (its shutdown flag): as a closed connection.
+                Err(e)
+                    if e.code() == ErrorCode::Disconnected && self.options.reconnect.is_some() =>
+                {
+                    self.close(e);
+                    self.reopen_or_end(deadline)?;
+                }
+                Ok(mut info) => {
+                    let anchor = [info.dts_ns, info.pts_ns]
+                        .into_iter()
+                        .find(|t| *t != NO_PTS);
+                    let pts = Some(info.pts_ns).filter(|t| *t != NO_PTS);
+                    let shift = self.packet_times.shift_for_packet(anchor, pts);
+                    info.pts_ns = continuity::shifted(info.pts_ns, shift);
+                    info.dts_ns = continuity::shifted(info.dts_ns, shift);
+                    if std::mem::take(&mut self.packet_gap) {
+                        info.flags |= PACKET_FLAG_DISCONTINUITY;
+                    }
+                    return Ok(info);
                 }
                 other => return other,
             }
@@ -474,6 +727,13 @@ impl Subscriber {
         };
         for m in msgs {
             match m {
+                Message::Shutdown { reason } if reason == SHUTDOWN_NEW_RING => {
+                    self.new_ring = self.frames.is_some();
+                    self.close(Error::new(
+                        ErrorCode::Disconnected,
+                        "the publisher replaced its frame ring",
+                    ));
+                }
                 Message::Shutdown { reason } => {
                     self.close(Error::new(
                         ErrorCode::Disconnected,

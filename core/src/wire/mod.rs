@@ -9,6 +9,7 @@
 
 pub mod ack_page;
 pub mod frame;
+pub mod meta_ext;
 pub mod packet;
 
 #[cfg(not(target_endian = "little"))]
@@ -221,6 +222,8 @@ pub enum ShutdownReason {
     Normal = 0,
     Error = 1,
     Upgrade = 2,
+    /// Extension: see [`SHUTDOWN_NEW_RING`].
+    NewRing = 3,
 }
 
 impl ShutdownReason {
@@ -229,10 +232,17 @@ impl ShutdownReason {
             0 => Some(ShutdownReason::Normal),
             1 => Some(ShutdownReason::Error),
             2 => Some(ShutdownReason::Upgrade),
+            3 => Some(ShutdownReason::NewRing),
             _ => None,
         }
     }
 }
+
+/// SHUTDOWN reason (extension, compatible): the frame ring was replaced by a new generation
+/// (new geometry or format) under the same key; the publisher lives on. Frame subscribers
+/// drain the old ring and subscribe again. Peers that do not know it end, as for any
+/// SHUTDOWN.
+pub const SHUTDOWN_NEW_RING: u32 = ShutdownReason::NewRing as u32;
 
 /// Codec ids the packet ring carries (§10.3). Fixed wire values: the `AV_CODEC_ID_*` numbers
 /// of FFmpeg 4.x–7.x, which the spec quotes (H.264 27, HEVC 173). FFmpeg 8/9 renumbered the

@@ -59,7 +59,22 @@ fn publisher_structs() {
             policy,
             ack_timeout_ms,
             memory_kind,
-            cuda_device
+            cuda_device,
+            colour
+        }
+    );
+    same_layout!(
+        c::cuframes_colour,
+        abi::CColour {
+            present,
+            sar_num,
+            sar_den,
+            range,
+            primaries,
+            transfer,
+            matrix,
+            chroma_location,
+            reserved
         }
     );
     same_layout!(
@@ -101,7 +116,8 @@ fn subscriber_structs() {
             flags,
             connect_timeout_ms,
             accept_zero_copy_overwrite,
-            spin_us
+            spin_us,
+            reconnect_ms
         }
     );
     same_layout!(

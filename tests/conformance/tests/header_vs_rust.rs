@@ -383,6 +383,7 @@ fn value_sets_of_integer_fields_match() {
             CUFRAMES_SHUTDOWN_NORMAL => ShutdownReason::Normal,
             CUFRAMES_SHUTDOWN_ERROR => ShutdownReason::Error,
             CUFRAMES_SHUTDOWN_UPGRADE => ShutdownReason::Upgrade,
+            CUFRAMES_SHUTDOWN_NEW_RING => ShutdownReason::NewRing,
         },
         accepted(|v| u32::try_from(v).ok().and_then(ShutdownReason::from_u32)),
     );

@@ -1,0 +1,125 @@
+//! How a stream's samples are to be interpreted: colour range, primaries, transfer
+//! characteristics, YCbCr matrix, chroma siting and sample aspect ratio, as the publisher
+//! announces them (the frame meta extension, `wire::meta_ext`).
+//!
+//! The numbers are the code points of ITU-T H.273 / ISO/IEC 23091-2 for primaries, transfer
+//! and matrix (the values of FFmpeg's `AVColorPrimaries`, `AVColorTransferCharacteristic` and
+//! `AVColorSpace`), and FFmpeg's own `AVColorRange` and `AVChromaLocation` numbering for range
+//! and chroma location (H.273 has no range enum, and its chroma location type is numbered
+//! differently). They are fixed wire values, like the codec ids (R31), so that peers built
+//! against different FFmpeg versions agree. 0 means "unspecified" for every field except
+//! the matrix, where 2 does (0 is H.273's "identity", i.e. RGB/GBR).
+
+use crate::convert::{ColorMatrix, ColorRange};
+
+/// Colour range (FFmpeg `AVColorRange`).
+pub const RANGE_UNSPECIFIED: u8 = 0;
+pub const RANGE_LIMITED: u8 = 1;
+pub const RANGE_FULL: u8 = 2;
+
+/// H.273 ColourPrimaries (subset named here; every value travels).
+pub const PRIMARIES_BT709: u8 = 1;
+pub const PRIMARIES_UNSPECIFIED: u8 = 2;
+pub const PRIMARIES_BT470BG: u8 = 5;
+pub const PRIMARIES_SMPTE170M: u8 = 6;
+pub const PRIMARIES_BT2020: u8 = 9;
+
+/// H.273 TransferCharacteristics (subset).
+pub const TRANSFER_BT709: u8 = 1;
+pub const TRANSFER_UNSPECIFIED: u8 = 2;
+pub const TRANSFER_SMPTE170M: u8 = 6;
+pub const TRANSFER_PQ: u8 = 16;
+pub const TRANSFER_HLG: u8 = 18;
+
+/// H.273 MatrixCoefficients (subset).
+pub const MATRIX_RGB: u8 = 0;
+pub const MATRIX_BT709: u8 = 1;
+pub const MATRIX_UNSPECIFIED: u8 = 2;
+pub const MATRIX_BT470BG: u8 = 5;
+pub const MATRIX_SMPTE170M: u8 = 6;
+pub const MATRIX_BT2020_NCL: u8 = 9;
+
+/// The colour description of a stream (all fields as announced; unknown values are kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ColourInfo {
+    /// [`RANGE_LIMITED`], [`RANGE_FULL`] or [`RANGE_UNSPECIFIED`].
+    pub range: u8,
+    pub primaries: u8,
+    pub transfer: u8,
+    /// YCbCr matrix coefficients.
+    pub matrix: u8,
+    /// `AVChromaLocation` numbering.
+    pub chroma_location: u8,
+    /// Sample (pixel) aspect ratio, numerator and denominator; (0, 1) or (0, 0) = unknown.
+    pub sar: (u32, u32),
+}
+
+impl Default for ColourInfo {
+    /// Everything unspecified.
+    fn default() -> Self {
+        ColourInfo {
+            range: RANGE_UNSPECIFIED,
+            primaries: PRIMARIES_UNSPECIFIED,
+            transfer: TRANSFER_UNSPECIFIED,
+            matrix: MATRIX_UNSPECIFIED,
+            chroma_location: 0,
+            sar: (0, 1),
+        }
+    }
+}
+
+impl ColourInfo {
+    /// The matrix [`crate::convert`] should use, when the stream names one it implements
+    /// (BT.601 is announced as BT.470BG or SMPTE 170M, which share the coefficients).
+    pub fn rgb_matrix(&self) -> Option<ColorMatrix> {
+        match self.matrix {
+            MATRIX_BT709 => Some(ColorMatrix::Bt709),
+            MATRIX_BT470BG | MATRIX_SMPTE170M => Some(ColorMatrix::Bt601),
+            MATRIX_BT2020_NCL => Some(ColorMatrix::Bt2020),
+            _ => None,
+        }
+    }
+
+    /// The range [`crate::convert`] should use, when the stream says.
+    pub fn rgb_range(&self) -> Option<ColorRange> {
+        match self.range {
+            RANGE_LIMITED => Some(ColorRange::Limited),
+            RANGE_FULL => Some(ColorRange::Full),
+            _ => None,
+        }
+    }
+
+    /// The sample aspect ratio when it is a real ratio (both terms non-zero).
+    pub fn sample_aspect_ratio(&self) -> Option<(u32, u32)> {
+        (self.sar.0 != 0 && self.sar.1 != 0).then_some(self.sar)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_views_follow_the_code_points() {
+        let mut c = ColourInfo::default();
+        assert_eq!((c.rgb_matrix(), c.rgb_range()), (None, None));
+        assert_eq!(c.sample_aspect_ratio(), None);
+        c.matrix = MATRIX_BT709;
+        c.range = RANGE_FULL;
+        c.sar = (4, 3);
+        assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt709));
+        assert_eq!(c.rgb_range(), Some(ColorRange::Full));
+        assert_eq!(c.sample_aspect_ratio(), Some((4, 3)));
+        for m in [MATRIX_BT470BG, MATRIX_SMPTE170M] {
+            c.matrix = m;
+            assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt601));
+        }
+        c.matrix = MATRIX_BT2020_NCL;
+        c.range = RANGE_LIMITED;
+        assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt2020));
+        assert_eq!(c.rgb_range(), Some(ColorRange::Limited));
+        c.matrix = MATRIX_RGB;
+        c.sar = (1, 0);
+        assert_eq!((c.rgb_matrix(), c.sample_aspect_ratio()), (None, None));
+    }
+}
