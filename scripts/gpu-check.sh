@@ -7,6 +7,7 @@
 #   GPU_CHECK_ONLY=ffmpeg scripts/gpu-check.sh run   # only the FFmpeg frame-path steps
 #   GPU_CHECK_ONLY=python scripts/gpu-check.sh run   # only the Python package steps
 #   GPU_CHECK_ONLY=core scripts/gpu-check.sh run     # all but the FFmpeg and Python steps
+#   GPU_SKIP_BENCH=1                                   # leave out the decode-pipeline benchmark
 #   GPU_CHURN_SECS=30 / GPU_CHURN_MAX=8                # churn soak length, subscriber processes
 #   CUFRAMES_RELEASE_CYCLES=1000                       # release-then-destroy cycles
 #   GPU_HOSTILE_SECS=10                                # hostile-subscriber run, per policy
@@ -204,7 +205,7 @@ ffmpeg_steps() {
     ff_ring_check 2 "-mode copy" "hwdownload,format=nv12" "hwdownload,format=nv12" copy
   step "FFmpeg: scale_cuda after the input device = scale_cuda after the decoder" \
     ff_ring_check 1 "" "scale_cuda=w=160:h=120,hwdownload,format=nv12" "scale_cuda=w=160:h=120,hwdownload,format=nv12" scale
-  step "FFmpeg: decode pipeline fps with and without the ring (1080p 1500 frames, 4K 600 frames; 0/1/8 readers)" ff_bench
+  [ -n "${GPU_SKIP_BENCH:-}" ] || step "FFmpeg: decode pipeline fps with and without the ring (1080p 1500 frames, 4K 600 frames; 0/1/8 readers)" ff_bench
   if [ -x "$out/ffmpeg_sys_libav" ]; then
     step "libav* API (ffmpeg-sys-next): cuframes input device gives AV_PIX_FMT_CUDA frames with hw_frames_ctx, bit-exact; demuxer, muxer, filter graph, failed open" \
       ffmpeg_sys_gpu

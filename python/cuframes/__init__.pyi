@@ -117,6 +117,10 @@ class Frame:
         zero-copy CUDA frame then waits for the device's primary context (``cuCtxSynchronize``).
         With exports alive the release happens when the last one is gone (without the stream).
         """
+    @property
+    def colour(self) -> Optional[Dict[str, Any]]:
+        """The ring's colour description (``range``, ``primaries``, ``transfer``, ``matrix``,
+        ``chroma_location`` in FFmpeg's numbering; ``sar`` as (num, den)), or None."""
     def to_rgb(
         self,
         dtype: str = "uint8",
@@ -130,7 +134,7 @@ class Frame:
 
         ``dtype``: "uint8" (0..255), "float16" or "float32" (0..1). ``layout``: "chw"
         (3, H, W) or "hwc" (H, W, 3). ``matrix``: "bt709", "bt601" or "bt2020"; ``range``:
-        "limited" or "full" (None: BT.709 limited). Chroma is taken from the nearest sample.
+        "limited" or "full" (None: the ring's colour description, else BT.709 limited). Chroma is taken from the nearest sample.
         CUDA frames are converted on the GPU into a pooled device buffer, queued on ``stream``
         (int CUstream or a torch/CuPy stream of the frame's device; None: the legacy default
         stream); host frames on the host (a NumPy-importable tensor). The frame stays usable;
@@ -194,11 +198,15 @@ class Subscriber:
         runtime_dir: Optional[str] = None,
         connect_timeout: float = 5.0,
         accept_zero_copy_overwrite: bool = False,
-        device: int = 0,
+        device: int = -1,
         spin: float = 0.0,
+        reconnect: Optional[float] = None,
     ) -> None:
-        """``spin``: seconds to poll the ring for a frame before each sleep (lower latency at
-        the cost of a busy CPU meanwhile; 0: sleep at once)."""
+        """``device``: -1 (default) = the publisher's GPU, found by its UUID; an explicit
+        ordinal that is another GPU is refused naming both UUIDs. ``spin``: seconds to poll the
+        ring for a frame before each sleep (lower latency at the cost of a busy CPU meanwhile;
+        0: sleep at once). ``reconnect``: seconds to wait for a restarted publisher of the key
+        and go on with it (None: the stream ends when the publisher goes)."""
     def next(self, timeout: Optional[float] = None) -> Optional[Frame]:
         """The next frame, or None after ``timeout`` seconds. At the end of the stream
         ``cuframes.Error`` with code DISCONNECTED."""
@@ -237,7 +245,9 @@ class Publisher:
         runtime_dir: Optional[str] = None,
         device: int = 0,
         ack_timeout: float = 1.0,
-    ) -> None: ...
+        colour: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        """``colour``: the ring's colour description, as ``Frame.colour`` gives it back."""
     def publish(
         self,
         planes: Sequence[Any],

@@ -206,9 +206,12 @@ impl Subscriber {
             seq: f.seq,
             pts_ns: crate::opt_ts(f.pts_ns),
             layout: f.layout.clone(),
+            colour: f.colour,
             memory,
             zero_copy,
-            device: self.device,
+            // The ordinal this process sees the frame's GPU as (resolved from the publisher's
+            // GPU UUID), which DLPack's device id must name.
+            device: f.cuda_device().map_or(self.device.max(0), |d| d.ordinal()),
             rgb: self.rgb.clone(),
             shared: Arc::new(FrameShared {
                 state: Mutex::new(FrameState {
@@ -243,7 +246,7 @@ impl Subscriber {
 impl Subscriber {
     #[new]
     #[pyo3(signature = (key, name="python", mode="copy", runtime_dir=None, connect_timeout=5.0,
-                        accept_zero_copy_overwrite=false, device=0, spin=0.0))]
+                        accept_zero_copy_overwrite=false, device=-1, spin=0.0, reconnect=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -255,6 +258,7 @@ impl Subscriber {
         accept_zero_copy_overwrite: bool,
         device: i32,
         spin: f64,
+        reconnect: Option<f64>,
     ) -> PyResult<Self> {
         let mode = match mode {
             "copy" => SubscriberMode::Copy,
@@ -275,6 +279,7 @@ impl Subscriber {
             connect_timeout: duration("connect_timeout", connect_timeout)?,
             accept_zero_copy_overwrite,
             spin: duration("spin", spin)?,
+            reconnect: reconnect.map(|s| duration("reconnect", s)).transpose()?,
             ..SubscriberOptions::default()
         };
         let sub = py
@@ -353,6 +358,7 @@ pub struct Frame {
     #[pyo3(get)]
     pts_ns: Option<i64>,
     layout: Arc<FrameLayout>,
+    colour: Option<cuframes_core::colour::ColourInfo>,
     memory: MemoryKind,
     #[pyo3(get)]
     zero_copy: bool,
@@ -500,11 +506,29 @@ impl Frame {
         Ok(())
     }
 
+    /// The colour description the publisher gave the ring (a dict: `range`, `primaries`,
+    /// `transfer`, `matrix`, `chroma_location` in FFmpeg's numbering, `sar` as a (num, den)
+    /// tuple), or None when it gave none. `to_rgb` uses its matrix and range by default.
+    #[getter]
+    fn colour<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(c) = &self.colour else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("range", c.range)?;
+        d.set_item("primaries", c.primaries)?;
+        d.set_item("transfer", c.transfer)?;
+        d.set_item("matrix", c.matrix)?;
+        d.set_item("chroma_location", c.chroma_location)?;
+        d.set_item("sar", c.sar)?;
+        Ok(Some(d))
+    }
+
     /// The frame as an RGB image (a `cuframes.Tensor`; `torch.from_dlpack` takes it without
     /// a copy): `dtype` "uint8" (0..255), "float16" or "float32" (0..1); `layout` "chw"
     /// (3, H, W) or "hwc" (H, W, 3); `matrix` "bt709" / "bt601" / "bt2020" and `range`
-    /// "limited" / "full" say how to read the YUV samples (None: BT.709 limited, until the
-    /// ring carries the frame's own). CUDA frames are converted on the GPU into a pooled
+    /// "limited" / "full" say how to read the YUV samples (None: the ring's colour description
+    /// where the publisher gave one, else BT.709 limited). CUDA frames are converted on the GPU into a pooled
     /// device buffer, queued on `stream` (an int CUstream or a torch/CuPy stream of the
     /// frame's device, in its primary context; None: the legacy default stream); host frames
     /// on the host. The frame stays usable; its release waits for the conversion.
@@ -518,7 +542,7 @@ impl Frame {
         range: Option<&str>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<rgb::Tensor> {
-        let spec = rgb::parse_spec(dtype, layout, matrix, range)?;
+        let spec = rgb::parse_spec(dtype, layout, matrix, range, self.colour.as_ref())?;
         let stream = match stream {
             Some(s) => stream_handle(s)?,
             None => None,

@@ -86,6 +86,31 @@ fn plane_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     view.call_method0("tobytes")?.extract::<Vec<u8>>()
 }
 
+/// A ring's colour description from a dict in FFmpeg's numbering (`range`, `primaries`,
+/// `transfer`, `matrix`, `chroma_location`: ints; `sar`: a (num, den) tuple), as
+/// `Frame.colour` gives it back; missing keys are unspecified.
+fn parse_colour(d: &Bound<'_, pyo3::types::PyDict>) -> PyResult<cuframes_core::colour::ColourInfo> {
+    let mut c = cuframes_core::colour::ColourInfo::default();
+    for (k, v) in d.iter() {
+        let k: String = k.extract()?;
+        match k.as_str() {
+            "range" => c.range = v.extract()?,
+            "primaries" => c.primaries = v.extract()?,
+            "transfer" => c.transfer = v.extract()?,
+            "matrix" => c.matrix = v.extract()?,
+            "chroma_location" => c.chroma_location = v.extract()?,
+            "sar" => c.sar = v.extract()?,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "colour has no key {other:?} (range, primaries, transfer, matrix, \
+                     chroma_location, sar)"
+                )))
+            }
+        }
+    }
+    Ok(c)
+}
+
 /// `CU_STREAM_LEGACY`: the stream a device copy runs on when the caller names none (it
 /// waits for the work of every blocking stream, as torch's and CuPy's default streams are).
 const LEGACY_STREAM: usize = 1;
@@ -189,7 +214,7 @@ impl Publisher {
     #[new]
     #[pyo3(signature = (key, format="nv12", width=None, height=None, memory="host",
                         policy="drop_oldest", ring_size=4, runtime_dir=None, device=0,
-                        ack_timeout=1.0))]
+                        ack_timeout=1.0, colour=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -203,6 +228,7 @@ impl Publisher {
         runtime_dir: Option<std::path::PathBuf>,
         device: i32,
         ack_timeout: f64,
+        colour: Option<&Bound<'_, pyo3::types::PyDict>>,
     ) -> PyResult<Self> {
         let (Some(width), Some(height)) = (width, height) else {
             return Err(PyTypeError::new_err("Publisher needs width= and height="));
@@ -231,6 +257,7 @@ impl Publisher {
             policy,
             ack_timeout: duration("ack_timeout", ack_timeout)?,
             memory,
+            colour: colour.map(parse_colour).transpose()?,
             ..FrameRingConfig::new(format, width, height)
         };
         let p = create_publisher(py, key, runtime_dir, |p| p.enable_frames(config))?;

@@ -352,6 +352,7 @@ pub fn parse_spec(
     layout: &str,
     matrix: Option<&str>,
     range: Option<&str>,
+    described: Option<&cuframes_core::colour::ColourInfo>,
 ) -> PyResult<RgbSpec> {
     let dtype = match dtype {
         "uint8" | "u8" => RgbDtype::U8,
@@ -372,7 +373,18 @@ pub fn parse_spec(
             )))
         }
     };
-    let matrix = match matrix.unwrap_or("bt709") {
+    // Unnamed: what the ring's colour description says, else BT.709 limited.
+    let matrix_default = described
+        .and_then(|c| c.rgb_matrix())
+        .unwrap_or(ColorMatrix::Bt709);
+    let range_default = described
+        .and_then(|c| c.rgb_range())
+        .unwrap_or(ColorRange::Limited);
+    let matrix = match matrix.unwrap_or(match matrix_default {
+        ColorMatrix::Bt601 => "bt601",
+        ColorMatrix::Bt709 => "bt709",
+        ColorMatrix::Bt2020 => "bt2020",
+    }) {
         "bt709" => ColorMatrix::Bt709,
         "bt601" | "smpte170m" | "bt470bg" => ColorMatrix::Bt601,
         "bt2020" | "bt2020nc" => ColorMatrix::Bt2020,
@@ -382,7 +394,10 @@ pub fn parse_spec(
             )))
         }
     };
-    let range = match range.unwrap_or("limited") {
+    let range = match range.unwrap_or(match range_default {
+        ColorRange::Limited => "limited",
+        ColorRange::Full => "full",
+    }) {
         "limited" | "tv" | "mpeg" => ColorRange::Limited,
         "full" | "pc" | "jpeg" => ColorRange::Full,
         other => {

@@ -108,3 +108,35 @@ def test_bad_arguments_are_clear(runtime_dir, key, kwargs, match):
             with sub.next(timeout=5) as frame:
                 with pytest.raises(ValueError, match=match):
                     frame.to_rgb(**kwargs)
+
+
+def test_to_rgb_defaults_to_the_rings_colour_description(runtime_dir, key):
+    """A ring described as BT.601 full range converts as BT.601 full by default (FFmpeg's
+    numbering: matrix 6 = SMPTE 170M, range 2 = full); arguments still override it."""
+    planes = random_planes("nv12", seed=5)
+    described = {"range": 2, "primaries": 6, "transfer": 6, "matrix": 6, "chroma_location": 1, "sar": (4, 3)}
+    with cuframes.Publisher(key, format="nv12", width=W, height=H, colour=described) as pub:
+        with cuframes.Subscriber(key, mode="copy") as sub:
+            assert pub.wait_for_subscribers(1)
+            pub.publish(planes)
+            with sub.next(timeout=5) as frame:
+                assert frame.colour == described
+                src = plane_arrays(frame)
+                got = np.asarray(frame.to_rgb(dtype="float32"))
+                want = to_rgb("nv12", src, W, H, "bt601", "full")
+                assert max_abs_diff(got, quantise(want, "float32")) <= TOLERANCE["float32"]
+                other = to_rgb("nv12", src, W, H, "bt709", "limited")
+                assert max_abs_diff(got, quantise(other, "float32")) > 0.01
+                forced = np.asarray(frame.to_rgb(dtype="float32", matrix="bt709", range="limited"))
+                assert max_abs_diff(forced, quantise(other, "float32")) <= TOLERANCE["float32"]
+    with pytest.raises(ValueError, match="no key"):
+        cuframes.Publisher(key, format="nv12", width=W, height=H, colour={"gamma": 1})
+
+
+def test_a_ring_without_a_description_has_no_colour(runtime_dir, key):
+    with cuframes.Publisher(key, format="nv12", width=W, height=H) as pub:
+        with cuframes.Subscriber(key, mode="copy") as sub:
+            assert pub.wait_for_subscribers(1)
+            pub.publish(random_planes("nv12", 2))
+            with sub.next(timeout=5) as frame:
+                assert frame.colour is None
