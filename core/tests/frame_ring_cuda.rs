@@ -402,6 +402,57 @@ fn publication_on_the_stream_follows_the_gpu_work_and_does_not_block() {
     assert_eq!(seen.last(), Some(&3));
 }
 
+/// Defect: publish_on_stream queued its host function before storing the slot's pts, so on
+/// an idle stream the frame became visible with the previous occupant's pts (FFmpeg readers
+/// then dropped frames as out of order). Every frame must arrive with its own pts.
+#[test]
+fn frames_published_on_an_idle_stream_carry_their_own_pts() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let env = TestEnv::new("onstreampts");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(cuda_ring(2, Policy::StrictWait)).unwrap();
+    let mut s = Subscriber::connect(
+        &env.key,
+        &SubscriberOptions {
+            mode: SubscriberMode::ZeroCopy,
+            cuda_device: 0,
+            ..env.subscriber_options("onstreampts")
+        },
+    )
+    .unwrap();
+    let dev = CudaDevice::open(0).unwrap();
+    let _current = dev.push_current().unwrap();
+    let stream = Stream::new(&dev).unwrap();
+    let frames = 500u64;
+    let reader = std::thread::spawn(move || {
+        let mut wrong = Vec::new();
+        for want in 1..=frames {
+            let f = s.next_frame(Some(Duration::from_secs(10))).unwrap();
+            if f.pts_ns != want as i64 * 40_000_000 {
+                wrong.push((f.seq, f.pts_ns));
+            }
+            // SAFETY: null stream: nothing reads the frame any more.
+            unsafe { f.release_after_stream(std::ptr::null_mut()) };
+        }
+        wrong
+    });
+    for n in 1..=frames {
+        let slot = p.acquire().unwrap();
+        // SAFETY: our own live, idle stream, of the current context.
+        unsafe { p.publish_on_stream(slot, stream.raw(), Some(n as i64 * 40_000_000)) }.unwrap();
+    }
+    let wrong = reader.join().unwrap();
+    assert!(
+        wrong.is_empty(),
+        "{} frames with another frame's pts, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}
+
 /// Teardown with publications still queued behind GPU work: dropping the publisher waits for
 /// them (the copy may still write the slots), leaves no mapping behind, and the key can be
 /// published again at once.

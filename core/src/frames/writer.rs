@@ -355,18 +355,31 @@ impl FrameWriter {
             self.wait_published(st.last_seq)?;
         }
         let k = self.slot_of(slot.seq);
+        // The slot's pts and size before the host function is queued: it may run at once,
+        // and readers read them as soon as it has made the seq valid. (They were stored after
+        // the queueing at first: a fast stream published frames with the previous frame's pts,
+        // and FFmpeg readers dropped them as out of order.)
+        self.store_slot_fields(k, pts_ns);
         // SAFETY: our contract is enqueue's.
         unsafe { self.publication.enqueue(stream, k, slot.seq) }?;
-        self.commit(&mut st, &slot, pts_ns);
+        self.record(&mut st, &slot);
         st.pending_stream = stream as usize;
         Ok(slot.seq)
     }
 
-    /// The writer's side of a publication: the slot's pts and size (read by subscribers only
-    /// once its seq is valid) and our own record; returns the slot index.
+    /// The writer's side of a publication: the slot's pts and size, then our own record;
+    /// returns the slot index.
     fn commit(&self, st: &mut WriterState, slot: &AcquiredSlot, pts_ns: Option<i64>) -> usize {
         // The seq was checked against our own record; `slot.index` is the caller's copy.
         let k = self.slot_of(slot.seq);
+        self.store_slot_fields(k, pts_ns);
+        self.record(st, slot);
+        k
+    }
+
+    /// The slot's pts and size, read by subscribers only once its seq is valid (it is invalid
+    /// from the acquire on), so stored before the seq is.
+    fn store_slot_fields(&self, k: usize, pts_ns: Option<i64>) {
         self.shm.slot_pts(k).store(
             pts_ns.unwrap_or_else(monotonic_ns) as u64,
             Ordering::Relaxed,
@@ -374,10 +387,13 @@ impl FrameWriter {
         self.shm
             .slot_written(k)
             .store(self.layout.frame_size as u64, Ordering::Relaxed);
-        st.slot_seq[k] = slot.seq;
+    }
+
+    /// Our own record of a published (or queued) frame.
+    fn record(&self, st: &mut WriterState, slot: &AcquiredSlot) {
+        st.slot_seq[self.slot_of(slot.seq)] = slot.seq;
         st.last_seq = slot.seq;
         st.acquired = None;
-        k
     }
 
     /// Wait until frame `seq` (0: none) is visible, when a stream still holds its publication.

@@ -317,7 +317,9 @@ impl Publisher {
 
     /// The device of a CUDA frame ring; `None` for a host ring or before `enable_frames`.
     pub fn cuda_device(&self) -> Option<Arc<crate::cuda::CudaDevice>> {
-        self.inner.ring().and_then(|r| r.slots.cuda_device().cloned())
+        self.inner
+            .ring()
+            .and_then(|r| r.slots.cuda_device().cloned())
     }
 
     /// Take the next slot to write (waits for ACKs under STRICT_WAIT).
