@@ -3,13 +3,15 @@
 //! what a pitched copy needs (address, pitch) after checking it against the ring's plane
 //! geometry.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::CStr;
 
 use cuframes_core::format::Plane as PlaneGeometry;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
+
+use crate::dlpack::DLManagedTensor;
 
 const KDL_CUDA: i32 = crate::dlpack::KDL_CUDA;
 const KDL_CUDA_MANAGED: i32 = 13;
@@ -137,31 +139,6 @@ impl Drop for ConsumedDlpack {
             }
         });
     }
-}
-
-#[repr(C)]
-struct DLDataType {
-    code: u8,
-    bits: u8,
-    lanes: u16,
-}
-
-#[repr(C)]
-struct DLTensor {
-    data: *mut c_void,
-    device: crate::dlpack::DLDevice,
-    ndim: i32,
-    dtype: DLDataType,
-    shape: *mut i64,
-    strides: *mut i64,
-    byte_offset: u64,
-}
-
-#[repr(C)]
-struct DLManagedTensor {
-    dl_tensor: DLTensor,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
 }
 
 fn from_dlpack(
