@@ -201,10 +201,10 @@ fn size_changes_make_new_ring_generations_that_readers_follow() {
                     "cuframes",
                     "-framerate",
                     "25",
-                    "-connect_timeout",
-                    "30000",
-                    "-timeout",
-                    "30000",
+                    "-wait_publisher",
+                    "30",
+                    "-read_timeout",
+                    "30",
                     "-i",
                     &key,
                     "-f",
@@ -227,7 +227,7 @@ fn size_changes_make_new_ring_generations_that_readers_follow() {
                 "-vf",
                 &format!(
                     "{chain},hwupload_cuframes=key={key}:memory=host:policy={policy}:\
-                     ring_size=16:ack_timeout=10000:wait_subscribers=2:wait_timeout=30000"
+                     ring_size=16:ack_timeout=10:wait_subscribers=2:wait_timeout=30"
                 ),
                 "-f",
                 "null",
@@ -379,10 +379,10 @@ fn colour_tags_and_aspect_ratio_survive_the_ring() {
                 "cuframes",
                 "-framerate",
                 "25",
-                "-connect_timeout",
-                "30000",
-                "-timeout",
-                "30000",
+                "-wait_publisher",
+                "30",
+                "-read_timeout",
+                "30",
                 "-i",
                 &key,
             ];
@@ -407,7 +407,7 @@ fn colour_tags_and_aspect_ratio_survive_the_ring() {
                 "-vf",
                 &format!(
                     "{chain},hwupload_cuframes=key={key}:memory=host:policy=strict_wait:\
-                     ack_timeout=10000:wait_subscribers=2:wait_timeout=30000"
+                     ack_timeout=10:wait_subscribers=2:wait_timeout=30"
                 ),
                 "-f",
                 "null",

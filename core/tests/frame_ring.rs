@@ -2,7 +2,7 @@
 
 use cuframes_test_support as common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::TestEnv;
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
@@ -268,6 +268,80 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
             "{policy:?}: every frame in order, each with its own layout"
         );
     }
+}
+
+/// Defect (CI, the FFmpeg 7.1 size-change test): a publisher that replaced its ring and ended
+/// soon after went away before a reader still draining the old ring had subscribed to the new
+/// one (which needs the publisher's socket), so that reader lost the whole last generation
+/// although nothing had overwritten it. The publisher's end now waits, up to the ring's ack
+/// timeout, for the readers its replacement sent away; one that never comes back costs that
+/// bound, no more.
+#[test]
+fn a_publisher_ending_right_after_a_replacement_waits_for_its_readers() {
+    let config = |w, h, ack_timeout| {
+        let mut c = FrameRingConfig::new(Format::Nv12, w, h);
+        c.policy = Policy::DropOldest;
+        c.ring_size = 8;
+        c.ack_timeout = ack_timeout;
+        c
+    };
+    let env = TestEnv::new("regen-end");
+    let mut opts = env.subscriber_options("regen-end");
+    opts.connect_timeout = Duration::from_secs(2);
+
+    // A reader that has read nothing when the stream ends gets both generations.
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(config(64, 48, Duration::from_secs(10)))
+        .unwrap();
+    let mut s = Subscriber::connect(&env.key, &opts).unwrap();
+    for seq in 1..=3 {
+        publish(&p, seq);
+    }
+    p.replace_frames(config(80, 40, Duration::from_secs(10)))
+        .unwrap();
+    for seq in 1..=3 {
+        publish(&p, seq);
+    }
+    let ended = std::thread::spawn(move || {
+        let t = Instant::now();
+        drop(p);
+        t.elapsed()
+    });
+    std::thread::sleep(Duration::from_millis(200)); // the publisher is ending meanwhile
+    let mut got = Vec::new();
+    let end = loop {
+        match s.next_frame(Some(Duration::from_secs(10))) {
+            Ok(f) => {
+                let ok = common::verify_frame(&f, &common::planes_for(&f.layout, f.seq));
+                got.push((f.layout.width, f.seq, ok));
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(end.code(), ErrorCode::Disconnected, "{end}");
+    let want: Vec<_> = [64, 64, 64, 80, 80, 80]
+        .into_iter()
+        .zip([1, 2, 3, 1, 2, 3])
+        .map(|(w, seq)| (w, seq, true))
+        .collect();
+    assert_eq!(got, want, "every frame of both generations ({end})");
+    assert_eq!(s.ring_generations(), 1);
+    let took = ended.join().unwrap();
+    assert!(took < Duration::from_secs(5), "the end waited {took:?}");
+
+    // A reader that leaves instead of coming back delays the end by the ack timeout at most.
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(config(64, 48, Duration::from_millis(300)))
+        .unwrap();
+    let s = Subscriber::connect(&env.key, &opts).unwrap();
+    publish(&p, 1);
+    p.replace_frames(config(80, 40, Duration::from_millis(300)))
+        .unwrap();
+    drop(s);
+    let t = Instant::now();
+    drop(p);
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
 }
 
 /// With `reconnect`, a publisher that does not come back within the bound ends the stream as

@@ -448,7 +448,8 @@ static const AVOption cuframes_upload_options[] = {
           0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_POLICY_DROP_OLDEST }, 0, 0, FLAGS, .unit = "policy" },
         { "strict_wait", "wait for every subscriber's ACK: each one sees every frame",
           0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_POLICY_STRICT_WAIT }, 0, 0, FLAGS, .unit = "policy" },
-    { "ack_timeout", "strict_wait: how long a subscriber may hold a frame without ACKing before it is declared dead",
+    { "ack_timeout", "strict_wait: how long a subscriber may hold a frame without ACKing before it is declared dead; "
+      "also how long the end waits for subscribers following a size change",
       OFFSET(ack_timeout), AV_OPT_TYPE_DURATION, { .i64 = 1000000 }, 1000, UINT32_MAX * INT64_C(1000), FLAGS },
     { "memory", "where the ring's slots live",
       OFFSET(memory), AV_OPT_TYPE_INT, { .i64 = MEMORY_AUTO }, -1, 1, FLAGS, .unit = "memory" },

@@ -44,6 +44,8 @@ pub struct FrameRingConfig {
     pub ring_size: usize,
     pub policy: Policy,
     /// STRICT_WAIT: how long a publish waits for a subscriber's ACK before declaring it dead.
+    /// Both policies: how long a ring replacement (STRICT_WAIT) and the publisher's end wait
+    /// for the subscribers a replacement sent away to subscribe again.
     pub ack_timeout: Duration,
     pub memory: MemoryChoice,
     /// The stream's colour description and sample aspect ratio, announced to subscribers

@@ -257,7 +257,8 @@ impl Publisher {
     /// old ring ends (its subscribers drain what it holds, get SHUTDOWN with reason
     /// NEW_RING and subscribe again, our subscriber by itself), the new one has `config`'s
     /// geometry, format and colour. Under STRICT_WAIT this waits, up to the ack timeout, until
-    /// as many frame subscribers as the old ring had are back. Subscribers that join a
+    /// as many frame subscribers as the old ring had are back; under both policies the
+    /// publisher's end waits for them the same way, so that the last generation reaches them. Subscribers that join a
     /// replacement ring before it has wrapped start at its first frame (they are the old
     /// ring's readers coming back), so a returning reader misses none of its frames. Packet
     /// subscribers are not affected.
@@ -294,14 +295,18 @@ impl Publisher {
         };
         self.inner.wake_server();
         if config.policy == crate::wire::Policy::StrictWait && fresh > 0 {
-            let deadline = std::time::Instant::now() + config.ack_timeout;
-            while self.inner.table().frame_subscribers() < fresh
-                && std::time::Instant::now() < deadline
-            {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            self.wait_for_returns(config.ack_timeout);
         }
         Ok(())
+    }
+
+    /// Wait, at most `bound`, until the subscribers that ring replacements sent away have
+    /// subscribed again (as many admissions as there were retirements).
+    fn wait_for_returns(&self, bound: Duration) {
+        let deadline = std::time::Instant::now() + bound;
+        while self.inner.table().awaiting_returns() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     fn ring(&self) -> Result<Arc<FrameWriter>> {
@@ -576,6 +581,17 @@ impl Publisher {
     }
 
     fn shutdown(&mut self) {
+        if self.inner.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        // Readers sent away by the last ring replacement can only read the new ring's frames
+        // once they have subscribed to it, which needs this publisher's socket: give them up
+        // to the ring's ack timeout to come back before the socket goes (under DROP_OLDEST
+        // too: a short stream's last generation would otherwise be lost to every reader
+        // still draining the old ring when the stream ends).
+        if let Some(ring) = self.inner.ring() {
+            self.wait_for_returns(ring.ack_timeout);
+        }
         if self.inner.stopping.swap(true, Ordering::SeqCst) {
             return;
         }

@@ -49,6 +49,12 @@ pub struct Entry {
 #[derive(Default)]
 pub struct Table {
     entries: [Option<Entry>; MAX_SUBSCRIBERS + 1],
+    /// Frame subscribers admitted so far (every generation).
+    frame_admissions: u64,
+    /// The admission count at which every subscriber retired by a replacement is back
+    /// (counting those still away from earlier replacements): the publisher's own record of
+    /// who it sent away, never the subscribers' word.
+    returns_due: u64,
 }
 
 impl Table {
@@ -58,6 +64,7 @@ impl Table {
     }
 
     pub fn insert(&mut self, bit: usize, entry: Entry) {
+        self.frame_admissions += u64::from(entry.wants_frames);
         self.entries[bit] = Some(entry);
     }
 
@@ -99,7 +106,15 @@ impl Table {
                 e.retired = true;
             }
         }
+        self.returns_due = self.returns_due.max(self.frame_admissions) + n as u64;
         n
+    }
+
+    /// Subscribers that a ring replacement sent away have not all been admitted again (one
+    /// admission counts for one of them, whoever it is: the wait for them is bounded, not
+    /// exact).
+    pub fn awaiting_returns(&self) -> bool {
+        self.frame_admissions < self.returns_due
     }
 
     /// Live frame subscribers of the current ring.
@@ -184,6 +199,38 @@ mod tests {
             1,
             "already retired ones count once"
         );
+    }
+
+    /// Returns owed across replacements: one that has not come back from the first
+    /// replacement is still awaited after the second, and newcomers count like returns.
+    #[test]
+    fn retired_subscribers_are_awaited_until_as_many_are_admitted_again() {
+        let mut t = Table::default();
+        assert!(!t.awaiting_returns(), "nothing replaced yet");
+        t.insert(1, entry(10, 0));
+        t.insert(2, entry(11, 0));
+        assert_eq!(t.retire_frame_subscribers(), 2);
+        assert!(t.awaiting_returns());
+        t.remove(1);
+        t.insert(1, entry(12, 0)); // the first is back
+        assert!(t.awaiting_returns(), "one of two is back");
+        assert_eq!(t.retire_frame_subscribers(), 1, "a second replacement");
+        t.remove(1);
+        t.insert(1, entry(13, 0)); // the one of the second replacement
+        assert!(
+            t.awaiting_returns(),
+            "the first replacement's slow one is still away"
+        );
+        t.remove(2);
+        let mut packets_only = entry(14, 0);
+        packets_only.wants_frames = false;
+        t.insert(3, packets_only);
+        assert!(
+            t.awaiting_returns(),
+            "a packet subscriber is no frame reader's return"
+        );
+        t.insert(2, entry(15, 0));
+        assert!(!t.awaiting_returns());
     }
 
     /// Defect: `declare_dead` kicked whoever held a missing bit at kick time. If the bit was
