@@ -103,7 +103,7 @@ ff_ring_check() { # readers, reader_opts, reader_filters, direct_filters, tag
 # hwupload_cuframes with 0, 1 (strict_wait, zero copy) and 8 `-f cuframes` readers; each
 # configuration GPU_BENCH_REPS (2) times, ratios to the decode-only run of the same round.
 ff_bench() {
-  local ff="$out/ffmpeg" d n size rep readers ref pids fps i key opts
+  local ff="$out/ffmpeg" d n size rep readers ring cfg ref pids fps i key opts
   d=$(mktemp -d /tmp/cuframes-ffb.XXXXXX)
   for size in 1080p 4k; do
     case $size in
@@ -116,20 +116,24 @@ ff_bench() {
       ref=$("$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
         -i "$d/clip.h264" -f null -progress pipe:1 -stats_period 0.1 -nostats - | python3 "$out/steady_fps.py")
       echo "$size round $rep: decode only (nvdec, CUDA frames): $ref fps"
-      for readers in 0 1 8; do
-        key="gpuffb-$$-$size-$rep-$readers"; pids=()
+      # readers:ring_size. A STRICT_WAIT ring of 8 slots holds 8 frames in flight across
+      # every reader's FFmpeg pipeline (each holds frames in its queues until its muxer is
+      # done with them); 32 slots shows what the ring's depth costs.
+      for cfg in 0:8 1:8 8:8 1:32 8:32; do
+        readers=${cfg%:*}; ring=${cfg#*:}
+        key="gpuffb-$$-$size-$rep-$readers-$ring"; pids=()
         for i in $(seq 1 "$readers"); do
           "$ff" -hide_banner -nostdin -loglevel error -f cuframes -wait_publisher 30 -read_timeout 30 -name "b$i" \
             -i "$key" -f null - 2>"$d/r$i.log" & pids+=($!)
         done
         opts="hwupload_cuframes=key=$key"
-        [ "$readers" -gt 0 ] && opts="$opts:policy=strict_wait:wait_subscribers=$readers:wait_timeout=30:ring_size=8:ack_timeout=10"
+        [ "$readers" -gt 0 ] && opts="$opts:policy=strict_wait:wait_subscribers=$readers:wait_timeout=30:ring_size=$ring:ack_timeout=10"
         # Steady state (scripts/steady_fps.py): the wait for the readers, before the first
         # frame comes out, is not counted.
         fps=$("$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
           -i "$d/clip.h264" -vf "$opts" -f null -progress pipe:1 -stats_period 0.1 -nostats - | python3 "$out/steady_fps.py")
         for i in "${pids[@]}"; do wait "$i" || echo "reader $i failed: $(tail -2 "$d/r$i.log")"; done
-        echo "$size round $rep: decode + hwupload_cuframes, $readers reader(s): $fps fps = $(awk -v a="$fps" -v b="$ref" 'BEGIN { printf "%.1f", 100 * a / b }') % of decode only"
+        echo "$size round $rep: decode + hwupload_cuframes, $readers reader(s), ring $ring: $fps fps = $(awk -v a="$fps" -v b="$ref" 'BEGIN { printf "%.1f", 100 * a / b }') % of decode only"
         rm -f /dev/shm/cuframes-"$key"*
       done
     done

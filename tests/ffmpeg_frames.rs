@@ -73,7 +73,8 @@ fn through_ring(env: &Scratch, fmt: &str, policy: &str) -> Vec<String> {
         );
         readers.push((i, out, log));
     }
-    // -re paces the publisher at 25 fps: under drop_oldest nobody waits for the readers.
+    // -re lets FFmpeg's initial burst (0.5 s, all 8 frames) through at once: under drop_oldest
+    // nobody waits for the readers, and a ring of 16 slots holds every frame for them.
     let filter = format!(
         "format={fmt},hwupload_cuframes=key={key}:memory=host:policy={policy}:ring_size={ring}:\
          ack_timeout=10:wait_subscribers={READERS}:wait_timeout=30"
@@ -215,11 +216,17 @@ fn size_changes_make_new_ring_generations_that_readers_follow() {
             readers.push((p, out, log, reinit));
         }
         let pub_log = format!("{key}-pub");
-        // -re: under drop_oldest nobody waits; at 25 fps the readers keep up and follow.
+        // Real time: -re with an initial burst of 1 ms (FFmpeg's default burst, 0.5 s, is the
+        // whole source, and 0 means that default). Under drop_oldest nobody waits, and a
+        // reader follows a new ring only while its generation lasts (in a burst of 9 frames
+        // readers skipped the middle one). At 25 fps each generation lasts 80-160 ms;
+        // following one takes about a millisecond.
         let publisher = env.spawn_ffmpeg(
             &pub_log,
             &[
                 "-re",
+                "-readrate_initial_burst",
+                "0.001",
                 "-f",
                 "lavfi",
                 "-i",

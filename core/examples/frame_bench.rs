@@ -88,8 +88,9 @@ fn cpu_time() -> Duration {
 /// The machine's own wake-up: a process sleeping in FUTEX_WAIT on a shared word, woken by
 /// another that stores a timestamp and bumps the word (what a sleeping subscriber's wake-up
 /// costs at the least). Child side: sleeps, records now - timestamp per wake, until the word
-/// is u32::MAX.
-fn futex_child(name: &str) {
+/// is u32::MAX. With `spin` it polls the word instead (PAUSE between loads, as a spinning
+/// subscriber does): what a spinning subscriber's handoff costs at the least.
+fn futex_child(name: &str, spin: bool) {
     let (_fd, map) = cuframes_core::shm::open(name, 64, true).expect("open");
     let word = map.atomic_u32(0);
     let stamp = map.atomic_u64(8);
@@ -104,6 +105,10 @@ fn futex_child(name: &str) {
         if v != last {
             lat.push(monotonic_ns() - stamp.load(Ordering::Acquire) as i64);
             last = v;
+            continue;
+        }
+        if spin {
+            std::hint::spin_loop();
             continue;
         }
         // SAFETY: FUTEX_WAIT on a word of our shared mapping (alive across the call); the
@@ -122,15 +127,16 @@ fn futex_child(name: &str) {
     println!("lat 0 {}", text.join(" "));
 }
 
-/// Parent side of `futex_child`: `count` handoffs at `period`; latency p50/p99 in µs.
-fn futex_handoff(period: Duration, count: u64) -> (f64, f64) {
+/// Parent side of `futex_child`: `count` handoffs at `period` to a sleeping (or, with `spin`,
+/// polling) child; latency p50/p99 in µs.
+fn futex_handoff(period: Duration, count: u64, spin: bool) -> (f64, f64) {
     let name = format!("cuframes-bench-futex-{}", std::process::id());
     let (_fd, map) = cuframes_core::shm::create(&name, 64, 0o600).unwrap();
     let word = map.atomic_u32(0);
     let stamp = map.atomic_u64(8);
     let exe = std::env::current_exe().unwrap();
     let mut c = Command::new(exe)
-        .args(["--futex-child", &name])
+        .args(["--futex-child", &name, if spin { "spin" } else { "sleep" }])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -479,7 +485,7 @@ fn main() {
         return child(&args[2], acks, Duration::from_micros(spin), copy);
     }
     if args.get(1).map(String::as_str) == Some("--futex-child") {
-        return futex_child(&args[2]);
+        return futex_child(&args[2], args.get(3).map(String::as_str) == Some("spin"));
     }
     if args.get(1).map(String::as_str) == Some("--idle-child") {
         return idle_child(&args[2]);
@@ -554,13 +560,21 @@ fn wake_ups(frames: u64) {
             Duration::from_millis(2),
         ),
     ] {
-        let (b50, b99) = futex_handoff(period, n);
+        let (b50, b99) = futex_handoff(period, n, false);
         println!(
             "| {label} | futex handoff (baseline) | {b50:.1} µs | {b99:.1} µs | 1.00 | 1.00 | |"
         );
-        for (path, spin) in [
-            ("ring, sleeping subscriber", Duration::ZERO),
-            ("ring, spinning subscriber", spin),
+        let (s50, s99) = futex_handoff(period, n, true);
+        println!(
+            "| {label} | busy-poll handoff (baseline for spinning) | {s50:.1} µs | {s99:.1} µs | {:.2} | {:.2} | |",
+            s50 / b50,
+            s99 / b99
+        );
+        // Each ring path against its own baseline: sleeping against the futex handoff,
+        // spinning against the busy-poll handoff.
+        for (path, spin, base50, base99) in [
+            ("ring, sleeping subscriber", Duration::ZERO, b50, b99),
+            ("ring, spinning subscriber", spin, s50, s99),
         ] {
             let r = run_config(Config {
                 spin,
@@ -569,14 +583,14 @@ fn wake_ups(frames: u64) {
             let spin_note = if spin.is_zero() {
                 String::new()
             } else {
-                format!(" (spin {spin:?})")
+                format!(" (spin {spin:?}; ratios to the busy-poll handoff)")
             };
             println!(
                 "| {label} | {path}{spin_note} | {:.1} µs | {:.1} µs | {:.2} | {:.2} | {:.1} % |",
                 r.p50,
                 r.p99,
-                r.p50 / b50,
-                r.p99 / b99,
+                r.p50 / base50,
+                r.p99 / base99,
                 r.cpu * 100.0
             );
         }
