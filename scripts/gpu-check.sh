@@ -126,8 +126,8 @@ ff_bench() {
           "$ff" -hide_banner -nostdin -loglevel error -f cuframes -wait_publisher 30 -read_timeout 30 -name "b$i" \
             -i "$key" -f null - 2>"$d/r$i.log" & pids+=($!)
         done
-        opts="hwupload_cuframes=key=$key"
-        [ "$readers" -gt 0 ] && opts="$opts:policy=strict_wait:wait_subscribers=$readers:wait_timeout=30:ring_size=$ring:ack_timeout=10"
+        opts="hwupload_cuframes=key=$key:ring_size=$ring"
+        [ "$readers" -gt 0 ] && opts="$opts:policy=strict_wait:wait_subscribers=$readers:wait_timeout=30:ack_timeout=10"
         # Steady state (scripts/steady_fps.py): the wait for the readers, before the first
         # frame comes out, is not counted.
         fps=$("$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
