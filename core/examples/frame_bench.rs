@@ -199,6 +199,9 @@ enum Publish {
     AfterStream,
     /// `publish_on_stream`: a host function behind the copy publishes.
     OnStream,
+    /// No GPU work per frame (the slot is not rewritten) and a plain `publish`: what the
+    /// ring's handoff costs without the publisher's CUDA calls just before it.
+    Plain,
 }
 
 /// One benchmark run.
@@ -215,6 +218,8 @@ struct Config {
     spin: Duration,
     /// Subscribers in COPY mode (each copies every frame on the GPU in its own context).
     copy: bool,
+    /// Slots in host memory instead of CUDA VMM (implies `Publish::Plain`).
+    host: bool,
 }
 
 impl Config {
@@ -230,6 +235,7 @@ impl Config {
             publish: Publish::AfterStream,
             spin: Duration::ZERO,
             copy: false,
+            host: false,
         }
     }
 }
@@ -253,7 +259,9 @@ fn run_config(c: Config) -> Row {
         publish,
         spin,
         copy,
+        host,
     } = c;
+    let publish = if host { Publish::Plain } else { publish };
     let key = format!(
         "bench-{}-{}",
         std::process::id(),
@@ -268,7 +276,11 @@ fn run_config(c: Config) -> Row {
     cfg.policy = policy;
     cfg.ring_size = 4;
     cfg.ack_timeout = Duration::from_secs(10);
-    cfg.memory = MemoryChoice::Cuda { device: 0 };
+    cfg.memory = if host {
+        MemoryChoice::Host
+    } else {
+        MemoryChoice::Cuda { device: 0 }
+    };
     p.enable_frames(cfg).unwrap();
     let layout = p.frame_layout().unwrap().clone();
     let exe = std::env::current_exe().unwrap();
@@ -313,6 +325,11 @@ fn run_config(c: Config) -> Row {
         }
         let t = Instant::now();
         let slot = p.acquire().unwrap();
+        if publish == Publish::Plain {
+            p.publish(slot, None).unwrap();
+            pub_cost += t.elapsed();
+            continue;
+        }
         // The frame's content: one device-to-device copy per plane, like a decoder's output.
         for pl in layout.planes() {
             // SAFETY: plane `pl` of the acquired slot and of `src` (both at least frame_size
@@ -336,6 +353,7 @@ fn run_config(c: Config) -> Row {
             Publish::AfterStream => unsafe { p.publish_after_stream(slot, stream.raw(), None) },
             // SAFETY: as above.
             Publish::OnStream => unsafe { p.publish_on_stream(slot, stream.raw(), None) },
+            Publish::Plain => unreachable!("published above"),
         }
         .unwrap();
         pub_cost += t.elapsed();
@@ -572,14 +590,42 @@ fn wake_ups(frames: u64) {
         );
         // Each ring path against its own baseline: sleeping against the futex handoff,
         // spinning against the busy-poll handoff.
-        for (path, spin, base50, base99) in [
-            ("ring, sleeping subscriber", Duration::ZERO, b50, b99),
-            ("ring, spinning subscriber", spin, s50, s99),
+        // The two extra spinning rows split the ring's path: without the publisher's CUDA
+        // work just before the publication, and without CUDA at all (host slots).
+        let spinning = |publish, host| Config {
+            spin,
+            publish,
+            host,
+            ..Config::new(1920, 1080, 1, n, Some(period))
+        };
+        for (path, config, base50, base99) in [
+            (
+                "ring, sleeping subscriber",
+                Config::new(1920, 1080, 1, n, Some(period)),
+                b50,
+                b99,
+            ),
+            (
+                "ring, spinning subscriber",
+                spinning(Publish::AfterStream, false),
+                s50,
+                s99,
+            ),
+            (
+                "ring, spinning, no GPU work before each publish",
+                spinning(Publish::Plain, false),
+                s50,
+                s99,
+            ),
+            (
+                "ring in host memory, spinning",
+                spinning(Publish::Plain, true),
+                s50,
+                s99,
+            ),
         ] {
-            let r = run_config(Config {
-                spin,
-                ..Config::new(1920, 1080, 1, n, Some(period))
-            });
+            let spin = config.spin;
+            let r = run_config(config);
             let spin_note = if spin.is_zero() {
                 String::new()
             } else {
