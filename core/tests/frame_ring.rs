@@ -342,6 +342,42 @@ fn a_publisher_ending_right_after_a_replacement_waits_for_its_readers() {
     drop(p);
     let took = t.elapsed();
     assert!(took < Duration::from_secs(2), "{took:?}");
+
+    // It costs one such wait, not one at every later replacement and again at the end: under
+    // STRICT_WAIT the first replacement waits for it, the second only for the reader that
+    // follows.
+    let strict = |w, h| {
+        let mut c = config(w, h, Duration::from_millis(300));
+        c.policy = Policy::StrictWait;
+        c
+    };
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(strict(64, 48)).unwrap();
+    let leaver = Subscriber::connect(&env.key, &opts).unwrap();
+    let mut follower = Subscriber::connect(&env.key, &opts).unwrap();
+    let follow = std::thread::spawn(move || {
+        let mut widths = Vec::new();
+        while let Ok(f) = follower.next_frame(Some(Duration::from_secs(5))) {
+            widths.push(f.layout.width);
+        }
+        widths
+    });
+    publish(&p, 1);
+    p.replace_frames(strict(80, 40)).unwrap(); // the leaver never comes back
+    drop(leaver);
+    publish(&p, 1);
+    let t = Instant::now();
+    p.replace_frames(strict(96, 48)).unwrap();
+    let second = t.elapsed();
+    publish(&p, 1);
+    let t = Instant::now();
+    drop(p);
+    let end = t.elapsed();
+    assert_eq!(follow.join().unwrap(), [64, 80, 96]);
+    assert!(
+        second < Duration::from_millis(250) && end < Duration::from_millis(250),
+        "the reader that left was waited for again: second replacement {second:?}, end {end:?}"
+    );
 }
 
 /// With `reconnect`, a publisher that does not come back within the bound ends the stream as

@@ -258,10 +258,10 @@ impl Publisher {
     /// NEW_RING and subscribe again, our subscriber by itself), the new one has `config`'s
     /// geometry, format and colour. Under STRICT_WAIT this waits, up to the ack timeout, until
     /// as many frame subscribers as the old ring had are back; under both policies the
-    /// publisher's end waits for them the same way, so that the last generation reaches them. Subscribers that join a
-    /// replacement ring before it has wrapped start at its first frame (they are the old
-    /// ring's readers coming back), so a returning reader misses none of its frames. Packet
-    /// subscribers are not affected.
+    /// publisher's end waits for them the same way, so that the last generation reaches them.
+    /// Subscribers that join a replacement ring before it has wrapped start at its first frame
+    /// (they are the old ring's readers coming back), so a returning reader misses none of its
+    /// frames. Packet subscribers are not affected.
     pub fn replace_frames(&self, config: FrameRingConfig) -> Result<()> {
         let fresh = {
             let mut frames = self.inner.frames.write().unwrap_or_else(|p| p.into_inner());
@@ -301,10 +301,21 @@ impl Publisher {
     }
 
     /// Wait, at most `bound`, until the subscribers that ring replacements sent away have
-    /// subscribed again (as many admissions as there were retirements).
+    /// subscribed again (as many admissions as there were retirements). Those still away
+    /// then are waited for no more: one that died or left would otherwise cost every later
+    /// wait its whole bound.
     fn wait_for_returns(&self, bound: Duration) {
         let deadline = std::time::Instant::now() + bound;
-        while self.inner.table().awaiting_returns() && std::time::Instant::now() < deadline {
+        loop {
+            let mut table = self.inner.table();
+            if !table.awaiting_returns() {
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                table.forgive_returns();
+                return;
+            }
+            drop(table);
             std::thread::sleep(Duration::from_millis(2));
         }
     }

@@ -117,6 +117,11 @@ impl Table {
         self.frame_admissions < self.returns_due
     }
 
+    /// The retired subscribers still away are awaited no more (a bounded wait for them ended).
+    pub fn forgive_returns(&mut self) {
+        self.returns_due = self.frame_admissions;
+    }
+
     /// Live frame subscribers of the current ring.
     pub fn frame_subscribers(&self) -> usize {
         self.iter()
@@ -231,6 +236,21 @@ mod tests {
         );
         t.insert(2, entry(15, 0));
         assert!(!t.awaiting_returns());
+        // One that never comes back is forgiven when a wait for it ends, and not carried into
+        // the next replacement's count.
+        assert_eq!(t.retire_frame_subscribers(), 2);
+        t.remove(1);
+        t.insert(1, entry(16, 0));
+        assert!(t.awaiting_returns());
+        t.forgive_returns();
+        assert!(!t.awaiting_returns());
+        assert_eq!(t.retire_frame_subscribers(), 1);
+        t.remove(1);
+        t.insert(1, entry(17, 0));
+        assert!(
+            !t.awaiting_returns(),
+            "the forgiven one is not awaited again"
+        );
     }
 
     /// Defect: `declare_dead` kicked whoever held a missing bit at kick time. If the bit was
