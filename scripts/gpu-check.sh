@@ -13,7 +13,9 @@
 #   GPU_HOSTILE_SECS=10                                # hostile-subscriber run, per policy
 #
 # .gpu/ is git-ignored; carry it to a GPU machine that has no toolchain. The summary ends
-# with "N passed, N failed".
+# with "N passed, N failed". Where one command may run 10 minutes at most, run it as three
+# commands (GPU_CHECK_ONLY=core, =ffmpeg, =python): core alone took more than 338 s on the
+# H200 (2026-12-04; its frame benchmark is most of it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=.gpu
