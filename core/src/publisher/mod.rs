@@ -592,9 +592,6 @@ impl Publisher {
     }
 
     fn shutdown(&mut self) {
-        if self.inner.stopping.load(Ordering::SeqCst) {
-            return;
-        }
         // Readers sent away by the last ring replacement can only read the new ring's frames
         // once they have subscribed to it, which needs this publisher's socket: give them up
         // to the ring's ack timeout to come back before the socket goes (under DROP_OLDEST
