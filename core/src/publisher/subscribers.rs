@@ -122,7 +122,9 @@ impl Table {
         self.returns_due = self.frame_admissions;
     }
 
-    /// Live frame subscribers of the current ring.
+    /// Live frame subscribers of the current ring (the tests' view of retirement; the
+    /// publisher waits on `awaiting_returns`).
+    #[cfg(test)]
     pub fn frame_subscribers(&self) -> usize {
         self.iter()
             .filter(|(_, e)| e.wants_frames && !e.kicked && !e.retired)
