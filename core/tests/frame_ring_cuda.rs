@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use common::TestEnv;
 use cuframes_core::cuda::{self, CudaDevice, DeviceBuffer, Event, Stream};
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
-use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
+use cuframes_core::subscriber::{self, Subscriber, SubscriberOptions};
 use cuframes_core::testing;
 use cuframes_core::testing::deferred;
 use cuframes_core::wire::{Format, MemoryKind, Policy, SubscriberMode};
@@ -690,6 +690,80 @@ fn release_then_destroy_cycles_tear_down_on_our_thread() {
         "device memory grew by {} MiB over {cycles} cycles",
         (mem1 - mem0) >> 20
     );
+}
+
+/// A zero-copy frame released after a stream that has nothing left to run is ACKed before
+/// the release returns, with nothing queued on the GPU (a host function per frame costs a
+/// submission and the driver's callback thread for nothing; FFmpeg's readers release after
+/// an idle legacy stream). With work still queued, the host function still carries the ACK (the waits
+/// themselves: `dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before` and the
+/// release-then-destroy cycles).
+#[test]
+fn a_release_after_an_idle_stream_acks_at_once_without_gpu_work() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let env = TestEnv::new("idlerel");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(cuda_ring(2, Policy::StrictWait)).unwrap();
+    let mut s = Subscriber::connect(&env.key, &zero_copy_options(&env, "idlerel")).unwrap();
+    assert!(s.is_zero_copy());
+    let dev = CudaDevice::open(0).unwrap();
+    dev.make_current().unwrap();
+    let stream = Stream::new(&dev).unwrap();
+    let load = busy_iterations_for(&stream, Duration::from_millis(200));
+    let lag = |p: &Publisher| p.subscribers().iter().map(|s| s.lag).max().unwrap_or(0);
+    let mut next = |p: &Publisher| {
+        let slot = p.acquire().unwrap();
+        // SAFETY: the null (legacy default) stream, nothing queued on it for the slot.
+        unsafe { p.publish_after_stream(slot, std::ptr::null_mut(), None) }.unwrap();
+        s.next_frame(Some(Duration::from_secs(10))).unwrap()
+    };
+
+    // Our own stream, idle; then the current context's legacy stream, idle (FFmpeg's case).
+    for (what, raw) in [
+        ("own stream", stream.raw()),
+        ("CU_STREAM_LEGACY", CU_STREAM_LEGACY),
+    ] {
+        let f = next(&p);
+        stream.synchronize().unwrap();
+        let queued = subscriber::stream_acks_queued();
+        // SAFETY: a live stream of device 0's primary context, which is current.
+        unsafe { f.release_after_stream(raw) };
+        assert_eq!(
+            subscriber::stream_acks_queued(),
+            queued,
+            "{what}: a host function was queued although the stream was idle"
+        );
+        assert_eq!(
+            lag(&p),
+            0,
+            "{what}: the frame was not ACKed when the release returned"
+        );
+    }
+
+    // Work still queued on the stream: the ACK goes behind it, through a host function.
+    let f = next(&p);
+    testing::busy(&stream, load).unwrap();
+    let queued = subscriber::stream_acks_queued();
+    // SAFETY: our own live stream, of the frame's device.
+    unsafe { f.release_after_stream(stream.raw()) };
+    assert_eq!(subscriber::stream_acks_queued(), queued + 1);
+    assert_eq!(
+        lag(&p),
+        1,
+        "ACKed while the kernel queued before the release still ran"
+    );
+    stream.synchronize().unwrap();
+    let t = Instant::now();
+    while lag(&p) != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "no ACK after the stream ran"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Defect: dropping a CUDA zero-copy frame ACKed at once, while GPU work queued before the

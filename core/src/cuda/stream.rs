@@ -120,6 +120,21 @@ impl Stream {
         })
     }
 
+    /// True when all work queued on the stream so far has completed, false while some is
+    /// pending (`cuStreamQuery`, with CUDA's default-stream semantics for the special
+    /// handles). Never blocks and queues nothing on the GPU.
+    pub fn is_idle(&self) -> Result<bool> {
+        let _current = self.bind()?;
+        let raw = self.raw;
+        // SAFETY: `raw` is live (owned, or the borrower's promise in `from_raw`).
+        let res = call_raw("cuStreamQuery", || unsafe { sys::cuStreamQuery(raw) })?;
+        match res {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => Err(cuda_error("cuStreamQuery", other)),
+        }
+    }
+
     /// Work queued on this stream after this call waits until `event` has completed
     /// (`cuStreamWaitEvent`): the acquire side of a fence. The host does not wait.
     pub fn wait_event(&self, event: &Event) -> Result<()> {

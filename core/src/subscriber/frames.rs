@@ -2,6 +2,7 @@
 //! [`crate::frames::reader`], which decides what to read; here the bytes are copied or
 //! borrowed and released (R12).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::colour::ColourInfo;
@@ -422,8 +423,10 @@ impl FrameSource {
 impl Frame {
     /// Release after the CUDA work queued on `stream` (a `CUstream`) has finished (R12).
     ///
-    /// - A zero-copy CUDA frame: a host function enqueued on `stream` ACKs it behind the last
-    ///   reader, and only ACKs: its reference to the ring goes to the subscriber's release
+    /// - A zero-copy CUDA frame whose `stream` is idle (`cuStreamQuery`: all work queued on
+    ///   it has completed) is ACKed now, with nothing queued on the GPU.
+    /// - Otherwise a host function enqueued on `stream` ACKs it behind the last reader, and
+    ///   only ACKs: its reference to the ring goes to the subscriber's release
     ///   thread ([`super::deferred`]), so that a ring whose subscriber was destroyed meanwhile
     ///   is unmapped there, not inside the host function, where CUDA forbids driver calls.
     ///   When the host function cannot be enqueued, the stream is synchronised here, in the
@@ -449,6 +452,17 @@ impl Frame {
             {
                 if stream.is_null() {
                     // The caller's promise: nothing reads the frame any more.
+                    ring.ack(*index, seq);
+                    *acked = true;
+                    return;
+                }
+                // SAFETY: this function's contract: a live stream of the current context.
+                let caller = unsafe { crate::cuda::Stream::from_raw(stream) };
+                if caller.is_idle().unwrap_or(false) {
+                    // Everything queued on the stream so far, the reads of this frame
+                    // included, has completed: ACK now. A host function would cost a GPU
+                    // submission and a trip through the driver's callback thread per frame
+                    // for nothing (FFmpeg's readers release after an idle legacy stream).
                     ring.ack(*index, seq);
                     *acked = true;
                     return;
@@ -506,6 +520,16 @@ impl Frame {
     }
 }
 
+/// Host functions queued on a reader's stream to ACK a zero-copy frame behind its reads.
+static STREAM_ACKS_QUEUED: AtomicU64 = AtomicU64::new(0);
+
+/// How many zero-copy CUDA frames this process released through a host function on the
+/// reader's stream (work was still queued when `release_after_stream` was called); a release
+/// after an idle stream ACKs at once and is not counted.
+pub fn stream_acks_queued() -> u64 {
+    STREAM_ACKS_QUEUED.load(Ordering::Relaxed)
+}
+
 /// What the stream callback needs to ACK a zero-copy frame.
 struct PendingAck {
     ring: Arc<RingView>,
@@ -529,7 +553,10 @@ impl PendingAck {
         let raw = Box::into_raw(Box::new(self));
         // SAFETY: a live stream (the contract); on success the callback takes the box, once.
         match unsafe { crate::cuda::launch_host_func(stream, ack_from_stream, raw.cast()) } {
-            Ok(()) => true,
+            Ok(()) => {
+                STREAM_ACKS_QUEUED.fetch_add(1, Ordering::Relaxed);
+                true
+            }
             Err(_) => {
                 // SAFETY: never enqueued, so still ours, and taken back once.
                 drop(unsafe { Box::from_raw(raw) });

@@ -6,7 +6,7 @@ pub(crate) mod deferred;
 mod frames;
 mod handshake;
 
-pub use frames::{Frame, FrameStats};
+pub use frames::{stream_acks_queued, Frame, FrameStats};
 
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
