@@ -182,7 +182,7 @@ typedef struct cuframes_ack_page {
     uint32_t magic;            /**< 0x00: CUFRAMES_ACK_PAGE_MAGIC (publisher) */
     uint32_t version;          /**< 0x04: CUFRAMES_ACK_PAGE_VERSION (publisher) */
     uint32_t ack_count;        /**< 0x08 atomic: +1 after every ACK; futex word (STRICT_WAIT wake) */
-    uint32_t reserved_a;       /**< 0x0C */
+    uint32_t ready;            /**< 0x0C: 1 once the slots are mapped */
     uint64_t acked_seq[16];    /**< 0x10 atomic: last ACKed seq per slot */
     uint64_t last_seen_seq;    /**< 0x90 atomic: highest ACKed seq (R23) */
     int64_t last_ack_ns;       /**< 0x98 atomic: CLOCK_REALTIME ns of the last ACK (R23) */
@@ -596,6 +596,25 @@ int cuframes_publisher_publish_device(cuframes_publisher_t *pub, const uint64_t 
 uint64_t cuframes_publisher_frame_seq(const cuframes_publisher_t *pub);
 /** Number of admitted subscribers, or a negative error. */
 int cuframes_publisher_subscriber_count(const cuframes_publisher_t *pub);
+/** Admitted subscribers that can read: a frame subscriber counts once it has mapped the ring's
+ *  slots (importing CUDA slots takes a new process ~0.1 s), others once admitted. What a
+ *  publisher waiting for its readers should wait for. Negative: an error. */
+int cuframes_publisher_ready_subscriber_count(const cuframes_publisher_t *pub);
+
+/** Where the current frame ring's frames waited (counts, and times in nanoseconds): a
+ *  pipeline slower with subscribers than without shows which wait it was. */
+typedef struct cuframes_publisher_wait_stats {
+    uint64_t ack_waits;             /**< acquires that waited for subscribers' ACKs (STRICT_WAIT) */
+    uint64_t ack_wait_ns;
+    uint64_t publication_waits;     /**< waits for a publication still queued on a CUDA stream */
+    uint64_t publication_wait_ns;
+    uint64_t stream_publications;   /**< publications made by a host function on a stream */
+    uint64_t stream_publication_ns; /**< their time in all (each holds up its stream) */
+    uint64_t stream_publication_max_ns;
+} cuframes_publisher_wait_stats_t;
+/** Where the frames waited so far; NOT_FOUND without a frame ring. */
+int cuframes_publisher_wait_stats(const cuframes_publisher_t *pub,
+                                  cuframes_publisher_wait_stats_t *stats);
 /** Statistics of up to `max` subscribers; returns how many were written. */
 int cuframes_publisher_subscribers(const cuframes_publisher_t *pub, cuframes_subscriber_info_t *infos, int max);
 

@@ -243,6 +243,10 @@ fn successful_calls_leave_the_last_error_untouched() {
             "cuframes_publisher_subscriber_count",
             cuframes_publisher_subscriber_count(p) as i64,
         );
+        // Connected, and its host slots mapped before connect returned.
+        let ready = cuframes_publisher_ready_subscriber_count(p);
+        ok("cuframes_publisher_ready_subscriber_count", ready as i64);
+        assert_eq!(ready, 1);
         let mut infos: [CSubscriberInfo; 2] = std::mem::zeroed();
         let n = cuframes_publisher_subscribers(p, infos.as_mut_ptr(), 2);
         ok("cuframes_publisher_subscribers", n as i64);
@@ -257,6 +261,20 @@ fn successful_calls_leave_the_last_error_untouched() {
         ok(
             "cuframes_publisher_publish",
             cuframes_publisher_publish(p, &slot, 1) as i64,
+        );
+        let mut waits = std::mem::zeroed::<CPublisherWaitStats>();
+        ok(
+            "cuframes_publisher_wait_stats",
+            cuframes_publisher_wait_stats(p, &mut waits) as i64,
+        );
+        // A host ring with its slot free: nothing waited, nothing went through a stream.
+        assert_eq!(
+            (
+                waits.ack_waits,
+                waits.publication_waits,
+                waits.stream_publications
+            ),
+            (0, 0, 0)
         );
         let mut frame = null_mut();
         ok(

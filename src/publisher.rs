@@ -458,6 +458,63 @@ pub unsafe extern "C" fn cuframes_publisher_frame_seq(p: *const CPublisher) -> u
     guard(0, || unsafe { p.as_ref() }.map_or(0, |p| p.0.frame_seq()))
 }
 
+/// Mirrors `cuframes_publisher_wait_stats_t`: where the frame ring's frames waited.
+#[repr(C)]
+pub struct CPublisherWaitStats {
+    pub ack_waits: u64,
+    pub ack_wait_ns: u64,
+    pub publication_waits: u64,
+    pub publication_wait_ns: u64,
+    pub stream_publications: u64,
+    pub stream_publication_ns: u64,
+    pub stream_publication_max_ns: u64,
+}
+
+/// Where the current frame ring's frames waited so far; NOT_FOUND without a frame ring.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle; `stats` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_wait_stats(
+    p: *const CPublisher,
+    stats: *mut CPublisherWaitStats,
+) -> c_int {
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+        let w = unsafe { input(p, "publisher") }?
+            .0
+            .frame_wait_stats()
+            .ok_or_else(|| Error::new(ErrorCode::NotFound, "this publisher has no frame ring"))?;
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: the C contract: `stats` is NULL or a writable cuframes_publisher_wait_stats_t.
+        *unsafe { out(stats, "stats") }? = CPublisherWaitStats {
+            ack_waits: w.ack_waits,
+            ack_wait_ns: ns(w.ack_wait),
+            publication_waits: w.publication_waits,
+            publication_wait_ns: ns(w.publication_wait),
+            stream_publications: w.stream_publications,
+            stream_publication_ns: ns(w.stream_publication_time),
+            stream_publication_max_ns: ns(w.stream_publication_max),
+        };
+        Ok(())
+    })
+}
+
+/// Number of admitted subscribers that can read (a frame subscriber once it has mapped the
+/// ring's slots), or a negative error: what a publisher waiting for its readers waits for.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_ready_subscriber_count(p: *const CPublisher) -> c_int {
+    // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+    value(|| match unsafe { p.as_ref() } {
+        Some(p) => Ok(p.0.ready_subscriber_count() as c_int),
+        None => Err(Error::invalid("publisher is NULL")),
+    })
+}
+
 /// Number of admitted subscribers, or a negative error.
 ///
 /// # Safety

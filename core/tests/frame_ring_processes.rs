@@ -13,7 +13,9 @@ use common::{Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::tlv::{self, HelloReq, Message};
-use cuframes_core::wire::{Format, Policy, SubscriberMode, PROTOCOL_VERSION};
+use cuframes_core::wire::{
+    Format, Policy, SubscriberMode, PROTOCOL_VERSION, SUBSCRIBE_ACK_PAGE, SUBSCRIBE_WANTS_FRAMES,
+};
 use cuframes_core::ErrorCode;
 
 const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
@@ -801,4 +803,58 @@ fn ping_is_answered_in_every_phase_and_keeps_the_subscription() {
     wait_until("the subscriber to leave", Duration::from_secs(2), || {
         p.subscriber_count() == 0
     });
+}
+
+/// A frame subscriber counts as ready only once it has mapped the ring's slots (it marks its
+/// ACK page): `wait_subscribers` waited for admitted subscribers, and FFmpeg readers still
+/// importing their CUDA slots (~0.1 s each, one process after another) then held a
+/// STRICT_WAIT publisher's first frames up for ~0.1 s per reader. Here a peer that subscribes
+/// with an ACK page and never maps anything stays "not ready"; a real subscriber is ready
+/// when `connect` returns.
+#[test]
+fn a_subscriber_is_ready_only_once_it_has_mapped_the_ring() {
+    let env = TestEnv::new("ready");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
+        .unwrap();
+    let mut raw = raw_client(&env);
+    raw.write_all(
+        &tlv::encode(&Message::HelloReq(HelloReq {
+            proto_version: PROTOCOL_VERSION,
+            consumer_name: "maps-nothing".into(),
+            cuda_device: 0,
+            mode: 0,
+            subscribe_flags: SUBSCRIBE_WANTS_FRAMES | SUBSCRIBE_ACK_PAGE,
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(raw_recv(&mut raw), Some(Message::HelloResp(r)) if r.result == 0));
+    raw.write_all(
+        &tlv::encode(&Message::SubscribeReq {
+            proto_version: PROTOCOL_VERSION,
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(raw_recv(&mut raw), Some(Message::SubscribeResp(r)) if r.result == 0));
+    // VMM_FDS and ACK_PAGE: read, their descriptors discarded (nothing is mapped).
+    assert!(matches!(raw_recv(&mut raw), Some(Message::VmmFds(_))));
+    assert!(matches!(raw_recv(&mut raw), Some(Message::AckPage(_))));
+    wait_until("the raw peer's admission", Duration::from_secs(5), || {
+        p.subscriber_count() == 1
+    });
+    assert_eq!(
+        p.ready_subscriber_count(),
+        0,
+        "admitted, but nothing mapped"
+    );
+
+    let _s = Subscriber::connect(&env.key, &env.subscriber_options("maps")).unwrap();
+    assert_eq!(p.subscriber_count(), 2);
+    assert_eq!(
+        p.ready_subscriber_count(),
+        1,
+        "a subscriber whose connect returned has mapped the ring"
+    );
 }

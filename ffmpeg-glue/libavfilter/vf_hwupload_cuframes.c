@@ -109,6 +109,24 @@ static av_cold int cuframes_upload_init(AVFilterContext *ctx)
     return 0;
 }
 
+/* Where the frames waited: a pipeline slower with subscribers than without shows which wait
+ * it was (their ACKs under strict_wait, or the GPU work before queued publications). */
+static void log_waits(AVFilterContext *ctx)
+{
+    CuframesUploadContext *s = ctx->priv;
+    cuframes_publisher_wait_stats_t w;
+
+    if (cuframes_publisher_wait_stats(s->pub, &w) != CUFRAMES_OK)
+        return;
+    av_log(ctx, AV_LOG_VERBOSE, "key %s: waited for subscribers' ACKs %"PRIu64" times "
+           "(%.1f ms), for queued publications %"PRIu64" times (%.1f ms); %"PRIu64" publications "
+           "on the stream, %.1f us each on average, %.1f us at most\n", s->key,
+           w.ack_waits, w.ack_wait_ns / 1e6, w.publication_waits, w.publication_wait_ns / 1e6,
+           w.stream_publications,
+           w.stream_publications ? w.stream_publication_ns / 1e3 / w.stream_publications : 0.0,
+           w.stream_publication_max_ns / 1e3);
+}
+
 static av_cold void cuframes_upload_uninit(AVFilterContext *ctx)
 {
     CuframesUploadContext *s = ctx->priv;
@@ -120,6 +138,7 @@ static av_cold void cuframes_upload_uninit(AVFilterContext *ctx)
                s->published, memory_name(s->ring_memory), s->device_copies, s->host_uploads,
                s->downloads, s->generations,
                cuframes_host_copy_count() - s->host_copies_at_start);
+        log_waits(ctx);
         cuframes_publisher_destroy(s->pub);
         s->pub = NULL;
     }
@@ -298,14 +317,17 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
     if (s->wait_subscribers > 0) {
         int64_t deadline = av_gettime_relative() + s->wait_timeout;
         int n = 0;
-        while ((n = cuframes_publisher_subscriber_count(s->pub)) < s->wait_subscribers &&
+        /* Ready ones: a reader still importing the slots (a new process takes ~0.1 s, one
+         * after another) would hold up the first frames under strict_wait, and its imports
+         * would slow the first frames' GPU work under either policy. */
+        while ((n = cuframes_publisher_ready_subscriber_count(s->pub)) < s->wait_subscribers &&
                av_gettime_relative() < deadline)
             av_usleep(5000);
         if (n < s->wait_subscribers)
-            av_log(ctx, AV_LOG_WARNING, "Only %d of %d subscribers connected within %.3f s; "
+            av_log(ctx, AV_LOG_WARNING, "Only %d of %d subscribers ready within %.3f s; "
                    "publishing anyway.\n", n, s->wait_subscribers, s->wait_timeout / 1e6);
         else
-            av_log(ctx, AV_LOG_VERBOSE, "%d subscribers connected.\n", n);
+            av_log(ctx, AV_LOG_VERBOSE, "%d subscribers ready.\n", n);
     }
     return 0;
 }

@@ -78,7 +78,7 @@ static inline int ff_cuframes_log_error(void *log_ctx, int code, const char *wha
 #define FF_CUFRAMES_HELP_READ_TIMEOUT \
     "fail when nothing arrives for this long; 0 = wait forever"
 #define FF_CUFRAMES_HELP_WAIT_SUBSCRIBERS \
-    "before writing the first frame or packet, wait until this many subscribers are connected"
+    "before writing the first frame or packet, wait until this many subscribers are connected and ready (frames: slots mapped)"
 #define FF_CUFRAMES_HELP_RUNTIME_DIR \
     "directory of the publisher's socket (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)"
 #define FF_CUFRAMES_HELP_NAME \

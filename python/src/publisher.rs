@@ -354,12 +354,13 @@ impl Publisher {
         self.with(|p| Ok(p.subscriber_count()))
     }
 
-    /// Wait until at least `count` subscribers are connected; False on timeout.
+    /// Wait until at least `count` subscribers are connected and ready to read (their slots
+    /// mapped); False on timeout.
     #[pyo3(signature = (count=1, timeout=5.0))]
     fn wait_for_subscribers(&self, py: Python<'_>, count: usize, timeout: f64) -> PyResult<bool> {
         let deadline = Instant::now() + duration("timeout", timeout)?;
         loop {
-            if self.with(|p| Ok(p.subscriber_count()))? >= count {
+            if self.with(|p| Ok(p.ready_subscriber_count()))? >= count {
                 return Ok(true);
             }
             if Instant::now() >= deadline {

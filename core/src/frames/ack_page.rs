@@ -154,6 +154,21 @@ impl AckPage {
         );
     }
 
+    /// Subscriber: the ring's slots are mapped, frames can be read (§3.7's READY).
+    pub fn mark_ready(&self) {
+        self.map
+            .atomic_u32(ACK_PAGE_READY_OFFSET)
+            .store(1, Ordering::Release);
+    }
+
+    /// Publisher: has this subscriber said it is ready? A hint for waits, nothing more.
+    pub fn is_ready(&self) -> bool {
+        self.map
+            .atomic_u32(ACK_PAGE_READY_OFFSET)
+            .load(Ordering::Acquire)
+            != 0
+    }
+
     /// Subscriber: record the ACK of frame `seq` in slot `k` and, if the publisher may be
     /// waiting for it (STRICT_WAIT), wake it.
     pub fn record_ack(&self, k: usize, seq: u64, wake: bool) {

@@ -6,6 +6,7 @@
 //!   and STRICT_WAIT (R11, R27).
 //! - [`reader`]: the R10 seqlock read, lapping, and the ACK gate (R12, R23) that keeps a
 //!   subscriber from ACKing once it has been given up on or is closing.
+//! - [`wait_stats`]: where the publisher's frames waited (ACKs, queued publications).
 //! - [`ack_page`]: a subscriber's own page for its ACKs and counters (our extension), which
 //!   lets the frame SHM be read-only for subscribers.
 //!
@@ -16,6 +17,7 @@ pub mod ack_page;
 pub mod layout;
 pub mod publication;
 pub mod reader;
+pub mod wait_stats;
 pub mod writer;
 
 pub use writer::{AcquiredSlot, FrameRingConfig, FrameWriter, MemoryChoice, RequiredAcks};

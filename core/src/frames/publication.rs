@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::layout::FrameShm;
+use super::wait_stats::WaitCounters;
 use crate::error::Result;
 use crate::futex;
 
@@ -30,6 +31,9 @@ pub struct Publication {
     /// Bumped by every publication from a stream: the word `wait_published` sleeps on.
     progress: AtomicU32,
     progress_waiters: AtomicU32,
+    /// Where the writer's frames waited (shared with the host functions, which time
+    /// themselves).
+    pub(crate) waits: WaitCounters,
 }
 
 impl Publication {
@@ -41,6 +45,7 @@ impl Publication {
             pending: AtomicU32::new(0),
             progress: AtomicU32::new(0),
             progress_waiters: AtomicU32::new(0),
+            waits: WaitCounters::default(),
         })
     }
 
@@ -70,16 +75,23 @@ impl Publication {
     /// Wait until frame `seq` is published, at most `timeout`; false on timeout. Returns at
     /// once when nothing is pending (then `seq` was published, or never will be by a stream).
     pub fn wait_published(&self, seq: u64, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let mut waited = false;
         loop {
             let progress = self.progress.load(Ordering::SeqCst);
             if self.published() >= seq || self.pending() == 0 {
+                if waited {
+                    self.waits.publication_wait(start);
+                }
                 return self.published() >= seq;
             }
             let now = Instant::now();
             if now >= deadline {
+                self.waits.publication_wait(start);
                 return false;
             }
+            waited = true;
             self.progress_waiters.fetch_add(1, Ordering::SeqCst);
             // Re-checked after announcing the waiter: a host function that finished before
             // the announcement changed `progress` (the wait returns at once) or the condition.
@@ -143,8 +155,10 @@ extern "C" fn publish_from_stream(data: *mut std::ffi::c_void) {
     let job = unsafe { Box::from_raw(data.cast::<StreamPublication>()) };
     // Nothing here panics, but no unwind may cross into the driver.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let start = Instant::now();
         job.target.make_visible(job.slot, job.seq);
         job.target.finished_one();
+        job.target.waits.stream_publication(start);
     }));
 }
 

@@ -15,6 +15,7 @@ use crate::format::FrameLayout;
 use crate::frames::ack_page::AckPage;
 use crate::frames::layout::FrameShm;
 use crate::frames::publication::Publication;
+use crate::frames::wait_stats::WaitStats;
 use crate::futex;
 use crate::memory::host::HostSlots;
 use crate::memory::SlotStore;
@@ -231,6 +232,11 @@ impl FrameWriter {
     }
 
     /// The last published seq, without taking the writer's lock.
+    /// Where this ring's frames waited so far ([`WaitStats`]).
+    pub fn wait_stats(&self) -> WaitStats {
+        self.publication.waits.snapshot()
+    }
+
     pub fn published_seq(&self) -> u64 {
         self.publication.published()
     }
@@ -270,6 +276,12 @@ impl FrameWriter {
 
     fn wait_for_acks(&self, index: usize, old_seq: u64, acks: &dyn AckAuthority) {
         let start = Instant::now();
+        let mut slept = false;
+        let counted = |slept: bool| {
+            if slept {
+                self.publication.waits.ack_wait(start);
+            }
+        };
         loop {
             let required = acks.required_acks(old_seq);
             // The whole 64-bit field, as the subscribers store it (never a 32-bit atomic view
@@ -299,13 +311,14 @@ impl FrameWriter {
                 }
             }
             if missing == 0 {
-                return;
+                return counted(slept);
             }
             let elapsed = start.elapsed();
             if elapsed >= self.ack_timeout {
                 acks.declare_dead(&required, missing);
-                return;
+                return counted(true);
             }
+            slept = true;
             // Subscribers wake their page's counter (or, plain v4 peers, the bitmap word)
             // after each ACK under STRICT_WAIT; the slice bounds the wait for peers that only
             // poll, and lets removals be noticed.

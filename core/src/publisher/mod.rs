@@ -326,6 +326,12 @@ impl Publisher {
             .ok_or_else(|| Error::new(ErrorCode::NotFound, "this publisher has no frame ring"))
     }
 
+    /// Where the current frame ring's frames waited so far: for ACKs, for publications
+    /// queued on a stream, and the host functions' time; None without a ring.
+    pub fn frame_wait_stats(&self) -> Option<crate::frames::wait_stats::WaitStats> {
+        self.inner.ring().map(|r| r.wait_stats())
+    }
+
     /// The frame layout (pitches and plane offsets) subscribers will see.
     pub fn frame_layout(&self) -> Option<crate::format::FrameLayout> {
         self.inner.ring().map(|r| r.layout.clone())
@@ -589,6 +595,19 @@ impl Publisher {
     /// Number of admitted subscribers.
     pub fn subscriber_count(&self) -> usize {
         self.inner.table().len()
+    }
+
+    /// Admitted subscribers that can read: a frame subscriber with an ACK page counts once
+    /// it has mapped the ring's slots (it says so in its page; importing CUDA slots takes a
+    /// new process ~0.1 s, one process after another), every other one once admitted (plain
+    /// v4 peers have no way to say it; packets need no mapping). What `wait_subscribers`
+    /// waits for, so that publishing starts when the readers can follow.
+    pub fn ready_subscriber_count(&self) -> usize {
+        self.inner
+            .table()
+            .iter()
+            .filter(|(_, e)| e.ack_page.as_ref().map_or(true, |page| page.is_ready()))
+            .count()
     }
 
     fn shutdown(&mut self) {

@@ -242,6 +242,11 @@ impl Subscriber {
                     }),
                     _ => None,
                 };
+                // Everything is mapped: frames can be read from here on. A publisher waiting
+                // for its subscribers to be ready (`ready_subscriber_count`) counts us now.
+                if let Some(page) = &ring.page {
+                    page.mark_ready();
+                }
                 Some(FrameSource {
                     ring,
                     layout: Arc::new(layout),

@@ -25,7 +25,10 @@ pub struct AckPage {
     /// Atomic; incremented after every ACK. Under STRICT_WAIT a publisher waiting for this
     /// subscriber sleeps on it as a futex word, and the subscriber wakes it.
     pub ack_count: u32,
-    pub reserved_a: u32,
+    /// Atomic; the subscriber stores 1 once it has mapped the ring's slots (§3.7's READY).
+    /// Only a hint for the publisher's wait for subscribers (`ready_subscriber_count`), never
+    /// for what it may overwrite.
+    pub ready: u32,
     /// Atomic; `acked_seq[k]` = the seq of the frame in slot k this subscriber ACKed last. The
     /// publisher counts frame s in slot k as ACKed exactly when `acked_seq[k] == s`.
     pub acked_seq: [u64; MAX_RING_SIZE],
@@ -41,6 +44,7 @@ pub struct AckPage {
 }
 
 pub const ACK_PAGE_ACK_COUNT_OFFSET: usize = 0x08;
+pub const ACK_PAGE_READY_OFFSET: usize = 0x0C;
 pub const ACK_PAGE_ACKED_SEQ_OFFSET: usize = 0x10;
 pub const ACK_PAGE_LAST_SEEN_OFFSET: usize = 0x90;
 pub const ACK_PAGE_LAST_ACK_NS_OFFSET: usize = 0x98;
@@ -53,7 +57,7 @@ const _: () = {
     assert!(offset_of!(AckPage, magic) == 0x00);
     assert!(offset_of!(AckPage, version) == 0x04);
     assert!(offset_of!(AckPage, ack_count) == ACK_PAGE_ACK_COUNT_OFFSET);
-    assert!(offset_of!(AckPage, reserved_a) == 0x0C);
+    assert!(offset_of!(AckPage, ready) == ACK_PAGE_READY_OFFSET);
     assert!(offset_of!(AckPage, acked_seq) == ACK_PAGE_ACKED_SEQ_OFFSET);
     assert!(offset_of!(AckPage, last_seen_seq) == ACK_PAGE_LAST_SEEN_OFFSET);
     assert!(offset_of!(AckPage, last_ack_ns) == ACK_PAGE_LAST_ACK_NS_OFFSET);

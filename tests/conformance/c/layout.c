@@ -417,6 +417,7 @@ static void constants(struct ctx *c)
     CHECK_U(offsetof(cuframes_ack_page_t, magic), 0x00);
     CHECK_U(offsetof(cuframes_ack_page_t, version), 0x04);
     CHECK_U(offsetof(cuframes_ack_page_t, ack_count), 0x08);
+    CHECK_U(offsetof(cuframes_ack_page_t, ready), 0x0C);
     CHECK_U(offsetof(cuframes_ack_page_t, acked_seq), 0x10);
     CHECK_U(offsetof(cuframes_ack_page_t, last_seen_seq), 0x90);
     CHECK_U(offsetof(cuframes_ack_page_t, last_ack_ns), 0x98);

@@ -161,7 +161,7 @@ fn structs_match_field_by_field() {
             magic,
             version,
             ack_count,
-            reserved_a,
+            ready,
             acked_seq,
             last_seen_seq,
             last_ack_ns,
