@@ -11,7 +11,11 @@
 //!    device-to-device copy bandwidth as baselines.
 //! 4. For 1080p, ACK pages (the default) against plain v4 header ACKs.
 //!
-//!     cargo run --release -p cuframes-core --example frame_bench [-- --frames N] [--tables-1-2]
+//! ```text
+//! cargo run --release -p cuframes-core --example frame_bench [-- --frames N] [--tables-1-2]
+//! cargo run --release -p cuframes-core --example frame_bench -- --wake-ups-only  # table 1
+//! cargo run --release -p cuframes-core --example frame_bench -- --host-probe     # no GPU
+//! ```
 //!
 //! Latency is measured from the publication (the frame's pts is taken when it is made visible:
 //! after its GPU copy) to the subscriber's return from next_frame.
@@ -36,7 +40,10 @@ enum Acks {
     Header,
 }
 
-fn child(key: &str, acks: Acks, spin: Duration, copy: bool) {
+fn child(key: &str, acks: Acks, spin: Duration, copy: bool, probe: bool) {
+    if probe {
+        return probe_child(key, spin);
+    }
     let opts = SubscriberOptions {
         name: "bench".into(),
         mode: if copy {
@@ -74,6 +81,75 @@ fn child(key: &str, acks: Acks, spin: Duration, copy: bool) {
     let text: Vec<String> = lat.iter().map(|l| l.to_string()).collect();
     println!("lat {cpu} {}", text.join(" "));
 }
+
+/// The spinning path split in two: this child spins on the ring header's `global_seq` itself
+/// (a read-only mapping of its own, the same loads `SubscriberOptions::spin` does), stamps the
+/// moment the publication became visible, and only then calls `next_frame`. Prints both
+/// latencies: publication -> visible here (the publisher's stores and the cache-line
+/// transfer), and publication -> `next_frame` returned (adds the subscriber's own path).
+fn probe_child(key: &str, budget: Duration) {
+    let opts = SubscriberOptions {
+        name: "probe".into(),
+        mode: SubscriberMode::ZeroCopy,
+        accept_zero_copy_overwrite: true,
+        ..Default::default()
+    };
+    let mut s = Subscriber::connect(key, &opts).expect("connect");
+    let name = cuframes_core::paths::Key::new(key)
+        .unwrap()
+        .frame_shm_name();
+    let (_fd, header) =
+        cuframes_core::shm::open(&name, GLOBAL_SEQ_OFFSET + 8, false).expect("open the header");
+    let global_seq = header.atomic_u64(GLOBAL_SEQ_OFFSET);
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let (mut lat, mut visible) = (Vec::new(), Vec::new());
+    // The seq of the last frame read: a publication past it is one to read.
+    let mut last_read = 0;
+    let (cpu0, wall0) = (cpu_time(), Instant::now());
+    loop {
+        let (start, spin_began) = (Instant::now(), monotonic_ns());
+        let mut seen = None;
+        while start.elapsed() < budget {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+            if global_seq.load(Ordering::Acquire) > last_read {
+                seen = Some(monotonic_ns());
+                break;
+            }
+        }
+        match s.next_frame(Some(Duration::ZERO)) {
+            Ok(f) => {
+                let got = monotonic_ns();
+                last_read = f.seq;
+                // Only a frame that was not yet published when the spin began: the others
+                // were published while this child was elsewhere.
+                if let Some(seen) = seen.filter(|_| f.pts_ns > spin_began) {
+                    visible.push(seen - f.pts_ns);
+                    lat.push(got - f.pts_ns);
+                }
+                // SAFETY: null stream: nothing reads the frame.
+                unsafe { f.release_after_stream(std::ptr::null_mut()) };
+            }
+            Err(e) if e.code() == ErrorCode::Timeout => {}
+            Err(e) if e.code() == ErrorCode::Disconnected => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let cpu = (cpu_time() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64();
+    let text = |v: &[i64]| {
+        v.iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("lat {cpu} {} | {}", text(&lat), text(&visible));
+}
+
+/// `global_seq` in the frame SHM header (§2.1).
+const GLOBAL_SEQ_OFFSET: usize =
+    std::mem::offset_of!(cuframes_core::wire::frame::SharedHeader, global_seq);
 
 /// CPU time (user + system) of this process so far.
 fn cpu_time() -> Duration {
@@ -188,6 +264,9 @@ struct Row {
     pub_us: f64,
     p50: f64,
     p99: f64,
+    /// Publication -> seen in the header by a `probe_child` (NaN for other subscribers).
+    visible_p50: f64,
+    visible_p99: f64,
     /// Mean CPU of a subscriber process over its life (1.0 = one core).
     cpu: f64,
 }
@@ -220,6 +299,11 @@ struct Config {
     copy: bool,
     /// Slots in host memory instead of CUDA VMM (implies `Publish::Plain`).
     host: bool,
+    /// The subscriber is `probe_child` (spins on the header itself, then reads).
+    probe: bool,
+    /// The publisher waits for each frame's due time spinning instead of sleeping: its core
+    /// never idles between frames.
+    publisher_spins: bool,
 }
 
 impl Config {
@@ -236,6 +320,8 @@ impl Config {
             spin: Duration::ZERO,
             copy: false,
             host: false,
+            probe: false,
+            publisher_spins: false,
         }
     }
 }
@@ -260,6 +346,8 @@ fn run_config(c: Config) -> Row {
         spin,
         copy,
         host,
+        probe,
+        publisher_spins,
     } = c;
     let publish = if host { Publish::Plain } else { publish };
     let key = format!(
@@ -297,6 +385,7 @@ fn run_config(c: Config) -> Row {
                     },
                     &spin.as_micros().to_string(),
                     if copy { "copy" } else { "zero_copy" },
+                    if probe { "probe" } else { "read" },
                 ])
                 .stdout(Stdio::piped())
                 .spawn()
@@ -307,19 +396,28 @@ fn run_config(c: Config) -> Row {
             (c, out)
         })
         .collect();
-    let dev = CudaDevice::open(0).unwrap();
-    dev.make_current().unwrap();
-    let stream = Stream::new(&dev).unwrap();
-    let src = DeviceBuffer::new(&dev, layout.frame_size).unwrap();
-    // SAFETY: `src` is a live device buffer of frame_size bytes, on our own stream.
-    unsafe { cuda::memset_d8_async(src.device_ptr(), 0x5A, layout.frame_size, &stream) }.unwrap();
-    stream.synchronize().unwrap();
+    // The frames' source on the GPU (none for a host ring: those rows run without CUDA).
+    let gpu = (!host).then(|| {
+        let dev = CudaDevice::open(0).unwrap();
+        dev.make_current().unwrap();
+        let stream = Stream::new(&dev).unwrap();
+        let src = DeviceBuffer::new(&dev, layout.frame_size).unwrap();
+        // SAFETY: `src` is a live device buffer of frame_size bytes, on our own stream.
+        unsafe { cuda::memset_d8_async(src.device_ptr(), 0x5A, layout.frame_size, &stream) }
+            .unwrap();
+        stream.synchronize().unwrap();
+        (dev, stream, src)
+    });
     let mut pub_cost = Duration::ZERO;
     let start = Instant::now();
     for n in 0..frames {
         if let Some(period) = pace {
             let due = start + period * n as u32;
-            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            if publisher_spins {
+                while Instant::now() < due {
+                    std::hint::spin_loop();
+                }
+            } else if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
         }
@@ -327,12 +425,15 @@ fn run_config(c: Config) -> Row {
         let slot = p.acquire().unwrap();
         // The frame's content: one device-to-device copy per plane, like a decoder's output
         // (none for `Plain`).
-        let planes = if publish == Publish::Plain {
-            &[][..]
-        } else {
-            layout.planes()
+        let (stream, src) = match &gpu {
+            Some((_, stream, src)) if publish != Publish::Plain => (stream, src),
+            _ => {
+                p.publish(slot, None).unwrap();
+                pub_cost += t.elapsed();
+                continue;
+            }
         };
-        for pl in planes {
+        for pl in layout.planes() {
             // SAFETY: plane `pl` of the acquired slot and of `src` (both at least frame_size
             // bytes, alive until the publish below has synchronised the stream).
             unsafe {
@@ -343,23 +444,25 @@ fn run_config(c: Config) -> Row {
                     pl.pitch,
                     pl.row_bytes,
                     pl.rows,
-                    &stream,
+                    stream,
                 )
             }
             .unwrap();
         }
         // pts None: taken when the frame is made visible (after the copy, for AfterStream).
-        match publish {
+        if publish == Publish::AfterStream {
             // SAFETY: our own live stream, of the context made current above.
-            Publish::AfterStream => unsafe { p.publish_after_stream(slot, stream.raw(), None) },
+            unsafe { p.publish_after_stream(slot, stream.raw(), None) }
+        } else {
             // SAFETY: as above.
-            Publish::OnStream => unsafe { p.publish_on_stream(slot, stream.raw(), None) },
-            Publish::Plain => p.publish(slot, None),
+            unsafe { p.publish_on_stream(slot, stream.raw(), None) }
         }
         .unwrap();
         pub_cost += t.elapsed();
     }
-    stream.synchronize().unwrap(); // publications queued on the stream have run
+    if let Some((_, stream, _)) = &gpu {
+        stream.synchronize().unwrap(); // publications queued on the stream have run
+    }
     let elapsed = start.elapsed();
     if policy == Policy::StrictWait {
         while p.subscribers().iter().any(|s| s.lag > 0) {
@@ -369,17 +472,23 @@ fn run_config(c: Config) -> Row {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(p);
-    let (mut lat, mut cpu) = (Vec::new(), 0.0);
+    let (mut lat, mut visible, mut cpu) = (Vec::new(), Vec::new(), 0.0);
     for (mut c, mut out) in kids.drain(..) {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         c.wait().unwrap();
-        let mut fields = line.split_whitespace().skip(1);
+        // "lat CPU LATENCIES... [| VISIBLE...]" (the second list from `probe_child` only).
+        let (reads, seen) = line.split_once('|').unwrap_or((&line, ""));
+        let mut fields = reads.split_whitespace().skip(1);
         cpu += fields
             .next()
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(f64::NAN);
         lat.extend(fields.filter_map(|v| v.parse::<i64>().ok()));
+        visible.extend(
+            seen.split_whitespace()
+                .filter_map(|v| v.parse::<i64>().ok()),
+        );
     }
     Row {
         label: format!("{w}x{h}"),
@@ -388,6 +497,8 @@ fn run_config(c: Config) -> Row {
         pub_us: pub_cost.as_secs_f64() * 1e6 / frames as f64,
         p50: pct(&mut lat, 0.5),
         p99: pct(&mut lat, 0.99),
+        visible_p50: pct(&mut visible, 0.5),
+        visible_p99: pct(&mut visible, 0.99),
         cpu: cpu / subs.max(1) as f64,
     }
 }
@@ -501,13 +612,38 @@ fn main() {
         };
         let spin = args.get(4).and_then(|v| v.parse().ok()).unwrap_or(0);
         let copy = args.get(5).map(String::as_str) == Some("copy");
-        return child(&args[2], acks, Duration::from_micros(spin), copy);
+        let probe = args.get(6).map(String::as_str) == Some("probe");
+        return child(&args[2], acks, Duration::from_micros(spin), copy, probe);
     }
     if args.get(1).map(String::as_str) == Some("--futex-child") {
         return futex_child(&args[2], args.get(3).map(String::as_str) == Some("spin"));
     }
     if args.get(1).map(String::as_str) == Some("--idle-child") {
         return idle_child(&args[2]);
+    }
+    if args.iter().any(|a| a == "--host-probe") {
+        // The spinning path on a host-memory ring only: runs without a GPU.
+        let dir = std::env::temp_dir().join(format!("cuframes-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::env::set_var("CUFRAMES_RUNTIME_DIR", &dir);
+        for (label, period, n) in [("60 fps", PERIOD_60FPS, 120), ("1 kHz", PERIOD_1KHZ, 2000)] {
+            let (s50, _) = futex_handoff(period, n, true);
+            for probe in [false, true] {
+                let r = run_config(Config {
+                    spin: Duration::from_millis(20),
+                    host: true,
+                    probe,
+                    ..Config::new(1920, 1080, 1, n, Some(period))
+                });
+                println!(
+                    "{label} host ring, {}: p50 {:.1} µs, p99 {:.1} µs (busy-poll handoff p50 {s50:.1} µs; visible p50 {:.1} µs)",
+                    if probe { "probe" } else { "spinning subscriber" },
+                    r.p50, r.p99, r.visible_p50
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
     }
     if let Err(e) = cuda::driver_available() {
         eprintln!("frame_bench needs a CUDA device: {e}");
@@ -523,6 +659,10 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     std::env::set_var("CUFRAMES_RUNTIME_DIR", &dir);
     wake_ups(frames);
+    if args.iter().any(|a| a == "--wake-ups-only") {
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     publisher_cost(frames);
     if args.iter().any(|a| a == "--tables-1-2") {
         let _ = std::fs::remove_dir_all(&dir);
@@ -624,14 +764,52 @@ fn wake_ups(frames: u64) {
                 s50,
                 s99,
             ),
+            // Where the spinning path's time goes: the publisher's side up to the header
+            // store, against the subscriber's side after it; and whether it is the
+            // publisher's core coming back from idle between frames.
+            (
+                "ring, probe: spins on global_seq itself, then next_frame",
+                Config {
+                    probe: true,
+                    ..spinning(Publish::AfterStream, false)
+                },
+                s50,
+                s99,
+            ),
+            (
+                "ring, probe, no GPU work before each publish",
+                Config {
+                    probe: true,
+                    ..spinning(Publish::Plain, false)
+                },
+                s50,
+                s99,
+            ),
+            (
+                "ring, probe, publisher spins until each frame is due",
+                Config {
+                    probe: true,
+                    publisher_spins: true,
+                    ..spinning(Publish::AfterStream, false)
+                },
+                s50,
+                s99,
+            ),
         ] {
             let spin = config.spin;
+            let probe = config.probe;
             let r = run_config(config);
-            let spin_note = if spin.is_zero() {
+            let mut spin_note = if spin.is_zero() {
                 String::new()
             } else {
                 format!(" (spin {spin:?}; ratios to the busy-poll handoff)")
             };
+            if probe {
+                spin_note += &format!(
+                    "; visible in the header after {:.1} µs p50, {:.1} µs p99",
+                    r.visible_p50, r.visible_p99
+                );
+            }
             println!(
                 "| {label} | {path}{spin_note} | {:.1} µs | {:.1} µs | {:.2} | {:.2} | {:.1} % |",
                 r.p50,
