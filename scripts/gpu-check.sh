@@ -7,7 +7,7 @@
 #   GPU_CHECK_ONLY=ffmpeg scripts/gpu-check.sh run   # only the FFmpeg frame-path steps
 #   GPU_CHECK_ONLY=python scripts/gpu-check.sh run   # only the Python package steps
 #   GPU_CHECK_ONLY=core scripts/gpu-check.sh run     # all but the FFmpeg and Python steps
-#   GPU_SKIP_BENCH=1                                   # leave out the decode-pipeline benchmark
+#   GPU_SKIP_BENCH=1                                   # leave out the benchmarks (tests only)
 #   GPU_CHURN_SECS=30 / GPU_CHURN_MAX=8                # churn soak length, subscriber processes
 #   CUFRAMES_RELEASE_CYCLES=1000                       # release-then-destroy cycles
 #   GPU_HOSTILE_SECS=10                                # hostile-subscriber run, per policy
@@ -42,7 +42,7 @@ for l in sys.stdin:
   local tgt=${CARGO_TARGET_DIR:-target}
   cp "$tgt/release/examples/frame_bench" "$tgt/release/examples/packet_bench" "$tgt/release/cuframes-demo" "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
-  cp scripts/gpu-check.sh scripts/steady_fps.py "$out/"
+  cp scripts/gpu-check.sh scripts/steady_fps.py scripts/ff-readers-diag.sh "$out/"
   # The Python package: the abi3 wheel (any CPython >= 3.9) and its GPU check.
   scripts/build-python.sh
   cp "$(ls -t build/wheels/cuframes-*-abi3-*.whl | head -1)" "$out/"
@@ -120,8 +120,8 @@ ff_bench() {
       echo "$size round $rep: decode only (nvdec, CUDA frames): $ref fps"
       # readers:ring_size. A STRICT_WAIT ring of 8 slots holds 8 frames in flight across
       # every reader's FFmpeg pipeline (each holds frames in its queues until its muxer is
-      # done with them); 32 slots shows what the ring's depth costs.
-      for cfg in 0:8 1:8 8:8 1:32 8:32; do
+      # done with them); 16 slots (the most v4 allows) shows what the ring's depth costs.
+      for cfg in 0:8 1:8 8:8 1:16 8:16; do
         readers=${cfg%:*}; ring=${cfg#*:}
         key="gpuffb-$$-$size-$rep-$readers-$ring"; pids=()
         for i in $(seq 1 "$readers"); do
@@ -132,10 +132,14 @@ ff_bench() {
         [ "$readers" -gt 0 ] && opts="$opts:policy=strict_wait:wait_subscribers=$readers:wait_timeout=30:ack_timeout=10"
         # Steady state (scripts/steady_fps.py): the wait for the readers, before the first
         # frame comes out, is not counted.
-        fps=$("$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
-          -i "$d/clip.h264" -vf "$opts" -f null -progress pipe:1 -stats_period 0.1 -nostats - | python3 "$out/steady_fps.py")
+        # Verbose for the filter's closing line: where its frames waited (subscribers' ACKs,
+        # queued publications), which tells a slow configuration's cause.
+        fps=$("$ff" -hide_banner -nostdin -loglevel verbose -hwaccel cuda -hwaccel_output_format cuda \
+          -i "$d/clip.h264" -vf "$opts" -f null -progress pipe:1 -stats_period 0.1 -nostats - 2>"$d/pub.log" |
+          python3 "$out/steady_fps.py")
         for i in "${pids[@]}"; do wait "$i" || echo "reader $i failed: $(tail -2 "$d/r$i.log")"; done
         echo "$size round $rep: decode + hwupload_cuframes, $readers reader(s), ring $ring: $fps fps = $(awk -v a="$fps" -v b="$ref" 'BEGIN { printf "%.1f", 100 * a / b }') % of decode only"
+        grep -o 'waited for .*' "$d/pub.log" | sed 's/^/    /'
         rm -f /dev/shm/cuframes-"$key"*
       done
     done
@@ -299,9 +303,11 @@ run() {
       gpu_test "$out/hostile_publisher" --exact an_explicit_device_that_is_another_gpu_is_refused_naming_both_uuids --nocapture
   fi
   step "demo on CUDA (4 subscriber processes, 1080p)" "$out/cuframes-demo" --frames 120 --subscribers 4 --cuda 0
-  step "frame ring benchmark" "$out/frame_bench" --frames "${GPU_BENCH_FRAMES:-300}"
-  # The packet ring needs no GPU; it runs here for this machine's cores (docs/benchmarks.md).
-  step "packet ring benchmark (CPU)" "$out/packet_bench" "${GPU_PKT_BENCH_SECS:-4}" "${GPU_PKT_BENCH_PACKETS:-20000}"
+  if [ -z "${GPU_SKIP_BENCH:-}" ]; then
+    step "frame ring benchmark" "$out/frame_bench" --frames "${GPU_BENCH_FRAMES:-300}"
+    # The packet ring needs no GPU; it runs here for this machine's cores (docs/benchmarks.md).
+    step "packet ring benchmark (CPU)" "$out/packet_bench" "${GPU_PKT_BENCH_SECS:-4}" "${GPU_PKT_BENCH_PACKETS:-20000}"
+  fi
   if [ "${GPU_CHECK_ONLY:-}" != core ]; then
     ffmpeg_steps
     python_steps
