@@ -84,9 +84,11 @@ fn child(key: &str, acks: Acks, spin: Duration, copy: bool, probe: bool) {
 
 /// The spinning path split in two: this child spins on the ring header's `global_seq` itself
 /// (a read-only mapping of its own, the same loads `SubscriberOptions::spin` does), stamps the
-/// moment the publication became visible, and only then calls `next_frame`. Prints both
-/// latencies: publication -> visible here (the publisher's stores and the cache-line
-/// transfer), and publication -> `next_frame` returned (adds the subscriber's own path).
+/// moment the publication became visible, reads the whole slot-descriptor table (the
+/// publisher's other stores: which of them cost a slow cache-line transfer shows here), and
+/// only then calls `next_frame`. Prints three latencies: publication -> visible here (the
+/// publisher's stores and the transfer of global_seq's line), -> slot table read, and ->
+/// `next_frame` returned (adds the subscriber's own path, socket poll included).
 fn probe_child(key: &str, budget: Duration) {
     let opts = SubscriberOptions {
         name: "probe".into(),
@@ -99,11 +101,12 @@ fn probe_child(key: &str, budget: Duration) {
         .unwrap()
         .frame_shm_name();
     let (_fd, header) =
-        cuframes_core::shm::open(&name, GLOBAL_SEQ_OFFSET + 8, false).expect("open the header");
+        cuframes_core::shm::open(&name, FRAME_SUBSCRIBERS_OFFSET, false).expect("open the header");
     let global_seq = header.atomic_u64(GLOBAL_SEQ_OFFSET);
+    let mut table = vec![0u8; FRAME_SUBSCRIBERS_OFFSET - FRAME_SLOTS_OFFSET];
     println!("ready");
     std::io::stdout().flush().unwrap();
-    let (mut lat, mut visible) = (Vec::new(), Vec::new());
+    let (mut lat, mut visible, mut touched) = (Vec::new(), Vec::new(), Vec::new());
     // The seq of the last frame read: a publication past it is one to read.
     let mut last_read = 0;
     let (cpu0, wall0) = (cpu_time(), Instant::now());
@@ -115,7 +118,10 @@ fn probe_child(key: &str, budget: Duration) {
                 std::hint::spin_loop();
             }
             if global_seq.load(Ordering::Acquire) > last_read {
-                seen = Some(monotonic_ns());
+                let at = monotonic_ns();
+                header.read_bytes(FRAME_SLOTS_OFFSET, &mut table);
+                std::hint::black_box(&table);
+                seen = Some((at, monotonic_ns()));
                 break;
             }
         }
@@ -125,8 +131,9 @@ fn probe_child(key: &str, budget: Duration) {
                 last_read = f.seq;
                 // Only a frame that was not yet published when the spin began: the others
                 // were published while this child was elsewhere.
-                if let Some(seen) = seen.filter(|_| f.pts_ns > spin_began) {
+                if let Some((seen, read)) = seen.filter(|_| f.pts_ns > spin_began) {
                     visible.push(seen - f.pts_ns);
+                    touched.push(read - f.pts_ns);
                     lat.push(got - f.pts_ns);
                 }
                 // SAFETY: null stream: nothing reads the frame.
@@ -144,8 +151,15 @@ fn probe_child(key: &str, budget: Duration) {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    println!("lat {cpu} {} | {}", text(&lat), text(&visible));
+    println!(
+        "lat {cpu} {} | {} | {}",
+        text(&lat),
+        text(&visible),
+        text(&touched)
+    );
 }
+
+use cuframes_core::wire::frame::{FRAME_SLOTS_OFFSET, FRAME_SUBSCRIBERS_OFFSET};
 
 /// `global_seq` in the frame SHM header (§2.1).
 const GLOBAL_SEQ_OFFSET: usize =
@@ -267,6 +281,8 @@ struct Row {
     /// Publication -> seen in the header by a `probe_child` (NaN for other subscribers).
     visible_p50: f64,
     visible_p99: f64,
+    /// Publication -> the probe has read the slot-descriptor table (NaN for others).
+    table_p50: f64,
     /// Mean CPU of a subscriber process over its life (1.0 = one core).
     cpu: f64,
 }
@@ -472,13 +488,16 @@ fn run_config(c: Config) -> Row {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(p);
-    let (mut lat, mut visible, mut cpu) = (Vec::new(), Vec::new(), 0.0);
+    let (mut lat, mut visible, mut table, mut cpu) = (Vec::new(), Vec::new(), Vec::new(), 0.0);
     for (mut c, mut out) in kids.drain(..) {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         c.wait().unwrap();
-        // "lat CPU LATENCIES... [| VISIBLE...]" (the second list from `probe_child` only).
-        let (reads, seen) = line.split_once('|').unwrap_or((&line, ""));
+        // "lat CPU LATENCIES... [| VISIBLE... | TABLE...]" (the lists after the first from
+        // `probe_child` only).
+        let mut lists = line.split('|');
+        let reads = lists.next().unwrap_or("");
+        let (seen, read) = (lists.next().unwrap_or(""), lists.next().unwrap_or(""));
         let mut fields = reads.split_whitespace().skip(1);
         cpu += fields
             .next()
@@ -487,6 +506,10 @@ fn run_config(c: Config) -> Row {
         lat.extend(fields.filter_map(|v| v.parse::<i64>().ok()));
         visible.extend(
             seen.split_whitespace()
+                .filter_map(|v| v.parse::<i64>().ok()),
+        );
+        table.extend(
+            read.split_whitespace()
                 .filter_map(|v| v.parse::<i64>().ok()),
         );
     }
@@ -499,6 +522,7 @@ fn run_config(c: Config) -> Row {
         p99: pct(&mut lat, 0.99),
         visible_p50: pct(&mut visible, 0.5),
         visible_p99: pct(&mut visible, 0.99),
+        table_p50: pct(&mut table, 0.5),
         cpu: cpu / subs.max(1) as f64,
     }
 }
@@ -636,9 +660,9 @@ fn main() {
                     ..Config::new(1920, 1080, 1, n, Some(period))
                 });
                 println!(
-                    "{label} host ring, {}: p50 {:.1} µs, p99 {:.1} µs (busy-poll handoff p50 {s50:.1} µs; visible p50 {:.1} µs)",
+                    "{label} host ring, {}: p50 {:.1} µs, p99 {:.1} µs (busy-poll handoff p50 {s50:.1} µs; visible p50 {:.1} µs, slot table read p50 {:.1} µs)",
                     if probe { "probe" } else { "spinning subscriber" },
-                    r.p50, r.p99, r.visible_p50
+                    r.p50, r.p99, r.visible_p50, r.table_p50
                 );
             }
         }
@@ -806,8 +830,8 @@ fn wake_ups(frames: u64) {
             };
             if probe {
                 spin_note += &format!(
-                    "; visible in the header after {:.1} µs p50, {:.1} µs p99",
-                    r.visible_p50, r.visible_p99
+                    "; visible in the header after {:.1} µs p50, {:.1} µs p99; slot table read after {:.1} µs p50",
+                    r.visible_p50, r.visible_p99, r.table_p50
                 );
             }
             println!(
