@@ -86,14 +86,21 @@ fn child(key: &str, acks: Acks, spin: Duration, copy: bool, probe: bool) {
 /// (a read-only mapping of its own, the same loads `SubscriberOptions::spin` does), stamps the
 /// moment the publication became visible, reads the whole slot-descriptor table (the
 /// publisher's other stores: which of them cost a slow cache-line transfer shows here), and
-/// only then calls `next_frame`. Prints three latencies: publication -> visible here (the
-/// publisher's stores and the transfer of global_seq's line), -> slot table read, and ->
-/// `next_frame` returned (adds the subscriber's own path, socket poll included).
+/// makes one non-blocking `recv` on an empty socket of its own (a system call right after a
+/// long spin, as the subscriber's socket poll), and only then calls `next_frame`
+/// (`Some(ZERO)`: no spin inside, so it polls its socket before reading). Prints the latency
+/// publication -> visible here (the publisher's stores and the transfer of global_seq's line),
+/// the time the table read took, the time the `recv` took, and publication -> `next_frame`
+/// returned. Every other frame is read by `next_frame` spinning itself instead
+/// (`SubscriberOptions::spin`, which polls its socket during the spin, not after it): the two
+/// paths compared in the same pair of processes (the figures vary more between pairs than
+/// between paths).
 fn probe_child(key: &str, budget: Duration) {
     let opts = SubscriberOptions {
         name: "probe".into(),
         mode: SubscriberMode::ZeroCopy,
         accept_zero_copy_overwrite: true,
+        spin: budget,
         ..Default::default()
     };
     let mut s = Subscriber::connect(key, &opts).expect("connect");
@@ -104,25 +111,52 @@ fn probe_child(key: &str, budget: Duration) {
         cuframes_core::shm::open(&name, FRAME_SUBSCRIBERS_OFFSET, false).expect("open the header");
     let global_seq = header.atomic_u64(GLOBAL_SEQ_OFFSET);
     let mut table = vec![0u8; FRAME_SUBSCRIBERS_OFFSET - FRAME_SLOTS_OFFSET];
+    // A socket of our own, empty: what one non-blocking `recv` (the subscriber's socket poll)
+    // costs right after a long spin, apart from anything of the ring's.
+    let (quiet, _peer) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    quiet.set_nonblocking(true).unwrap();
     println!("ready");
     std::io::stdout().flush().unwrap();
-    let (mut lat, mut visible, mut touched) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut lat, mut visible, mut touched, mut polled, mut own) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // The seq of the last frame read: a publication past it is one to read.
     let mut last_read = 0;
     let (cpu0, wall0) = (cpu_time(), Instant::now());
+    let mut own_turn = false;
     loop {
+        own_turn = !own_turn;
+        if own_turn {
+            let began = monotonic_ns();
+            match s.next_frame(Some(budget)) {
+                Ok(f) => {
+                    if f.pts_ns > began {
+                        own.push(monotonic_ns() - f.pts_ns);
+                    }
+                    last_read = f.seq;
+                    // SAFETY: null stream: nothing reads the frame.
+                    unsafe { f.release_after_stream(std::ptr::null_mut()) };
+                }
+                Err(e) if e.code() == ErrorCode::Timeout => {}
+                Err(e) if e.code() == ErrorCode::Disconnected => break,
+                Err(e) => panic!("{e}"),
+            }
+            continue;
+        }
         let (start, spin_began) = (Instant::now(), monotonic_ns());
         let mut seen = None;
-        while start.elapsed() < budget {
+        // As `spin_for_publish`: a load, PAUSE, and the clock every 64 loads.
+        'spin: while start.elapsed() < budget {
             for _ in 0..64 {
+                if global_seq.load(Ordering::Acquire) > last_read {
+                    let at = monotonic_ns();
+                    header.read_bytes(FRAME_SLOTS_OFFSET, &mut table);
+                    std::hint::black_box(&table);
+                    let read = monotonic_ns();
+                    let _ = std::io::Read::read(&mut &quiet, &mut [0u8; 64]);
+                    seen = Some((at, read, monotonic_ns()));
+                    break 'spin;
+                }
                 std::hint::spin_loop();
-            }
-            if global_seq.load(Ordering::Acquire) > last_read {
-                let at = monotonic_ns();
-                header.read_bytes(FRAME_SLOTS_OFFSET, &mut table);
-                std::hint::black_box(&table);
-                seen = Some((at, monotonic_ns()));
-                break;
             }
         }
         match s.next_frame(Some(Duration::ZERO)) {
@@ -131,9 +165,10 @@ fn probe_child(key: &str, budget: Duration) {
                 last_read = f.seq;
                 // Only a frame that was not yet published when the spin began: the others
                 // were published while this child was elsewhere.
-                if let Some((seen, read)) = seen.filter(|_| f.pts_ns > spin_began) {
+                if let Some((seen, read, recv)) = seen.filter(|_| f.pts_ns > spin_began) {
                     visible.push(seen - f.pts_ns);
-                    touched.push(read - f.pts_ns);
+                    touched.push(read - seen);
+                    polled.push(recv - read);
                     lat.push(got - f.pts_ns);
                 }
                 // SAFETY: null stream: nothing reads the frame.
@@ -152,10 +187,12 @@ fn probe_child(key: &str, budget: Duration) {
             .join(" ")
     };
     println!(
-        "lat {cpu} {} | {} | {}",
+        "lat {cpu} {} | {} | {} | {} | {}",
         text(&lat),
         text(&visible),
-        text(&touched)
+        text(&touched),
+        text(&polled),
+        text(&own)
     );
 }
 
@@ -281,8 +318,14 @@ struct Row {
     /// Publication -> seen in the header by a `probe_child` (NaN for other subscribers).
     visible_p50: f64,
     visible_p99: f64,
-    /// Publication -> the probe has read the slot-descriptor table (NaN for others).
+    /// How long the probe's read of the slot-descriptor table took, once the publication was
+    /// visible (NaN for other subscribers).
     table_p50: f64,
+    /// How long one non-blocking `recv` on an empty socket took right after (NaN for others).
+    recv_p50: f64,
+    /// The probe's other frames, read by `next_frame` spinning itself (NaN for others).
+    own_p50: f64,
+    own_p99: f64,
     /// Mean CPU of a subscriber process over its life (1.0 = one core).
     cpu: f64,
 }
@@ -488,16 +531,28 @@ fn run_config(c: Config) -> Row {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(p);
-    let (mut lat, mut visible, mut table, mut cpu) = (Vec::new(), Vec::new(), Vec::new(), 0.0);
+    let (mut lat, mut visible, mut table, mut recv, mut own, mut cpu) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        0.0,
+    );
     for (mut c, mut out) in kids.drain(..) {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         c.wait().unwrap();
-        // "lat CPU LATENCIES... [| VISIBLE... | TABLE...]" (the lists after the first from
-        // `probe_child` only).
+        // "lat CPU LATENCIES... [| VISIBLE... | TABLE... | RECV... | OWN...]" (the lists
+        // after the first from `probe_child` only).
         let mut lists = line.split('|');
         let reads = lists.next().unwrap_or("");
-        let (seen, read) = (lists.next().unwrap_or(""), lists.next().unwrap_or(""));
+        let (seen, read, polled, spun) = (
+            lists.next().unwrap_or(""),
+            lists.next().unwrap_or(""),
+            lists.next().unwrap_or(""),
+            lists.next().unwrap_or(""),
+        );
         let mut fields = reads.split_whitespace().skip(1);
         cpu += fields
             .next()
@@ -512,6 +567,15 @@ fn run_config(c: Config) -> Row {
             read.split_whitespace()
                 .filter_map(|v| v.parse::<i64>().ok()),
         );
+        recv.extend(
+            polled
+                .split_whitespace()
+                .filter_map(|v| v.parse::<i64>().ok()),
+        );
+        own.extend(
+            spun.split_whitespace()
+                .filter_map(|v| v.parse::<i64>().ok()),
+        );
     }
     Row {
         label: format!("{w}x{h}"),
@@ -523,6 +587,9 @@ fn run_config(c: Config) -> Row {
         visible_p50: pct(&mut visible, 0.5),
         visible_p99: pct(&mut visible, 0.99),
         table_p50: pct(&mut table, 0.5),
+        recv_p50: pct(&mut recv, 0.5),
+        own_p50: pct(&mut own, 0.5),
+        own_p99: pct(&mut own, 0.99),
         cpu: cpu / subs.max(1) as f64,
     }
 }
@@ -660,9 +727,9 @@ fn main() {
                     ..Config::new(1920, 1080, 1, n, Some(period))
                 });
                 println!(
-                    "{label} host ring, {}: p50 {:.1} µs, p99 {:.1} µs (busy-poll handoff p50 {s50:.1} µs; visible p50 {:.1} µs, slot table read p50 {:.1} µs)",
+                    "{label} host ring, {}: p50 {:.1} µs, p99 {:.1} µs (busy-poll handoff p50 {s50:.1} µs; visible p50 {:.1} µs, slot table read took {:.2} µs, recv took {:.2} µs; next_frame spinning itself on alternate frames p50 {:.1} µs, p99 {:.1} µs)",
                     if probe { "probe" } else { "spinning subscriber" },
-                    r.p50, r.p99, r.visible_p50, r.table_p50
+                    r.p50, r.p99, r.visible_p50, r.table_p50, r.recv_p50, r.own_p50, r.own_p99
                 );
             }
         }
@@ -830,8 +897,8 @@ fn wake_ups(frames: u64) {
             };
             if probe {
                 spin_note += &format!(
-                    "; visible in the header after {:.1} µs p50, {:.1} µs p99; slot table read after {:.1} µs p50",
-                    r.visible_p50, r.visible_p99, r.table_p50
+                    "; visible in the header after {:.1} µs p50, {:.1} µs p99; then the slot table read took {:.2} µs p50, a recv on an empty socket {:.2} µs p50; alternate frames read by next_frame spinning itself: p50 {:.1} µs, p99 {:.1} µs",
+                    r.visible_p50, r.visible_p99, r.table_p50, r.recv_p50, r.own_p50, r.own_p99
                 );
             }
             println!(

@@ -153,6 +153,33 @@ fn a_spinning_subscriber_gets_every_frame_and_keeps_its_timeout() {
     assert_eq!(e.code(), ErrorCode::Disconnected);
 }
 
+/// A spin looks at the socket while it spins: a publisher that goes away during a long spin
+/// ends the stream at once, not when the spin's budget runs out (it used to: the spin watched
+/// only `global_seq`).
+#[test]
+fn a_long_spin_still_sees_the_publisher_leave() {
+    let env = TestEnv::new("spinend");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 48))
+        .unwrap();
+    let mut opts = env.subscriber_options("spinend");
+    opts.spin = Duration::from_secs(20);
+    let mut s = Subscriber::connect(&env.key, &opts).unwrap();
+    let leaving = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        drop(p);
+    });
+    let t = Instant::now();
+    let e = s.next_frame(Some(Duration::from_secs(30))).err().unwrap();
+    let took = t.elapsed();
+    leaving.join().unwrap();
+    assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
+    assert!(
+        took < Duration::from_secs(5),
+        "the end of the stream was seen after {took:?} of a 20 s spin"
+    );
+}
+
 /// Issue #14 (metadata downstream): the colour description and sample aspect ratio the
 /// publisher gives its ring reach every subscriber and every frame, and a ring without one
 /// says so (None, not a default that would pass for BT.601 limited).
