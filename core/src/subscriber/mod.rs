@@ -506,7 +506,8 @@ impl Subscriber {
                 "this subscriber did not ask for frames",
             ));
         }
-        // True right after a spin saw a publication: the spin has just polled the socket.
+        // True right after a spin saw a publication: the socket was polled at most
+        // POLL_WHILE_SPINNING ago (by the spin, or before it at the top of this loop).
         let mut skip_poll = false;
         loop {
             if !std::mem::take(&mut skip_poll) {
