@@ -330,6 +330,11 @@ struct Row {
     cpu: f64,
 }
 
+/// The numbers of one list in a child's "lat ..." line.
+fn nanoseconds(list: &str) -> impl Iterator<Item = i64> + '_ {
+    list.split_whitespace().filter_map(|v| v.parse().ok())
+}
+
 /// How the publisher makes a frame visible.
 #[derive(Clone, Copy, PartialEq)]
 enum Publish {
@@ -559,23 +564,10 @@ fn run_config(c: Config) -> Row {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(f64::NAN);
         lat.extend(fields.filter_map(|v| v.parse::<i64>().ok()));
-        visible.extend(
-            seen.split_whitespace()
-                .filter_map(|v| v.parse::<i64>().ok()),
-        );
-        table.extend(
-            read.split_whitespace()
-                .filter_map(|v| v.parse::<i64>().ok()),
-        );
-        recv.extend(
-            polled
-                .split_whitespace()
-                .filter_map(|v| v.parse::<i64>().ok()),
-        );
-        own.extend(
-            spun.split_whitespace()
-                .filter_map(|v| v.parse::<i64>().ok()),
-        );
+        visible.extend(nanoseconds(seen));
+        table.extend(nanoseconds(read));
+        recv.extend(nanoseconds(polled));
+        own.extend(nanoseconds(spun));
     }
     Row {
         label: format!("{w}x{h}"),
