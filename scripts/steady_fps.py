@@ -7,7 +7,9 @@ Each progress block ends with `progress=continue` (or `progress=end`) and carrie
 the blocks are timestamped as they arrive. The rate is counted from the first block that has
 frames out to the last one, so start-up (device and decoder set-up, and a filter's wait for
 its subscribers, during which no frame comes out) is not counted. Prints the fps, or `nan`
-when fewer than two blocks had frames.
+when fewer than two blocks had frames. With STEADY_FPS_WINDOW=FILE it also writes the
+window counted, "t0 t1" in CLOCK_MONOTONIC seconds, into FILE (scripts/proc_sched.py
+--window profiles that window only).
 """
 
 import os
@@ -34,5 +36,8 @@ while True:
 if len(points) >= 2 and points[-1][0] > points[0][0]:
     (t0, f0), (t1, f1) = points[0], points[-1]
     print(f"{(f1 - f0) / (t1 - t0):.1f}")
+    if os.environ.get("STEADY_FPS_WINDOW"):
+        with open(os.environ["STEADY_FPS_WINDOW"], "w") as f:
+            print(f"{t0:.6f} {t1:.6f}", file=f)
 else:
     print("nan")
