@@ -8,7 +8,8 @@
 #   8 Python readers (one thread each, cuCtxSynchronize per frame: py8),
 #   decode only beside 8 idle processes that hold a CUDA context (context presence),
 #   decode only beside 8 busy CPU loops (CPU contention),
-#   8 Python subscribers that map the ring's slots and never read (mapped8), and 1/2/4 Python
+#   8 Python subscribers that map the ring's slots and never read (mapped8; mapsync8: and call
+#   cuCtxSynchronize at the frame rate), and 1/2/4 Python
 #   readers (pyscale),
 #   decode only beside 8 processes calling the driver ~700 times a second (sync8, query8),
 #   8 processes woken by every publication that are no subscribers (watch8; watchctx8: each
@@ -171,6 +172,28 @@ while time.monotonic() - changed < (1 if n else 30):
 print(n, "publications seen", file=sys.stderr)' "$1" "$2"
 }
 
+# A Python subscriber that maps the slots, never reads, and calls cuCtxSynchronize on its
+# context ~700 times a second for 8 s: driver calls at the frame rate in an importing process.
+py_mapsync() { # key name
+  PYTHONPATH="$d/py" exec python3 -c 'import sys, time, ctypes, cuframes
+key, name = sys.argv[1], sys.argv[2]
+deadline = time.monotonic() + 30
+while True:
+    try:
+        s = cuframes.Subscriber(key, name=name, mode="zero_copy", connect_timeout=30)
+        break
+    except cuframes.Error:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.02)
+cu = ctypes.CDLL("libcuda.so.1"); ctx = ctypes.c_void_p(); dev = ctypes.c_int()
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+end = time.monotonic() + 8
+while time.monotonic() < end:
+    cu.cuCtxSynchronize(); time.sleep(0.0014)' "$1" "$2"
+}
+
 ring() { # label, readers, policy, kind of reader (ffmpeg|idle|pinned|spin|python)
   local label=$1 n=$2 policy=$3 kind=$4 key="diag-$$-$RANDOM" pids=() i fps cpu=0 pre=()
   case $kind in
@@ -183,6 +206,7 @@ ring() { # label, readers, policy, kind of reader (ffmpeg|idle|pinned|spin|pytho
     case $kind in
       python) sched "$d/r$i.ru" bash -c "$(declare -f py_reader); d=$d; py_reader $key r$i" 2>"$d/r$i.log" & pids+=($!) ;;
       watch|watchctx) sched "$d/r$i.ru" bash -c "$(declare -f watcher); watcher $key $([ "$kind" = watchctx ] && echo 1 || echo 0)" 2>"$d/r$i.log" & pids+=($!) ;;
+      mapsync) sched "$d/r$i.ru" bash -c "$(declare -f py_mapsync); d=$d; py_mapsync $key r$i" 2>"$d/r$i.log" & pids+=($!) ;;
       mapped) bash -c "$(declare -f py_mapped); d=$d; py_mapped $key r$i" 2>"$d/r$i.log" & pids+=($!) ;;
       spin) sched "$d/r$i.ru" "$ff" -hide_banner -nostdin -loglevel error -f cuframes -wait_publisher 30 -read_timeout 30 \
           -spin 20ms -name "r$i" -i "$key" -f null - 2>"$d/r$i.log" & pids+=($!) ;;
@@ -267,6 +291,7 @@ time.sleep(300)' 2>"$d/lat.log" & latpid=$!
   fi
   want watch8 && ring "8 watchers woken per frame, no subscriber, no CUDA" 8 drop_oldest watch
   want watchctx8 && ring "8 watchers woken per frame, each holding a CUDA context" 8 drop_oldest watchctx
+  [ -d "$d/py" ] && want mapsync8 && ring "8 mapped subscribers calling cuCtxSynchronize ~700/s, never reading" 8 drop_oldest mapsync
   [ -d "$d/py" ] && want mapped8 && ring "8 Python subscribers that map the slots, never read (drop_oldest)" 8 drop_oldest mapped
   if want contexts; then
     # 8 processes that made a CUDA context on the GPU and then sleep.
