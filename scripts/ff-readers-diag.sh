@@ -81,17 +81,19 @@ row() { # label, fps, readers' part
   printf '%-58s %7s fps %6s %%  publisher %s s CPU, %s ms runnable-waiting, %s preempted  %s\n' "$1" "$2" \
     "$(awk -v a="$2" -v b="${ref:-$2}" 'BEGIN { printf "%.1f", 100 * a / b }')" \
     "$cpu" "$wait" "$nivcsw" "${3:-}"
+  # The rate counted up to the last progress block, teardown included (steady_fps.py).
+  [ -s "$d/win" ] && echo "    counted to the last block (teardown included): $(cut -d' ' -f3 "$d/win") fps"
   [ -s "$d/gpu.txt" ] && echo "    $(cat "$d/gpu.txt")" && rm -f "$d/gpu.txt"
   grep -ho 'waited for .*' "$d/pub.log" | sed 's/^/    filter: /'
   # Where the threads' time went in the steady window only (start-up and teardown left out).
   if [ -s "$d/pub.ru.samples" ] && [ -s "$d/win" ]; then
     echo "    decoder's threads, steady window:"
     # shellcheck disable=SC2046
-    python3 "$out/proc_sched.py" --window $(cat "$d/win") "$d/pub.ru.samples"
+    python3 "$out/proc_sched.py" --window $(cut -d' ' -f1-2 "$d/win") "$d/pub.ru.samples"
     if [ -s "$d/r1.ru.samples" ]; then
       echo "    reader 1's threads, same window:"
       # shellcheck disable=SC2046
-      python3 "$out/proc_sched.py" --window $(cat "$d/win") "$d/r1.ru.samples" | head -7
+      python3 "$out/proc_sched.py" --window $(cut -d' ' -f1-2 "$d/win") "$d/r1.ru.samples" | head -7
     fi
   fi
   rm -f "$d"/*.hist "$d"/*.samples "$d/win"

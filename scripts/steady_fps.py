@@ -5,11 +5,14 @@
 
 Each progress block ends with `progress=continue` (or `progress=end`) and carries `frame=N`;
 the blocks are timestamped as they arrive. The rate is counted from the first block that has
-frames out to the last one, so start-up (device and decoder set-up, and a filter's wait for
-its subscribers, during which no frame comes out) is not counted. Prints the fps, or `nan`
-when fewer than two blocks had frames. With STEADY_FPS_WINDOW=FILE it also writes the
-window counted, "t0 t1" in CLOCK_MONOTONIC seconds, into FILE (scripts/proc_sched.py
---window profiles that window only).
+frames out to the first block that has them all (the last block's count), so neither
+start-up (device and decoder set-up, and a filter's wait for its subscribers, during which
+no frame comes out) nor teardown (closing the decoder and the filters: a publisher's ring
+and its readers' contexts, after the last frame, before the final block) is counted.
+Prints the fps, or `nan` when fewer than two blocks had frames. With STEADY_FPS_WINDOW=FILE
+it also writes "t0 t1 fps_to_last_block" into FILE: the window counted, in CLOCK_MONOTONIC
+seconds (scripts/proc_sched.py --window profiles that window only), and the rate counted up
+to the last block instead, teardown included (how this script counted before 2026-12-06).
 """
 
 import os
@@ -33,11 +36,20 @@ while True:
             frame = int(value or 0)
         elif key == b"progress" and frame > 0:
             points.append((now, frame))
-if len(points) >= 2 and points[-1][0] > points[0][0]:
-    (t0, f0), (t1, f1) = points[0], points[-1]
-    print(f"{(f1 - f0) / (t1 - t0):.1f}")
+
+
+def rate(a, b):
+    (t0, f0), (t1, f1) = a, b
+    return (f1 - f0) / (t1 - t0) if t1 > t0 else float("nan")
+
+
+if len(points) >= 2:
+    final = points[-1][1]
+    done = next(p for p in points if p[1] == final)
+    steady = rate(points[0], done)
+    print(f"{steady:.1f}")
     if os.environ.get("STEADY_FPS_WINDOW"):
         with open(os.environ["STEADY_FPS_WINDOW"], "w") as f:
-            print(f"{t0:.6f} {t1:.6f}", file=f)
+            print(f"{points[0][0]:.6f} {done[0]:.6f} {rate(points[0], points[-1]):.1f}", file=f)
 else:
     print("nan")
