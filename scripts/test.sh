@@ -52,6 +52,8 @@ scripts/test-ffmpeg-sys.sh build/ffmpeg-7.1
 echo "== Python package (scripts/build-python.sh: rebuilt only when its inputs changed) and pytest"
 scripts/build-python.sh
 build/venv/bin/python -m pytest python/tests -q -p no:cacheprovider
+echo "== the benchmarks' measuring scripts (steady_fps.py, proc_sched.py)"
+build/venv/bin/python -m pytest scripts/tests -q -p no:cacheprovider
 echo "== GPU tests (they run on a GPU machine through scripts/gpu-check.sh; here they say why not)"
 cargo test --release -p cuframes-core --test cuda_vmm --test frame_ring_cuda -- --nocapture 2>&1 | grep -E 'SKIPPED' | sort | uniq -c || true
 leftovers=$(comm -13 <(echo "$shm_before" | sort) <(ls /dev/shm | grep -E '^cuframes-' | sort) || true)
