@@ -99,12 +99,16 @@ row() { # label, fps, readers' part
   rm -f "$d"/*.hist "$d"/*.samples "$d/win"
 }
 
-# A Python reader: zero copy, every frame released without a stream (the release waits for
-# the device's primary context, cuCtxSynchronize, then ACKs), one thread; waits for the
-# publisher like -wait_publisher.
-py_reader() { # key name
-  PYTHONPATH="$d/py" exec python3 -c 'import sys, time, cuframes
-key, name = sys.argv[1], sys.argv[2]
+# A Python subscriber (zero copy; waits for the publisher like -wait_publisher), by $3:
+#   read     reads every frame and releases it without a stream (the release waits for the
+#            device's primary context, cuCtxSynchronize, then ACKs), one thread;
+#   mapped   maps the ring's slots and never reads: what the mere presence of mapped readers
+#            costs (with drop_oldest, nothing waits for it); killed when the decoder is done;
+#   mapsync  maps the slots, never reads, and calls cuCtxSynchronize on its context ~700
+#            times a second for 8 s: driver calls at the frame rate in an importing process.
+py_subscriber() { # key name mode
+  PYTHONPATH="$d/py" exec python3 -c 'import ctypes, sys, time, cuframes
+key, name, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 deadline = time.monotonic() + 30
 while True:
     try:
@@ -114,29 +118,21 @@ while True:
         if time.monotonic() > deadline:
             raise
         time.sleep(0.02)
-n = 0
-for f in s:
-    f.release()
-    n += 1
-print(n, "frames", file=sys.stderr)' "$1" "$2"
-}
-
-# A Python subscriber that maps the ring's slots (zero copy) and then never reads: what the
-# mere presence of mapped readers costs (with drop_oldest, nothing waits for it). Killed
-# when the decoder is done.
-py_mapped() { # key name
-  PYTHONPATH="$d/py" python3 -c 'import sys, time, cuframes
-key, name = sys.argv[1], sys.argv[2]
-deadline = time.monotonic() + 30
-while True:
-    try:
-        s = cuframes.Subscriber(key, name=name, mode="zero_copy", connect_timeout=30)
-        break
-    except cuframes.Error:
-        if time.monotonic() > deadline:
-            raise
-        time.sleep(0.02)
-time.sleep(120)' "$1" "$2"
+if mode == "read":
+    n = 0
+    for f in s:
+        f.release()
+        n += 1
+    print(n, "frames", file=sys.stderr)
+elif mode == "mapped":
+    time.sleep(120)
+else:
+    cu = ctypes.CDLL("libcuda.so.1"); ctx = ctypes.c_void_p(); dev = ctypes.c_int()
+    assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+    end = time.monotonic() + 8
+    while time.monotonic() < end:
+        cu.cuCtxSynchronize(); time.sleep(0.0014)' "$1" "$2" "$3"
 }
 
 # A process that is woken by every publication and reads global_seq, without subscribing:
@@ -174,29 +170,7 @@ while time.monotonic() - changed < (1 if n else 30):
 print(n, "publications seen", file=sys.stderr)' "$1" "$2"
 }
 
-# A Python subscriber that maps the slots, never reads, and calls cuCtxSynchronize on its
-# context ~700 times a second for 8 s: driver calls at the frame rate in an importing process.
-py_mapsync() { # key name
-  PYTHONPATH="$d/py" exec python3 -c 'import sys, time, ctypes, cuframes
-key, name = sys.argv[1], sys.argv[2]
-deadline = time.monotonic() + 30
-while True:
-    try:
-        s = cuframes.Subscriber(key, name=name, mode="zero_copy", connect_timeout=30)
-        break
-    except cuframes.Error:
-        if time.monotonic() > deadline:
-            raise
-        time.sleep(0.02)
-cu = ctypes.CDLL("libcuda.so.1"); ctx = ctypes.c_void_p(); dev = ctypes.c_int()
-assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
-end = time.monotonic() + 8
-while time.monotonic() < end:
-    cu.cuCtxSynchronize(); time.sleep(0.0014)' "$1" "$2"
-}
-
-ring() { # label, readers, policy, kind of reader (ffmpeg|idle|pinned|spin|python)
+ring() { # label, readers, policy, kind of reader (ffmpeg|idle|pinned|spin|python|mapped|mapsync|watch|watchctx)
   local label=$1 n=$2 policy=$3 kind=$4 key="diag-$$-$RANDOM" pids=() i fps cpu=0 pre=()
   case $kind in
     idle) pre=(chrt -i 0) ;;
@@ -206,10 +180,10 @@ ring() { # label, readers, policy, kind of reader (ffmpeg|idle|pinned|spin|pytho
     local SCHED_HIST=${DIAG_HIST:-0}
     [ "$i" -gt 1 ] && SCHED_HIST=0
     case $kind in
-      python) sched "$d/r$i.ru" bash -c "$(declare -f py_reader); d=$d; py_reader $key r$i" 2>"$d/r$i.log" & pids+=($!) ;;
+      python) sched "$d/r$i.ru" bash -c "$(declare -f py_subscriber); d=$d; py_subscriber $key r$i read" 2>"$d/r$i.log" & pids+=($!) ;;
       watch|watchctx) sched "$d/r$i.ru" bash -c "$(declare -f watcher); watcher $key $([ "$kind" = watchctx ] && echo 1 || echo 0)" 2>"$d/r$i.log" & pids+=($!) ;;
-      mapsync) sched "$d/r$i.ru" bash -c "$(declare -f py_mapsync); d=$d; py_mapsync $key r$i" 2>"$d/r$i.log" & pids+=($!) ;;
-      mapped) bash -c "$(declare -f py_mapped); d=$d; py_mapped $key r$i" 2>"$d/r$i.log" & pids+=($!) ;;
+      mapsync) sched "$d/r$i.ru" bash -c "$(declare -f py_subscriber); d=$d; py_subscriber $key r$i mapsync" 2>"$d/r$i.log" & pids+=($!) ;;
+      mapped) bash -c "$(declare -f py_subscriber); d=$d; py_subscriber $key r$i mapped" 2>"$d/r$i.log" & pids+=($!) ;;
       spin) sched "$d/r$i.ru" "$ff" -hide_banner -nostdin -loglevel error -f cuframes -wait_publisher 30 -read_timeout 30 \
           -spin 20ms -name "r$i" -i "$key" -f null - 2>"$d/r$i.log" & pids+=($!) ;;
       *) sched "$d/r$i.ru" "${pre[@]}" "$ff" -hide_banner -nostdin -loglevel error -f cuframes -wait_publisher 30 -read_timeout 30 \
