@@ -67,9 +67,9 @@ def ioctl_target(task, fd_hex):
         return "fd " + fd_hex
 
 
-def sample_states(pid, names, hist, raw):
+def sample_states(pid, names, hist, raw, last):
     """One sample of each thread's state into hist[name][what], and (time, task, name, what,
-    its CPU ns so far) into raw."""
+    its CPU ns so far: from `last`, which `sample` has just filled) into raw."""
     now = time.monotonic()
     for task in glob.glob(f"/proc/{pid}/task/*"):
         stat = read(task + "/stat")
@@ -90,7 +90,7 @@ def sample_states(pid, names, hist, raw):
         else:
             what = f"{state} {SYSCALLS.get(nr, 'syscall ' + nr)}"
         hist[name][what] += 1
-        run_ns = (read(task + "/schedstat") or "0").split()[0]
+        run_ns = last.get(task + "/schedstat", (0, 0))[0]
         raw.append((now, os.path.basename(task), name, what, run_ns))
 
 
@@ -141,7 +141,7 @@ def main():
     while proc.poll() is None:
         sample(proc.pid, last)
         if hist_on:
-            sample_states(proc.pid, names, hist, raw)
+            sample_states(proc.pid, names, hist, raw, last)
         time.sleep(0.002 if hist_on else 0.01)
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     wait_ms = sum(w for _, w in last.values()) / 1e6
