@@ -99,42 +99,6 @@ row() { # label, fps, readers' part
   rm -f "$d"/*.hist "$d"/*.samples "$d/win"
 }
 
-# A Python subscriber (zero copy; waits for the publisher like -wait_publisher), by $3:
-#   read     reads every frame and releases it without a stream (the release waits for the
-#            device's primary context, cuCtxSynchronize, then ACKs), one thread;
-#   mapped   maps the ring's slots and never reads: what the mere presence of mapped readers
-#            costs (with drop_oldest, nothing waits for it); killed when the decoder is done;
-#   mapsync  maps the slots, never reads, and calls cuCtxSynchronize on its context ~700
-#            times a second for 8 s: driver calls at the frame rate in an importing process.
-py_subscriber() { # key name mode
-  PYTHONPATH="$d/py" exec python3 -c 'import ctypes, sys, time, cuframes
-key, name, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-deadline = time.monotonic() + 30
-while True:
-    try:
-        s = cuframes.Subscriber(key, name=name, mode="zero_copy", connect_timeout=30)
-        break
-    except cuframes.Error:
-        if time.monotonic() > deadline:
-            raise
-        time.sleep(0.02)
-if mode == "read":
-    n = 0
-    for f in s:
-        f.release()
-        n += 1
-    print(n, "frames", file=sys.stderr)
-elif mode == "mapped":
-    time.sleep(120)
-else:
-    cu = ctypes.CDLL("libcuda.so.1"); ctx = ctypes.c_void_p(); dev = ctypes.c_int()
-    assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
-    end = time.monotonic() + 8
-    while time.monotonic() < end:
-        cu.cuCtxSynchronize(); time.sleep(0.0014)' "$1" "$2" "$3"
-}
-
 # A process that is woken by every publication and reads global_seq, without subscribing:
 # maps the ring's header (/dev/shm/cuframes-KEY), counts itself a waiter (R28) and sleeps on
 # global_seq's futex; with $2 = 1 it also holds a CUDA context. Ends 1 s after the last frame.
@@ -180,10 +144,11 @@ ring() { # label, readers, policy, kind of reader (ffmpeg|idle|pinned|spin|pytho
     local SCHED_HIST=${DIAG_HIST:-0}
     [ "$i" -gt 1 ] && SCHED_HIST=0
     case $kind in
-      python) sched "$d/r$i.ru" bash -c "$(declare -f py_subscriber); d=$d; py_subscriber $key r$i read" 2>"$d/r$i.log" & pids+=($!) ;;
+      # Python subscribers (scripts/diag_subscriber.py; env execs python, which proc_sched sees).
+      python|mapsync) sched "$d/r$i.ru" env PYTHONPATH="$d/py" python3 "$out/diag_subscriber.py" "$key" "r$i" \
+          "$([ "$kind" = python ] && echo read || echo mapsync)" 2>"$d/r$i.log" & pids+=($!) ;;
       watch|watchctx) sched "$d/r$i.ru" bash -c "$(declare -f watcher); watcher $key $([ "$kind" = watchctx ] && echo 1 || echo 0)" 2>"$d/r$i.log" & pids+=($!) ;;
-      mapsync) sched "$d/r$i.ru" bash -c "$(declare -f py_subscriber); d=$d; py_subscriber $key r$i mapsync" 2>"$d/r$i.log" & pids+=($!) ;;
-      mapped) bash -c "$(declare -f py_subscriber); d=$d; py_subscriber $key r$i mapped" 2>"$d/r$i.log" & pids+=($!) ;;
+      mapped) env PYTHONPATH="$d/py" python3 "$out/diag_subscriber.py" "$key" "r$i" mapped 2>"$d/r$i.log" & pids+=($!) ;;
       spin) sched "$d/r$i.ru" "$ff" -hide_banner -nostdin -loglevel error -f cuframes -wait_publisher 30 -read_timeout 30 \
           -spin 20ms -name "r$i" -i "$key" -f null - 2>"$d/r$i.log" & pids+=($!) ;;
       *) sched "$d/r$i.ru" "${pre[@]}" "$ff" -hide_banner -nostdin -loglevel error -f cuframes -wait_publisher 30 -read_timeout 30 \
@@ -197,7 +162,7 @@ ring() { # label, readers, policy, kind of reader (ffmpeg|idle|pinned|spin|pytho
   fps=$(decode "hwupload_cuframes=key=$key:ring_size=8:policy=$policy:wait_subscribers=$subs:wait_timeout=30:ack_timeout=10")
   pin=()
   if [ "$kind" = mapped ]; then
-    pkill -P "$(echo "${pids[@]}" | tr ' ' ',')" 2>/dev/null; kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
+    kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
     for i in $(seq 1 "$n"); do echo "0 0 0 0" >"$d/r$i.ru"; done; pids=()
   fi
   for i in "${pids[@]}"; do wait "$i" || echo "  a reader failed: $(tail -1 "$d"/r*.log | tail -1)"; done

@@ -34,21 +34,6 @@ decode() { # trace name, filter (or empty): prints the steady fps
     -i "$d/clip.h264" "${vf[@]}" -f null -progress pipe:1 -stats_period 0.1 -nostats - |
     python3 "$out/steady_fps.py"
 }
-py_reader() { # key name: zero copy, every frame released at once
-  PYTHONPATH="$d/py" python3 -c 'import sys, time, cuframes
-deadline = time.monotonic() + 30
-while True:
-    try:
-        s = cuframes.Subscriber(sys.argv[1], name=sys.argv[2], mode="zero_copy", connect_timeout=30)
-        break
-    except cuframes.Error:
-        if time.monotonic() > deadline:
-            raise
-        time.sleep(0.02)
-for f in s:
-    f.release()' "$1" "$2"
-}
-
 echo "decode only: $(decode decoder-alone "") fps"
 echo "hwupload_cuframes, no reader: $(decode decoder-no-reader "hwupload_cuframes=key=ioctl-$$-0:ring_size=8") fps"
 for kind in ffmpeg python; do
@@ -61,7 +46,8 @@ for kind in ffmpeg python; do
       "${pre[@]}" "$ff" -hide_banner -nostdin -loglevel error -f cuframes -wait_publisher 30 -read_timeout 30 \
         -name "r$i" -i "$key" -f null - & pids+=($!)
     else
-      "${pre[@]}" bash -c "$(declare -f py_reader); d=$d; py_reader $key r$i" & pids+=($!)
+      # Zero copy, every frame released at once (scripts/diag_subscriber.py).
+      "${pre[@]}" env PYTHONPATH="$d/py" python3 "$out/diag_subscriber.py" "$key" "r$i" read & pids+=($!)
     fi
   done
   echo "8 $kind readers: $(decode "decoder-8-$kind" "hwupload_cuframes=key=$key:ring_size=8:policy=strict_wait:wait_subscribers=8:wait_timeout=30:ack_timeout=10") fps"

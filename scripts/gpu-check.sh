@@ -43,7 +43,7 @@ for l in sys.stdin:
   cp "$tgt/release/examples/frame_bench" "$tgt/release/examples/packet_bench" "$tgt/release/cuframes-demo" "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
   cp scripts/gpu-check.sh scripts/steady_fps.py scripts/ff-readers-diag.sh scripts/proc_sched.py \
-    scripts/ff-readers-ioctl.sh "$out/"
+    scripts/ff-readers-ioctl.sh scripts/diag_subscriber.py "$out/"
   # The ioctl tracer of ff-readers-ioctl.sh (an LD_PRELOAD shim; plain C, glibc only).
   gcc -O2 -Wall -shared -fPIC -o "$out/ioctl_trace.so" scripts/ioctl_trace.c -ldl -lpthread
   # The Python package: the abi3 wheel (any CPython >= 3.9) and its GPU check.
