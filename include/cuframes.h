@@ -638,8 +638,9 @@ typedef struct cuframes_subscriber_options {
     uint32_t flags;                      /**< CUFRAMES_SUBSCRIBE_WANTS_*; 0 = frames */
     uint32_t connect_timeout_ms;         /**< 0 = 5000 */
     int accept_zero_copy_overwrite;      /**< R12: allow ZERO_COPY under DROP_OLDEST */
-    uint32_t spin_us;                    /**< before each sleep of next_frame, poll this many µs
-                                              for a frame (lower latency, a busy CPU meanwhile;
+    uint32_t spin_us;                    /**< before each sleep of next_frame and
+                                              next_packet(_into), poll this many µs for a frame
+                                              or packet (lower latency, a busy CPU meanwhile;
                                               0 = sleep at once, the default) */
     /** Keep going across a publisher restart under the same key: when the publisher goes,
      *  deliver what its rings hold, then wait up to this many ms for a new one and subscribe

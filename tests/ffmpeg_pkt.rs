@@ -170,28 +170,39 @@ fn publisher_args<'a>(
 /// A recorder: `-c copy` of the ring into framemd5 `<log>.framemd5`, in the ring's own
 /// nanosecond time base (lossless) and with the publisher's timestamps (`-copyts`).
 fn spawn_recorder(s: &Scratch, log: &str, key: &str) -> (Proc, std::path::PathBuf) {
+    spawn_recorder_with(s, log, key, &[])
+}
+
+/// `spawn_recorder` with more demuxer options (before `-i`).
+fn spawn_recorder_with(
+    s: &Scratch,
+    log: &str,
+    key: &str,
+    demuxer_opts: &[&str],
+) -> (Proc, std::path::PathBuf) {
     let out = s.path(&format!("{log}.framemd5"));
-    let p = s.spawn_ffmpeg(
-        log,
-        &[
-            "-v",
-            "error",
-            "-f",
-            "cuframes_pkt",
-            "-wait_publisher",
-            "10",
-            "-timebase",
-            "1/1000000000",
-            "-copyts",
-            "-i",
-            key,
-            "-c",
-            "copy",
-            "-f",
-            "framemd5",
-            out.to_str().unwrap(),
-        ],
-    );
+    let mut args = vec![
+        "-v",
+        "error",
+        "-f",
+        "cuframes_pkt",
+        "-wait_publisher",
+        "10",
+        "-timebase",
+        "1/1000000000",
+        "-copyts",
+    ];
+    args.extend_from_slice(demuxer_opts);
+    args.extend_from_slice(&[
+        "-i",
+        key,
+        "-c",
+        "copy",
+        "-f",
+        "framemd5",
+        out.to_str().unwrap(),
+    ]);
+    let p = s.spawn_ffmpeg(log, &args);
     (p, out)
 }
 
@@ -201,8 +212,12 @@ fn round_trip(s: &Scratch, src: &Source, recorders: usize) {
     let t0 = Instant::now();
     let want = reference(s, src);
     let key = s.key("rt");
+    // Every other recorder polls before it sleeps (`-spin`): it must get the same packets.
     let recs: Vec<_> = (0..recorders)
-        .map(|i| spawn_recorder(s, &format!("rec{i}"), &key))
+        .map(|i| {
+            let spin: &[&str] = if i % 2 == 1 { &["-spin", "200us"] } else { &[] };
+            spawn_recorder_with(s, &format!("rec{i}"), &key, spin)
+        })
         .collect();
     let n = recorders.to_string();
     // The publisher waits for every recorder before its first packet. -readrate keeps it
@@ -630,6 +645,7 @@ fn options_are_documented() {
                 "read_timeout",
                 "timebase",
                 "reconnect",
+                "spin",
             ][..],
         ),
     ] {

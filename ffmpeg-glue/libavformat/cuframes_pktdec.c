@@ -47,6 +47,7 @@ typedef struct CuframesPktDemuxContext {
     int64_t read_timeout;
     AVRational time_base;
     int reconnect;
+    int64_t spin_us;
 
     cuframes_subscriber_t *sub;
     AVPacket *pending;
@@ -80,6 +81,7 @@ static int cuframes_pkt_connect(AVFormatContext *s)
     o.name               = c->name;
     o.flags              = CUFRAMES_SUBSCRIBE_WANTS_PACKETS;
     o.connect_timeout_ms = ff_cuframes_duration_ms(c->handshake_timeout);
+    o.spin_us            = (uint32_t)c->spin_us;
     /* A restarted publisher is waited for as long as a missing one at the start. */
     if (c->reconnect)
         o.reconnect_ms = (uint32_t)av_clip64(FFMAX(c->wait_publisher / 1000, 1), 1, UINT32_MAX);
@@ -274,6 +276,8 @@ static const AVOption options[] = {
       OFFSET(time_base), AV_OPT_TYPE_RATIONAL, { .dbl = 1.0 / 90000 }, 1e-9, 1, D },
     { "reconnect", "keep reading across a publisher restart: wait (up to wait_publisher) for the new publisher, resume at its keyframe (discontinuity), timestamps kept increasing",
       OFFSET(reconnect), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, D },
+    { "spin", "before sleeping for a packet, poll this long (lower latency, a busy CPU meanwhile; 0: sleep at once)",
+      OFFSET(spin_us), AV_OPT_TYPE_DURATION, { .i64 = 0 }, 0, UINT32_MAX, D },
     { NULL },
 };
 

@@ -457,6 +457,84 @@ fn blocked_reader_wakes_on_publish_and_on_shutdown() {
     assert!(waited2 < Duration::from_secs(2), "{waited2:?}");
 }
 
+/// Voluntary context switches of the calling thread so far (each sleep is one).
+fn voluntary_switches() -> i64 {
+    // SAFETY: rusage is plain data; getrusage fills it for the calling thread.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+    ru.ru_nvcsw
+}
+
+/// A reader (spinning for `spin` or not) reads 20 packets published 2 ms apart; how often it
+/// slept meanwhile.
+fn sleeps_while_reading(tag: &str, spin: Duration) -> i64 {
+    let (mut w, _g) = writer(tag, 32, 1 << 16);
+    w.publish(b"k", 0, 0, PACKET_FLAG_KEY).unwrap();
+    let name = w.shm_name().to_owned();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let mut r = PacketRingReader::open(&name).unwrap();
+        r.set_spin(spin);
+        let mut out = Vec::with_capacity(64);
+        r.next_packet(POLL, &mut out).unwrap();
+        ready_tx.send(()).unwrap();
+        let before = voluntary_switches();
+        for want in 2..=21u64 {
+            let p = r.next_packet(Some(Duration::from_secs(10)), &mut out);
+            assert_eq!(p.unwrap().seq, want);
+        }
+        voluntary_switches() - before
+    });
+    ready_rx.recv().unwrap();
+    for i in 1..=20 {
+        std::thread::sleep(Duration::from_millis(2));
+        w.publish(&payload(i, 100), i as i64, i as i64, 0).unwrap();
+    }
+    h.join().unwrap()
+}
+
+#[test]
+fn a_spinning_reader_reads_without_sleeping() {
+    // The control: a sleeping reader sleeps for (nearly) every packet.
+    let slept = sleeps_while_reading("nospin", Duration::ZERO);
+    assert!(
+        slept >= 10,
+        "a sleeping reader slept {slept} times for 20 packets"
+    );
+    let slept = sleeps_while_reading("spin", Duration::from_secs(1));
+    assert!(
+        slept <= 2,
+        "a spinning reader slept {slept} times for 20 packets"
+    );
+}
+
+#[test]
+fn a_spinning_reader_keeps_its_timeout_and_sees_shutdown() {
+    let (mut w, _g) = writer("spinend", 8, 4096);
+    let mut r = PacketRingReader::open(w.shm_name()).unwrap();
+    r.set_spin(Duration::from_secs(10));
+    let mut out = Vec::new();
+    let t = Instant::now();
+    let e = r.next_packet(Some(Duration::from_millis(150)), &mut out);
+    assert_eq!(e.unwrap_err().code(), ErrorCode::Timeout);
+    let el = t.elapsed();
+    assert!(
+        el >= Duration::from_millis(140) && el < Duration::from_secs(2),
+        "{el:?}"
+    );
+    let h = std::thread::spawn(move || {
+        let t = Instant::now();
+        let e = r.next_packet(None, &mut out).unwrap_err().code();
+        (e, t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    w.shutdown();
+    let (e, el) = h.join().unwrap();
+    assert_eq!(e, ErrorCode::Disconnected);
+    assert!(el < Duration::from_secs(2), "{el:?}");
+}
+
 #[test]
 fn timeout_is_bounded() {
     let (_w, _g) = writer("timeout", 8, 4096);

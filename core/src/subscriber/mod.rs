@@ -55,8 +55,8 @@ pub struct SubscriberOptions {
     /// the shared header's bitmaps (the publisher must set `allow_legacy_subscribers`). For
     /// interoperability tests and as the benchmark baseline; never needed otherwise.
     pub plain_v4_acks: bool,
-    /// Before each sleep of `next_frame`, poll the ring this long for a new frame (zero: sleep
-    /// at once, the default). For latency-critical consumers: a frame published during the
+    /// Before each sleep of `next_frame` (and of `next_packet`: [`PacketRingReader::set_spin`]),
+    /// poll the ring this long for a new frame (zero: sleep at once, the default). For latency-critical consumers: a frame published during the
     /// spin is seen within about a microsecond instead of after a futex wake-up, and the spin
     /// costs a busy CPU for its duration (spin for at least the frame interval to catch every
     /// frame this way). The socket is looked at every 100 µs of a spin, so the publisher's
@@ -271,6 +271,7 @@ impl Subscriber {
             }
             // §10.8/R26: start on the keyframe the publisher named (0: wait for the first).
             reader.start_at(p.initial_packet_seq);
+            reader.set_spin(options.spin);
             // The socket tells us when the publisher dies; its pid may be from another PID
             // namespace (containers), where a pid check would end the stream by mistake.
             reader.set_producer_pid_check(false);
@@ -302,9 +303,14 @@ impl Subscriber {
         })
     }
 
-    /// Change `SubscriberOptions::spin` (zero: sleep at once).
+    /// Change `SubscriberOptions::spin` (zero: sleep at once), for frames and packets.
     pub fn set_spin(&mut self, spin: Duration) {
         self.spin = spin;
+        // A reopened connection (reconnect, a new ring) takes its options from here.
+        self.options.spin = spin;
+        if let Some(p) = self.packets.as_mut() {
+            p.set_spin(spin);
+        }
     }
 
     /// How many times this subscriber followed a restarted publisher (`reconnect`).
