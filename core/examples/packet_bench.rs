@@ -36,6 +36,8 @@ const GOP: u64 = 30;
 const BITRATE: f64 = 20e6;
 const UDP_CHUNK: usize = 60_000;
 const UDP_HDR: usize = 16;
+/// The spinning demuxer row's `spin` (more than the unthrottled stream's packet interval).
+const SPIN: Duration = Duration::from_micros(100);
 
 // ---------------------------------------------------------------------------------------------
 // The stream.
@@ -87,18 +89,37 @@ impl Pacer {
 // ---------------------------------------------------------------------------------------------
 // Reader side (child processes).
 
+/// One packet as a reader saw it: for the tail breakdown (where p99 comes from).
+struct Sample {
+    lat_ns: i64,
+    key: bool,
+    /// Nothing was ready when the reader asked: it waited (slept on the futex or the socket,
+    /// or spun) for this packet.
+    waited: bool,
+    /// Packets (ring) or bytes (socket) already waiting when the reader asked.
+    backlog: u64,
+}
+
 struct Recorder {
-    lat_ns: Vec<i64>,
+    samples: Vec<Sample>,
     packets: u64,
     bytes: u64,
     first: Option<Instant>,
     last: Instant,
 }
 
+fn pct_us(sorted: &[i64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
 impl Recorder {
     fn new() -> Recorder {
         Recorder {
-            lat_ns: Vec::with_capacity(1 << 16),
+            samples: Vec::with_capacity(1 << 16),
             packets: 0,
             bytes: 0,
             first: None,
@@ -106,38 +127,72 @@ impl Recorder {
         }
     }
 
-    fn record(&mut self, payload: &[u8]) {
+    /// `backlog`: what was ready when the reader asked for this packet (0: it waited).
+    fn record(&mut self, payload: &[u8], backlog: u64) {
         let now = monotonic_ns();
-        self.lat_ns.push(now - stamped_ns(payload));
+        let seq = u64::from_le_bytes(payload[0..8].try_into().unwrap());
+        self.samples.push(Sample {
+            lat_ns: now - stamped_ns(payload),
+            key: seq.saturating_sub(1) % GOP == 0,
+            waited: backlog == 0,
+            backlog,
+        });
         self.packets += 1;
         self.bytes += payload.len() as u64;
         self.last = Instant::now();
         self.first.get_or_insert(self.last);
     }
 
-    fn print(mut self, overruns: u64, lost: u64) {
-        self.lat_ns.sort_unstable();
-        let pct = |p: f64| {
-            if self.lat_ns.is_empty() {
-                0.0
-            } else {
-                let i = ((self.lat_ns.len() - 1) as f64 * p).round() as usize;
-                self.lat_ns[i] as f64 / 1000.0
-            }
+    fn print(self, overruns: u64, lost: u64) {
+        let sorted = |f: &dyn Fn(&Sample) -> bool| {
+            let mut v: Vec<i64> = self
+                .samples
+                .iter()
+                .filter(|s| f(s))
+                .map(|s| s.lat_ns)
+                .collect();
+            v.sort_unstable();
+            v
         };
+        let all = sorted(&|_| true);
+        let p99_ns = all.get(((all.len().max(1) - 1) as f64 * 0.99).round() as usize);
+        let tail: Vec<&Sample> = self
+            .samples
+            .iter()
+            .filter(|s| p99_ns.is_some_and(|&t| s.lat_ns >= t))
+            .collect();
+        let share = |f: &dyn Fn(&Sample) -> bool| {
+            100.0 * tail.iter().filter(|s| f(s)).count() as f64 / tail.len().max(1) as f64
+        };
+        let waited = self.samples.iter().filter(|s| s.waited).count();
         let secs = self
             .first
             .map_or(0.0, |f| self.last.duration_since(f).as_secs_f64());
         println!(
             "BENCH-RESULT packets={} bytes={} secs={secs:.6} overruns={overruns} lost={lost} \
-             p50_us={:.1} p99_us={:.1} max_us={:.1}",
+             p50_us={:.1} p99_us={:.1} max_us={:.1} p99_key_us={:.1} p99_nonkey_us={:.1} \
+             waited_pct={:.1} p99_waited_us={:.1} p99_ready_us={:.1} tail_key_pct={:.0} \
+             tail_waited_pct={:.0} tail_backlog={:.0}",
             self.packets,
             self.bytes,
-            pct(0.5),
-            pct(0.99),
-            pct(1.0)
+            pct_us(&all, 0.5),
+            pct_us(&all, 0.99),
+            pct_us(&all, 1.0),
+            pct_us(&sorted(&|s| s.key), 0.99),
+            pct_us(&sorted(&|s| !s.key), 0.99),
+            100.0 * waited as f64 / self.samples.len().max(1) as f64,
+            pct_us(&sorted(&|s| s.waited), 0.99),
+            pct_us(&sorted(&|s| !s.waited), 0.99),
+            share(&|s| s.key),
+            share(&|s| s.waited),
+            tail.iter().map(|s| s.backlog as f64).sum::<f64>() / tail.len().max(1) as f64,
         );
     }
+}
+
+/// Packets published and not yet read by `r` (0: the next read sleeps first).
+fn ring_backlog(r: &PacketRingReader) -> u64 {
+    r.published_seq().saturating_sub(r.stats().last_seq)
 }
 
 fn ring_reader(shm: &str) {
@@ -146,8 +201,9 @@ fn ring_reader(shm: &str) {
     let mut rec = Recorder::new();
     let mut out = Vec::new();
     loop {
+        let backlog = ring_backlog(&r);
         match r.next_packet(Some(Duration::from_secs(60)), &mut out) {
-            Ok(_) => rec.record(&out),
+            Ok(_) => rec.record(&out, backlog),
             Err(e) if e.code() == ErrorCode::Disconnected => break,
             Err(e) => panic!("ring reader: {e}"),
         }
@@ -167,14 +223,17 @@ impl PacketSink for FreshPacket {
 
 /// What the cuframes_pkt demuxer does per packet: `copies` 2 = the packet into the reader's
 /// buffer, then into a fresh packet (the demuxer before next_packet_into); 1 = straight into
-/// a fresh packet (next_packet_into).
-fn demuxer_reader(shm: &str, copies: u32) {
+/// a fresh packet (next_packet_into). `spin`: poll this long before each sleep (the
+/// demuxer's `spin` option).
+fn demuxer_reader(shm: &str, copies: u32, spin: Duration) {
     let mut r = PacketRingReader::open(shm).unwrap();
+    r.set_spin(spin);
     println!("BENCH-READY");
     let mut rec = Recorder::new();
     let mut out = Vec::new();
     let mut fresh = FreshPacket(Vec::new());
     loop {
+        let backlog = ring_backlog(&r);
         let got = if copies == 2 {
             r.next_packet(Some(Duration::from_secs(60)), &mut out)
                 .map(|_| {
@@ -186,7 +245,7 @@ fn demuxer_reader(shm: &str, copies: u32) {
                 .map(|_| ())
         };
         match got {
-            Ok(()) => rec.record(std::hint::black_box(&fresh.0)),
+            Ok(()) => rec.record(std::hint::black_box(&fresh.0), backlog),
             Err(e) if e.code() == ErrorCode::Disconnected => break,
             Err(e) => panic!("ring reader: {e}"),
         }
@@ -200,16 +259,29 @@ fn unix_reader(path: &str) {
     let mut rec = Recorder::new();
     let mut buf = Vec::new();
     let mut len = [0u8; 4];
-    while s.read_exact(&mut len).is_ok() {
+    loop {
+        let backlog = socket_ready_bytes(&s);
+        if s.read_exact(&mut len).is_err() {
+            break;
+        }
         let n = u32::from_le_bytes(len) as usize;
         if n == 0 {
             break;
         }
         buf.resize(n, 0);
         s.read_exact(&mut buf).unwrap();
-        rec.record(&buf);
+        rec.record(&buf, backlog);
     }
     rec.print(0, 0);
+}
+
+/// Bytes already queued on the socket (FIONREAD; 0: the next read sleeps first).
+fn socket_ready_bytes(s: &UnixStream) -> u64 {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, which points at `n`.
+    unsafe { libc::ioctl(s.as_raw_fd(), libc::FIONREAD, &mut n) };
+    n.max(0) as u64
 }
 
 fn set_rcvbuf(sock: &UdpSocket, bytes: i32) {
@@ -252,7 +324,7 @@ fn udp_reader() {
         if got == total {
             lost += seq - last_done - 1;
             last_done = seq;
-            rec.record(&pkt);
+            rec.record(&pkt, 1);
         }
     }
     rec.print(0, lost);
@@ -292,6 +364,8 @@ struct Measured {
     p99_us: f64,
     cpu_s: f64,
     wall_s: f64,
+    /// Where the tail comes from (the reader's breakdown fields, as printed).
+    tail: Vec<(String, f64)>,
 }
 
 impl Measured {
@@ -344,6 +418,10 @@ fn finish(mut r: Reader, started: Instant) -> Measured {
         p99_us: get("p99_us"),
         cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
         wall_s,
+        tail: TAIL_FIELDS
+            .iter()
+            .map(|k| (k.to_string(), get(k)))
+            .collect(),
     }
 }
 
@@ -536,6 +614,33 @@ fn header(title: &str) {
     println!("|---|---|---|---|---|---|---|---|---|---|");
 }
 
+const TAIL_FIELDS: [&str; 8] = [
+    "p99_key_us",
+    "p99_nonkey_us",
+    "waited_pct",
+    "p99_waited_us",
+    "p99_ready_us",
+    "tail_key_pct",
+    "tail_waited_pct",
+    "tail_backlog",
+];
+
+/// Where each 1-reader p99 comes from: keyframes or not, after a wait or not, and what was
+/// already queued when the reader asked for the packets of the tail (ring: packets; socket:
+/// bytes).
+fn tail_table(rows: &[(&str, &Measured)]) {
+    println!("\nWhere the p99 comes from (1 reader; tail = packets at or above p99):\n");
+    println!(
+        "| reader | p99 µs | p99 keyframes | p99 others | reads that waited % | p99 after a \
+         wait | p99 ready | tail: keyframes % | tail: after a wait % | tail: mean backlog |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (name, m) in rows {
+        let f: Vec<String> = m.tail.iter().map(|(_, v)| format!("{v:.1}")).collect();
+        println!("| {name} | {:.0} | {} |", m.p99_us, f.join(" | "));
+    }
+}
+
 fn mean(ms: &[Measured], f: impl Fn(&Measured) -> f64) -> f64 {
     ms.iter().map(&f).sum::<f64>() / ms.len().max(1) as f64
 }
@@ -566,6 +671,20 @@ fn scenario(title: &str, packets: &[Vec<u8>], throttled: bool, memcpy_small: f64
         &one.readers[0],
     );
 
+    let spin = run_ring_as("ring-demuxer-1-spin", packets, 1, throttled);
+    row(
+        "ring, demuxer pattern, 1 copy, spin 100 µs before each sleep",
+        &spin,
+        &spin.readers[0],
+    );
+
+    tail_table(&[
+        ("ring, plain", &r1.readers[0]),
+        ("ring, demuxer 2 copies", &two.readers[0]),
+        ("ring, demuxer 1 copy", &one.readers[0]),
+        ("ring, demuxer 1 copy, spin 100 µs", &spin.readers[0]),
+        ("Unix socket", &ux.readers[0]),
+    ]);
     let ring = &r1.readers[0];
     let (u, d) = (&ux.readers[0], &ud.readers[0]);
     println!("\nRatios (ring with 1 reader / baseline; > 1 means the ring has more):\n");
@@ -580,14 +699,19 @@ fn scenario(title: &str, packets: &[Vec<u8>], throttled: bool, memcpy_small: f64
             ring.cpu_us_per_packet() / b.cpu_us_per_packet().max(1e-9),
         );
     }
-    let (two, one) = (&two.readers[0], &one.readers[0]);
+    let (two, one, spin) = (&two.readers[0], &one.readers[0], &spin.readers[0]);
     println!(
         "- demuxer pattern, 1 copy / 2 copies: reader CPU per packet {:.2}, MB/s {:.2}, p99 {:.2}; \
-         1 copy against the Unix socket: p99 {:.2}",
+         1 copy against the Unix socket: p99 {:.2}; 1 copy spinning 100 µs against the Unix \
+         socket: p99 {:.2}, reader CPU per packet {:.2}, reader CPU % {:.1} vs {:.1}",
         one.cpu_us_per_packet() / two.cpu_us_per_packet().max(1e-9),
         one.mbps() / two.mbps().max(1e-9),
         one.p99_us / two.p99_us.max(1e-9),
-        one.p99_us / u.p99_us.max(1e-9)
+        one.p99_us / u.p99_us.max(1e-9),
+        spin.p99_us / u.p99_us.max(1e-9),
+        spin.cpu_us_per_packet() / u.cpu_us_per_packet().max(1e-9),
+        spin.cpu_pct(),
+        u.cpu_pct()
     );
     let total8 = r8.readers.iter().map(Measured::mbps).sum::<f64>();
     println!(
@@ -611,8 +735,9 @@ fn main() {
         let arg = std::env::var(ARG_ENV).unwrap_or_default();
         match role.as_str() {
             "ring" => ring_reader(&arg),
-            "ring-demuxer-2" => demuxer_reader(&arg, 2),
-            "ring-demuxer-1" => demuxer_reader(&arg, 1),
+            "ring-demuxer-2" => demuxer_reader(&arg, 2, Duration::ZERO),
+            "ring-demuxer-1" => demuxer_reader(&arg, 1, Duration::ZERO),
+            "ring-demuxer-1-spin" => demuxer_reader(&arg, 1, SPIN),
             "unix" => unix_reader(&arg),
             "udp" => udp_reader(),
             other => panic!("unknown role {other}"),
