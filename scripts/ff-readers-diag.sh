@@ -27,6 +27,7 @@
 #   DIAG_ROWS="base strict8 sync8 query8" ...                           # driver calls per frame?
 #   DIAG_ROWS="strict8 mapped8 watch8 watchctx8 lat0" ...               # wake-ups, idle states?
 #   DIAG_ROUNDS=1                                                       # one round (default 2)
+#   DIAG_LOOP=4                                                         # the clip 5 times over (-stream_loop)
 set -uo pipefail
 out=$(cd "$(dirname "$0")" && pwd)
 ff="$out/ffmpeg"
@@ -57,6 +58,13 @@ gpu_off() { [ "${DIAG_GPU:-0}" = 1 ] || return 0
 "$ff" -hide_banner -nostdin -loglevel error -y -f lavfi -i testsrc2=s=1920x1080:r=30 \
   -frames:v 1500 -c:v libx264 -preset ultrafast -crf 30 -g 60 -pix_fmt yuv420p "$d/clip.h264"
 
+# DIAG_LOOP=N: the clip N+1 times over (-stream_loop needs a container that can seek: MP4).
+clip=$d/clip.h264 loop=()
+if [ "${DIAG_LOOP:-0}" -gt 0 ]; then
+  "$ff" -hide_banner -nostdin -loglevel error -y -framerate 30 -i "$d/clip.h264" -c copy "$d/clip.mp4"
+  clip=$d/clip.mp4 loop=(-stream_loop "$DIAG_LOOP")
+fi
+
 # The wheel, unpacked for the Python readers (no pip there).
 whl=$(ls "$out"/cuframes-*-abi3-*.whl 2>/dev/null | head -1)
 [ -n "$whl" ] && python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$whl" "$d/py"
@@ -68,7 +76,7 @@ decode() { # filter (or empty): prints the steady fps; scheduling line in $d/pub
   gpu_on
   # Verbose, into a log: the filter's wait statistics (printed with the row), and errors.
   sched "$d/pub.ru" "${pin[@]}" "$ff" -hide_banner -nostdin -loglevel level+verbose -hwaccel cuda -hwaccel_output_format cuda \
-    -i "$d/clip.h264" "${vf[@]}" -f null -progress pipe:1 -stats_period 0.1 -nostats - 2>"$d/pub.log" |
+    "${loop[@]}" -i "$clip" "${vf[@]}" -f null -progress pipe:1 -stats_period 0.05 -nostats - 2>"$d/pub.log" |
     STEADY_FPS_WINDOW="$d/win" python3 "$out/steady_fps.py"
   grep -h '\[error\]\|\[fatal\]' "$d/pub.log" >&2
   gpu_off
@@ -82,7 +90,7 @@ row() { # label, fps, readers' part
     "$(awk -v a="$2" -v b="${ref:-$2}" 'BEGIN { printf "%.1f", 100 * a / b }')" \
     "$cpu" "$wait" "$nivcsw" "${3:-}"
   # The rate counted up to the last progress block, teardown included (steady_fps.py).
-  [ -s "$d/win" ] && echo "    counted to the last block (teardown included): $(cut -d' ' -f3 "$d/win") fps"
+  [ -s "$d/win" ] && echo "    counted to the last block (teardown included): $(cut -d' ' -f3 "$d/win") fps; 10-90 % of the frames: $(cut -d' ' -f4 "$d/win") fps; by quarters of the frames: $(cut -d' ' -f5-8 "$d/win") fps"
   [ -s "$d/gpu.txt" ] && echo "    $(cat "$d/gpu.txt")" && rm -f "$d/gpu.txt"
   grep -ho 'waited for .*' "$d/pub.log" | sed 's/^/    filter: /'
   # Where the threads' time went in the steady window only (start-up and teardown left out).
@@ -90,10 +98,16 @@ row() { # label, fps, readers' part
     echo "    decoder's threads, steady window:"
     # shellcheck disable=SC2046
     python3 "$out/proc_sched.py" --window $(cut -d' ' -f1-2 "$d/win") "$d/pub.ru.samples"
+    # shellcheck disable=SC2046
+    python3 "$out/proc_sched.py" --timeline $(cut -d' ' -f1-2 "$d/win") "$d/pub.ru.samples"
+    python3 "$out/proc_sched.py" --ends "$(cut -d' ' -f2 "$d/win")" "$d/pub.ru.samples"
     if [ -s "$d/r1.ru.samples" ]; then
       echo "    reader 1's threads, same window:"
       # shellcheck disable=SC2046
       python3 "$out/proc_sched.py" --window $(cut -d' ' -f1-2 "$d/win") "$d/r1.ru.samples" | head -7
+      # shellcheck disable=SC2046
+      python3 "$out/proc_sched.py" --timeline $(cut -d' ' -f1-2 "$d/win") "$d/r1.ru.samples"
+      python3 "$out/proc_sched.py" --ends "$(cut -d' ' -f2 "$d/win")" "$d/r1.ru.samples"
     fi
   fi
   rm -f "$d"/*.hist "$d"/*.samples "$d/win"

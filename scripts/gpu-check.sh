@@ -133,8 +133,9 @@ ff_bench() {
         done
         opts="hwupload_cuframes=key=$key:ring_size=$ring"
         [ "$readers" -gt 0 ] && opts="$opts:policy=strict_wait:wait_subscribers=$readers:wait_timeout=30:ack_timeout=10"
-        # Steady state (scripts/steady_fps.py): the wait for the readers, before the first
-        # frame comes out, is not counted.
+        # Steady state (scripts/steady_fps.py): neither the wait for the readers, before the
+        # first frame comes out, nor teardown (the readers' CUDA contexts closing after the
+        # last frame) is counted.
         # Verbose for the filter's closing line: where its frames waited (subscribers' ACKs,
         # queued publications), which tells a slow configuration's cause.
         fps=$("$ff" -hide_banner -nostdin -loglevel verbose -hwaccel cuda -hwaccel_output_format cuda \

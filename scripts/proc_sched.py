@@ -21,7 +21,12 @@ its CPU time so far), so that one window of the run can be looked at alone:
     python3 proc_sched.py --window T0 T1 OUT_FILE.samples   # CLOCK_MONOTONIC seconds
 
 prints the same per-thread lines for the samples taken between T0 and T1 (a steady-state
-window, e.g. the one scripts/steady_fps.py writes), start-up and teardown left out.
+window, e.g. the one scripts/steady_fps.py writes), start-up and teardown left out, and
+
+    python3 proc_sched.py --timeline T0 T1 OUT_FILE.samples
+
+per quarter of that window, each thread's share of samples spent in an ioctl (the driver);
+`--ends T1 OUT_FILE.samples` prints when each thread was last seen, relative to T1.
 """
 
 import collections
@@ -125,9 +130,48 @@ def window(t0, t1, path):
         print(line)
 
 
+def timeline(t0, t1, path, slices=4):
+    """Per slice of the window t0..t1: each thread's share of samples in an ioctl (the
+    driver), for the threads that spent any: where in the run the driver held them."""
+    counts = collections.defaultdict(lambda: [[0, 0] for _ in range(slices)])
+    with open(path) as f:
+        for line in f:
+            t, _task, name, what, _run_ns = line.rstrip("\n").split("\t")
+            t = float(t)
+            if not t0 <= t <= t1:
+                continue
+            k = min(int((t - t0) / (t1 - t0) * slices), slices - 1)
+            counts[name][k][0] += "ioctl" in what
+            counts[name][k][1] += 1
+    for name, per in sorted(counts.items()):
+        if any(c for c, _ in per):
+            shares = " ".join(f"{100 * c / max(n, 1):3.0f}%" for c, n in per)
+            print(f"    {name:<18} in an ioctl, by quarter of the window: {shares}")
+
+
+def ends(t1, path):
+    """When each thread was last seen, relative to t1 (negative: before it), in one line:
+    whether the filter thread (and with it the filter graph, i.e. a publisher) or a reader
+    was gone before the window's last frame."""
+    last = {}
+    with open(path) as f:
+        for line in f:
+            t, _task, name, _what, _run_ns = line.rstrip("\n").split("\t")
+            last[name] = max(last.get(name, 0.0), float(t))
+    shown = sorted(last.items(), key=lambda kv: kv[1])
+    print("    threads last seen (s after the window's end): "
+          + ", ".join(f"{name} {t - t1:+.3f}" for name, t in shown if not name.startswith("av:")))
+
+
 def main():
+    if sys.argv[1] == "--ends":
+        ends(float(sys.argv[2]), sys.argv[3])
+        return 0
     if sys.argv[1] == "--window":
         window(float(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
+        return 0
+    if sys.argv[1] == "--timeline":
+        timeline(float(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
         return 0
     out, cmd = sys.argv[1], sys.argv[2:]
     hist_on = os.environ.get("PROC_SCHED_HIST") == "1"

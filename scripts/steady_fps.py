@@ -10,9 +10,11 @@ start-up (device and decoder set-up, and a filter's wait for its subscribers, du
 no frame comes out) nor teardown (closing the decoder and the filters: a publisher's ring
 and its readers' contexts, after the last frame, before the final block) is counted.
 Prints the fps, or `nan` when fewer than two blocks had frames. With STEADY_FPS_WINDOW=FILE
-it also writes "t0 t1 fps_to_last_block" into FILE: the window counted, in CLOCK_MONOTONIC
-seconds (scripts/proc_sched.py --window profiles that window only), and the rate counted up
-to the last block instead, teardown included (how this script counted before 2026-12-06).
+it also writes "t0 t1 fps_to_last_block fps_middle q1 q2 q3 q4" into FILE: the window
+counted, in CLOCK_MONOTONIC seconds (scripts/proc_sched.py --window profiles that window
+only), the rate counted up to the last block instead, teardown included (how this script
+counted before 2026-12-06), the rate from the block with 10 % of the frames to the one with
+90 %, and the rate of each quarter of the frames (where in the clip a slow run loses time).
 """
 
 import os
@@ -49,7 +51,18 @@ if len(points) >= 2:
     steady = rate(points[0], done)
     print(f"{steady:.1f}")
     if os.environ.get("STEADY_FPS_WINDOW"):
+        # Where in the clip the time goes: the rate over the middle of the frames (10 % to
+        # 90 %: neither the first nor the last frames), and per quarter of the frames.
+        def at(share):
+            return next(p for p in points if p[1] >= share * final)
+
+        middle = rate(at(0.1), at(0.9))
+        quarters = [rate(at(q / 4) if q else points[0], at((q + 1) / 4)) for q in range(4)]
         with open(os.environ["STEADY_FPS_WINDOW"], "w") as f:
-            print(f"{points[0][0]:.6f} {done[0]:.6f} {rate(points[0], points[-1]):.1f}", file=f)
+            print(
+                f"{points[0][0]:.6f} {done[0]:.6f} {rate(points[0], points[-1]):.1f} {middle:.1f} "
+                + " ".join(f"{r:.1f}" for r in quarters),
+                file=f,
+            )
 else:
     print("nan")

@@ -38,7 +38,7 @@ def test_teardown_after_the_last_frame_is_not_counted(tmp_path):
         tmp_path,
     )
     assert 600 < fps < 1100, fps
-    t0, t1, to_last = window
+    t0, t1, to_last = window[:3]
     assert float(to_last) < 420, to_last  # the old count, teardown included
     assert 0.3 < float(t1) - float(t0) < 0.6
 
@@ -71,3 +71,46 @@ def test_proc_sched_window_keeps_only_its_samples(tmp_path):
     assert "2.0 ms CPU" in line  # 3 ms - 1 ms: the samples at 11 and 12 s only
     assert "running or runnable 50%" in line and "D ioctl nvidiactl 0xc0104629 50%" in line
     assert "S futex" not in line
+
+
+def test_middle_and_quarter_rates_show_a_slow_end(tmp_path):
+    # 300 frames at ~1000 fps, then the last 100 in ~0.5 s: the middle rate (30 to 270
+    # frames) stays fast, the last quarter is slow.
+    feed = [(blocks(0), 0.05)] + [(blocks(n), 0.05) for n in range(50, 301, 50)]
+    feed += [(blocks(325), 0.12), (blocks(350), 0.12), (blocks(375), 0.12), (blocks(400), 0.12)]
+    feed += [("frame=400\nprogress=end\n", 0)]
+    _, window = steady_fps(feed, tmp_path)
+    middle, q1, q4 = float(window[3]), float(window[4]), float(window[7])
+    assert q4 < 0.5 * q1, window
+    assert middle > 2 * q4, window
+
+
+def test_proc_sched_timeline_places_the_ioctls(tmp_path):
+    samples = tmp_path / "s.samples"
+    lines = []
+    for i in range(40):  # 4 s of samples every 0.1 s; the last second in an ioctl
+        what = "D ioctl nvidiactl 0xc0104629" if i >= 30 else "S futex"
+        lines.append(f"{10 + i / 10:.1f}\t1\tdec\t{what}\t0\n")
+        lines.append(f"{10 + i / 10:.1f}\t2\tother\tS futex\t0\n")
+    samples.write_text("".join(lines))
+    out = subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, "proc_sched.py"), "--timeline", "10", "13.95",
+         str(samples)],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    line = next(l for l in out.splitlines() if "dec" in l)
+    assert line.split(":", 1)[1].split() == ["0%", "0%", "0%", "100%"], line
+    assert "other" not in out  # never in an ioctl
+
+
+def test_proc_sched_ends_tells_when_threads_went(tmp_path):
+    samples = tmp_path / "s.samples"
+    samples.write_text(
+        "10.0\t1\tvf#0:0\tS futex\t0\n10.5\t1\tvf#0:0\tS futex\t0\n"
+        "10.0\t2\tmux0:null\tS futex\t0\n12.0\t2\tmux0:null\tS futex\t0\n"
+    )
+    out = subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, "proc_sched.py"), "--ends", "11", str(samples)],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "vf#0:0 -0.500" in out and "mux0:null +1.000" in out, out
