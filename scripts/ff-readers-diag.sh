@@ -89,8 +89,9 @@ row() { # label, fps, readers' part
   printf '%-58s %7s fps %6s %%  publisher %s s CPU, %s ms runnable-waiting, %s preempted  %s\n' "$1" "$2" \
     "$(awk -v a="$2" -v b="${ref:-$2}" 'BEGIN { printf "%.1f", 100 * a / b }')" \
     "$cpu" "$wait" "$nivcsw" "${3:-}"
-  # The rate counted up to the last progress block, teardown included (steady_fps.py).
-  [ -s "$d/win" ] && echo "    counted to the last block (teardown included): $(cut -d' ' -f3 "$d/win") fps; 10-90 % of the frames: $(cut -d' ' -f4 "$d/win") fps; by quarters of the frames: $(cut -d' ' -f5-8 "$d/win") fps"
+  # The whole run (from the first frame out to the final block, teardown included) and the
+  # rate per quarter of the frames (steady_fps.py).
+  [ -s "$d/win" ] && echo "    whole run (teardown included): $(cut -d' ' -f3 "$d/win") fps; by quarters of the frames: $(cut -d' ' -f5-8 "$d/win") fps"
   [ -s "$d/gpu.txt" ] && echo "    $(cat "$d/gpu.txt")" && rm -f "$d/gpu.txt"
   grep -ho 'waited for .*' "$d/pub.log" | sed 's/^/    filter: /'
   # Where the threads' time went in the steady window only (start-up and teardown left out).
@@ -104,7 +105,7 @@ row() { # label, fps, readers' part
     if [ -s "$d/r1.ru.samples" ]; then
       echo "    reader 1's threads, same window:"
       # shellcheck disable=SC2046
-      python3 "$out/proc_sched.py" --window $(cut -d' ' -f1-2 "$d/win") "$d/r1.ru.samples" | head -7
+      python3 "$out/proc_sched.py" --window $(cut -d' ' -f1-2 "$d/win") "$d/r1.ru.samples" 2>/dev/null | head -7
       # shellcheck disable=SC2046
       python3 "$out/proc_sched.py" --timeline $(cut -d' ' -f1-2 "$d/win") "$d/r1.ru.samples"
       python3 "$out/proc_sched.py" --ends "$(cut -d' ' -f2 "$d/win")" "$d/r1.ru.samples"

@@ -108,7 +108,7 @@ ff_ring_check() { # readers, reader_opts, reader_filters, direct_filters, tag
 # hwupload_cuframes with 0, 1 (strict_wait, zero copy) and 8 `-f cuframes` readers; each
 # configuration GPU_BENCH_REPS (2) times, ratios to the decode-only run of the same round.
 ff_bench() {
-  local ff="$out/ffmpeg" d n size rep readers ring cfg ref pids fps i key opts
+  local ff="$out/ffmpeg" d n size rep readers ring cfg ref refw pids fps i key opts
   d=$(mktemp -d /tmp/cuframes-ffb.XXXXXX)
   for size in 1080p 4k; do
     case $size in
@@ -119,8 +119,10 @@ ff_bench() {
     esac
     for rep in $(seq 1 "${GPU_BENCH_REPS:-2}"); do
       ref=$("$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
-        -i "$d/clip.h264" -f null -progress pipe:1 -stats_period 0.1 -nostats - | python3 "$out/steady_fps.py")
-      echo "$size round $rep: decode only (nvdec, CUDA frames): $ref fps"
+        -i "$d/clip.h264" -f null -progress pipe:1 -stats_period 0.05 -nostats - |
+        STEADY_FPS_WINDOW="$d/win" python3 "$out/steady_fps.py")
+      refw=$(cut -d' ' -f3 "$d/win")
+      echo "$size round $rep: decode only (nvdec, CUDA frames): $ref fps (whole run: $refw fps)"
       # readers:ring_size. A STRICT_WAIT ring of 8 slots holds 8 frames in flight across
       # every reader's FFmpeg pipeline (each holds frames in its queues until its muxer is
       # done with them); 16 slots (the most v4 allows) shows what the ring's depth costs.
@@ -133,16 +135,16 @@ ff_bench() {
         done
         opts="hwupload_cuframes=key=$key:ring_size=$ring"
         [ "$readers" -gt 0 ] && opts="$opts:policy=strict_wait:wait_subscribers=$readers:wait_timeout=30:ack_timeout=10"
-        # Steady state (scripts/steady_fps.py): neither the wait for the readers, before the
-        # first frame comes out, nor teardown (the readers' CUDA contexts closing after the
-        # last frame) is counted.
+        # Steady state (scripts/steady_fps.py): 10 % to 90 % of the frames, so neither the
+        # wait for the readers nor the end (the decoder's and the publisher's teardown, while
+        # the readers close their CUDA contexts) is counted; the whole run is printed beside.
         # Verbose for the filter's closing line: where its frames waited (subscribers' ACKs,
         # queued publications), which tells a slow configuration's cause.
         fps=$("$ff" -hide_banner -nostdin -loglevel verbose -hwaccel cuda -hwaccel_output_format cuda \
-          -i "$d/clip.h264" -vf "$opts" -f null -progress pipe:1 -stats_period 0.1 -nostats - 2>"$d/pub.log" |
-          python3 "$out/steady_fps.py")
+          -i "$d/clip.h264" -vf "$opts" -f null -progress pipe:1 -stats_period 0.05 -nostats - 2>"$d/pub.log" |
+          STEADY_FPS_WINDOW="$d/win" python3 "$out/steady_fps.py")
         for i in "${pids[@]}"; do wait "$i" || echo "reader $i failed: $(tail -2 "$d/r$i.log")"; done
-        echo "$size round $rep: decode + hwupload_cuframes, $readers reader(s), ring $ring: $fps fps = $(awk -v a="$fps" -v b="$ref" 'BEGIN { printf "%.1f", 100 * a / b }') % of decode only"
+        echo "$size round $rep: decode + hwupload_cuframes, $readers reader(s), ring $ring: $fps fps = $(awk -v a="$fps" -v b="$ref" 'BEGIN { printf "%.1f", 100 * a / b }') % of decode only (whole run: $(cut -d' ' -f3 "$d/win") fps = $(awk -v a="$(cut -d' ' -f3 "$d/win")" -v b="$refw" 'BEGIN { printf "%.1f", 100 * a / b }') %)"
         grep -o 'waited for .*' "$d/pub.log" | sed 's/^/    /'
         rm -f /dev/shm/cuframes-"$key"*
       done

@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
 """Steady-state frame rate of an ffmpeg run, from its `-progress pipe:1` output on stdin.
 
-    ffmpeg ... -progress pipe:1 -stats_period 0.2 -nostats | python3 steady_fps.py
+    ffmpeg ... -progress pipe:1 -stats_period 0.05 -nostats | python3 steady_fps.py
 
-Each progress block ends with `progress=continue` (or `progress=end`) and carries `frame=N`;
-the blocks are timestamped as they arrive. The rate is counted from the first block that has
-frames out to the first block that has them all (the last block's count), so neither
-start-up (device and decoder set-up, and a filter's wait for its subscribers, during which
-no frame comes out) nor teardown (closing the decoder and the filters: a publisher's ring
-and its readers' contexts, after the last frame, before the final block) is counted.
-Prints the fps, or `nan` when fewer than two blocks had frames. With STEADY_FPS_WINDOW=FILE
-it also writes "t0 t1 fps_to_last_block fps_middle q1 q2 q3 q4" into FILE: the window
-counted, in CLOCK_MONOTONIC seconds (scripts/proc_sched.py --window profiles that window
-only), the rate counted up to the last block instead, teardown included (how this script
-counted before 2026-12-06), the rate from the block with 10 % of the frames to the one with
-90 %, and the rate of each quarter of the frames (where in the clip a slow run loses time).
+Each progress block ends with `progress=continue` (or `progress=end`) and carries `frame=N`
+(packets written by the muxer); the blocks are timestamped as they arrive. The rate is counted
+over the middle of the frames: from the first block with at least 10 % of the final count to
+the first with at least 90 %. Neither start-up (device and decoder set-up, a filter's wait for
+its subscribers) nor the end is counted. The end cannot be cut off at "the first block with
+every frame": fftools stops printing progress once the muxer is done and prints its final
+block only after sch_stop has joined every thread, i.e. after the decoder was closed and the
+filter graph freed (a publisher's teardown, while its readers close their CUDA contexts); on
+an H100 that took 0.16 s for a plain decode and 0.74 s with 8 readers (docs/benchmarks.md).
+Prints the fps, or `nan` when fewer than two blocks had frames.
+
+With STEADY_FPS_WINDOW=FILE it also writes "t0 t1 fps_whole fps_middle q1 q2 q3 q4" into FILE:
+the window counted (CLOCK_MONOTONIC seconds; scripts/proc_sched.py --window profiles that
+window only), the rate from the first block with frames to the final block (start-up after
+the first frame and the end included: what a user waits for), the middle rate again, and the
+rate of each quarter of the frames, the last one up to the final block (where a slow run loses
+its time).
 """
 
 import os
@@ -47,20 +52,24 @@ def rate(a, b):
 
 if len(points) >= 2:
     final = points[-1][1]
-    done = next(p for p in points if p[1] == final)
-    steady = rate(points[0], done)
-    print(f"{steady:.1f}")
-    if os.environ.get("STEADY_FPS_WINDOW"):
-        # Where in the clip the time goes: the rate over the middle of the frames (10 % to
-        # 90 %: neither the first nor the last frames), and per quarter of the frames.
-        def at(share):
-            return next(p for p in points if p[1] >= share * final)
 
-        middle = rate(at(0.1), at(0.9))
-        quarters = [rate(at(q / 4) if q else points[0], at((q + 1) / 4)) for q in range(4)]
+    def at(share):
+        """The first block with at least `share` of the final count."""
+        return next(p for p in points if p[1] >= share * final)
+
+    lo, hi = at(0.1), at(0.9)
+    if hi[0] <= lo[0]:
+        lo, hi = points[0], points[-1]  # too few blocks to leave the ends out
+    middle = rate(lo, hi)
+    print(f"{middle:.1f}")
+    if os.environ.get("STEADY_FPS_WINDOW"):
+        quarters = [
+            rate(at(q / 4) if q else points[0], at((q + 1) / 4) if q < 3 else points[-1])
+            for q in range(4)
+        ]
         with open(os.environ["STEADY_FPS_WINDOW"], "w") as f:
             print(
-                f"{points[0][0]:.6f} {done[0]:.6f} {rate(points[0], points[-1]):.1f} {middle:.1f} "
+                f"{lo[0]:.6f} {hi[0]:.6f} {rate(points[0], points[-1]):.1f} {middle:.1f} "
                 + " ".join(f"{r:.1f}" for r in quarters),
                 file=f,
             )

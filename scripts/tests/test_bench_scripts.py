@@ -38,9 +38,23 @@ def test_teardown_after_the_last_frame_is_not_counted(tmp_path):
         tmp_path,
     )
     assert 600 < fps < 1100, fps
-    t0, t1, to_last = window[:3]
-    assert float(to_last) < 420, to_last  # the old count, teardown included
+    t0, t1, whole = window[:3]
+    assert float(whole) < 420, whole  # the whole run, teardown included
     assert 0.3 < float(t1) - float(t0) < 0.6
+
+
+def test_teardown_before_the_final_block_is_not_counted(tmp_path):
+    # What fftools really prints: progress stops when the muxer is done (here at 450 of 500
+    # frames in ~0.45 s), and the final block, with every frame, comes after the threads were
+    # joined (0.6 s of teardown). Counting to the first block with every frame (this script
+    # before 2026-12-06) gave ~470 fps; the middle of the frames runs at ~1000.
+    feed = [(blocks(n), 0.05) for n in range(0, 451, 50)]
+    feed[-1] = (blocks(450), 0.6)
+    feed.append(("frame=500\nprogress=end\n", 0))
+    fps, window = steady_fps(feed, tmp_path)
+    assert 800 < fps < 1100, fps
+    whole = float(window[2])
+    assert whole < 550, window  # the whole run, teardown included, is reported beside it
 
 
 def test_too_few_blocks_is_nan(tmp_path):
