@@ -125,6 +125,15 @@ impl PacketRingReader {
     /// transports). The reader never writes through it, even when it is writable.
     pub fn from_mapping(map: Mapping) -> Result<PacketRingReader> {
         let (geo, codec_id) = layout::validate_header(&map)?;
+        // Map every page now (its size was just validated to be exactly the ring's): the first
+        // lap through the ring then costs no page fault per 4 KiB on the latency path. A
+        // peer that truncated the object meanwhile gives an error here, not a SIGBUS.
+        map.populate().map_err(|e| {
+            Error::protocol(format!(
+                "cannot map the packet ring's pages (was it truncated?): {}",
+                e.message()
+            ))
+        })?;
         let mut reader = PacketRingReader {
             map,
             geo,

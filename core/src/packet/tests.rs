@@ -689,3 +689,73 @@ fn a_sink_without_a_buffer_loses_no_packet() {
     assert_eq!(out, payload(1, 50));
     assert_eq!(r.stats().packets, 1);
 }
+
+/// Resident bytes of every mapping of `/dev/shm/<name>` in this process (/proc/self/smaps).
+fn resident_bytes_of(name: &str) -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut in_it = false;
+    let mut total = 0;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            in_it = line.ends_with(&format!("/dev/shm/{name}"));
+        } else if in_it && first == "Rss:" {
+            let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            total += kb * 1024;
+        }
+    }
+    total
+}
+
+/// Whether this kernel has MADV_POPULATE_* (5.14+); without it the rings fault in lazily.
+fn kernel_populates() -> bool {
+    let fd = crate::shm::memfd("probe", 4096).unwrap();
+    let map = crate::shm::Mapping::map(std::os::fd::AsFd::as_fd(&fd), 4096, true, "probe").unwrap();
+    map.populate().unwrap()
+}
+
+#[test]
+fn the_ring_is_resident_on_both_sides_before_the_first_packet() {
+    if !kernel_populates() {
+        println!("SKIPPED: this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)");
+        return;
+    }
+    let (w, _g) = writer("resident", 64, 8 << 20);
+    let size = validate_config(64, 8 << 20, 6).unwrap().shm_size();
+    let name = w.shm_name().to_owned();
+    // The writer's mapping: every page allocated at create, none published yet.
+    assert!(
+        resident_bytes_of(&name) >= size,
+        "writer: {} of {size} bytes resident",
+        resident_bytes_of(&name)
+    );
+    let _r = PacketRingReader::open(&name).unwrap();
+    // And the reader's: mapped at open, not on its first lap.
+    assert!(
+        resident_bytes_of(&name) >= 2 * size,
+        "writer and reader: {} of {} bytes resident",
+        resident_bytes_of(&name),
+        2 * size
+    );
+}
+
+#[test]
+fn a_truncated_ring_is_refused_at_open_not_faulted_on_later() {
+    if !kernel_populates() {
+        println!("SKIPPED: this kernel has no MADV_POPULATE_READ (Linux < 5.14)");
+        return;
+    }
+    let (w, _g) = writer("trunc", 8, 1 << 16);
+    let size = validate_config(8, 1 << 16, 6).unwrap().shm_size();
+    let (fd, len) = crate::shm::open_regular(w.shm_name(), true).unwrap();
+    assert_eq!(len, size);
+    let map = crate::shm::Mapping::map(std::os::fd::AsFd::as_fd(&fd), len, false, "t").unwrap();
+    // A peer cuts the object after the reader mapped it (the header stays intact): reading
+    // the data area would now raise SIGBUS.
+    nix::unistd::ftruncate(std::os::fd::AsFd::as_fd(&fd), 8192).unwrap();
+    let Err(e) = PacketRingReader::from_mapping(map) else {
+        panic!("a truncated ring was accepted");
+    };
+    assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
+    assert!(e.message().contains("truncated"), "{e}");
+}

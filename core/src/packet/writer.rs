@@ -109,6 +109,21 @@ impl PacketRingWriter {
             layout::validate_config(config.ring_slots, config.data_size, config.extradata.len())?;
         let name = key.packet_shm_name();
         let (_fd, map) = shm::create(&name, geo.shm_size(), shm::readers_read_only(file_mode))?;
+        // Every page now, not on the first lap: no page fault on the latency path, and a
+        // /dev/shm too small for the ring is an error here instead of a SIGBUS mid-stream.
+        // Before the writer exists, whose Drop would write the shutdown flag into the header.
+        if let Err(e) = map.populate() {
+            let _ = shm::unlink(&name);
+            return Err(Error::new(
+                e.code(),
+                format!(
+                    "cannot allocate the {} bytes of packet ring /dev/shm/{name} (is /dev/shm \
+                     large enough?): {}",
+                    geo.shm_size(),
+                    e.message()
+                ),
+            ));
+        }
         // The object is ours from here: unlink it if anything below fails.
         let writer = PacketRingWriter {
             map,
