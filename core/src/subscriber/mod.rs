@@ -55,8 +55,9 @@ pub struct SubscriberOptions {
     /// the shared header's bitmaps (the publisher must set `allow_legacy_subscribers`). For
     /// interoperability tests and as the benchmark baseline; never needed otherwise.
     pub plain_v4_acks: bool,
-    /// Before each sleep of `next_frame` (and of `next_packet`: [`PacketRingReader::set_spin`]),
-    /// poll the ring this long for a new frame (zero: sleep at once, the default). For latency-critical consumers: a frame published during the
+    /// Before each sleep of `next_frame` (and of `next_packet`:
+    /// [`PacketRingReader::set_spin`]), poll the ring this long for a new frame (zero: sleep at
+    /// once, the default). For latency-critical consumers: a frame published during the
     /// spin is seen within about a microsecond instead of after a futex wake-up, and the spin
     /// costs a busy CPU for its duration (spin for at least the frame interval to catch every
     /// frame this way). The socket is looked at every 100 µs of a spin, so the publisher's
@@ -101,8 +102,6 @@ pub struct Subscriber {
     closing: Option<Error>,
     /// Set when the publisher gave up on this subscriber (ERROR): frames stop at once.
     given_up: Option<Error>,
-    /// `SubscriberOptions::spin`.
-    spin: Duration,
     /// How it connected: what it connects with again to follow a new frame ring.
     options: SubscriberOptions,
     /// The publisher replaced its frame ring (SHUTDOWN with reason NEW_RING): once the old
@@ -291,7 +290,6 @@ impl Subscriber {
             packets,
             closing: None,
             given_up: None,
-            spin: options.spin,
             options: options.clone(),
             new_ring: false,
             generations: 0,
@@ -305,8 +303,8 @@ impl Subscriber {
 
     /// Change `SubscriberOptions::spin` (zero: sleep at once), for frames and packets.
     pub fn set_spin(&mut self, spin: Duration) {
-        self.spin = spin;
-        // A reopened connection (reconnect, a new ring) takes its options from here.
+        // Frames read it from here, and a reopened connection (reconnect, a new ring) takes
+        // its packet reader's from here too.
         self.options.spin = spin;
         if let Some(p) = self.packets.as_mut() {
             p.set_spin(spin);
@@ -571,9 +569,9 @@ impl Subscriber {
                 None => WAIT_SLICE,
             };
             let ring = &source.ring;
-            if !self.spin.is_zero() {
+            if !self.options.spin.is_zero() {
                 let (ring, last_seq) = (Arc::clone(ring), source.reader.last_seq);
-                if self.spin_for_publish(&ring, last_seq, self.spin.min(left)) {
+                if self.spin_for_publish(&ring, last_seq, self.options.spin.min(left)) {
                     skip_poll = true;
                     continue;
                 }
