@@ -109,19 +109,25 @@ def summary_lines(cpu_ms, hist):
     return lines
 
 
+def read_samples(path):
+    """The samples of OUT_FILE.samples: (time, task, thread name, what, CPU ns so far)."""
+    with open(path) as f:
+        for line in f:
+            t, task, name, what, run_ns = line.rstrip("\n").split("\t")
+            yield float(t), task, name, what, int(run_ns)
+
+
 def window(t0, t1, path):
     """The per-thread lines of the samples in path taken between t0 and t1."""
     hist = collections.defaultdict(collections.Counter)
     first, last, names = {}, {}, {}
-    with open(path) as f:
-        for line in f:
-            t, task, name, what, run_ns = line.rstrip("\n").split("\t")
-            if not t0 <= float(t) <= t1:
-                continue
-            hist[name][what] += 1
-            names[task] = name
-            first.setdefault(task, int(run_ns))
-            last[task] = int(run_ns)
+    for t, task, name, what, run_ns in read_samples(path):
+        if not t0 <= t <= t1:
+            continue
+        hist[name][what] += 1
+        names[task] = name
+        first.setdefault(task, run_ns)
+        last[task] = run_ns
     cpu = collections.Counter()
     for task, name in names.items():
         cpu[name] += (last[task] - first[task]) / 1e6
@@ -134,15 +140,12 @@ def timeline(t0, t1, path, slices=4):
     """Per slice of the window t0..t1: each thread's share of samples in an ioctl (the
     driver), for the threads that spent any: where in the run the driver held them."""
     counts = collections.defaultdict(lambda: [[0, 0] for _ in range(slices)])
-    with open(path) as f:
-        for line in f:
-            t, _task, name, what, _run_ns = line.rstrip("\n").split("\t")
-            t = float(t)
-            if not t0 <= t <= t1:
-                continue
-            k = min(int((t - t0) / (t1 - t0) * slices), slices - 1)
-            counts[name][k][0] += "ioctl" in what
-            counts[name][k][1] += 1
+    for t, _task, name, what, _run_ns in read_samples(path):
+        if not t0 <= t <= t1:
+            continue
+        k = min(int((t - t0) / (t1 - t0) * slices), slices - 1)
+        counts[name][k][0] += "ioctl" in what
+        counts[name][k][1] += 1
     for name, per in sorted(counts.items()):
         if any(c for c, _ in per):
             shares = " ".join(f"{100 * c / max(n, 1):3.0f}%" for c, n in per)
@@ -151,13 +154,11 @@ def timeline(t0, t1, path, slices=4):
 
 def ends(t1, path):
     """When each thread was last seen, relative to t1 (negative: before it), in one line:
-    whether the filter thread (and with it the filter graph, i.e. a publisher) or a reader
-    was gone before the window's last frame."""
+    which threads (a muxer, the filter thread and with it a publisher, a reader) were gone
+    before the window's end, and how long the rest took after it."""
     last = {}
-    with open(path) as f:
-        for line in f:
-            t, _task, name, _what, _run_ns = line.rstrip("\n").split("\t")
-            last[name] = max(last.get(name, 0.0), float(t))
+    for t, _task, name, _what, _run_ns in read_samples(path):
+        last[name] = max(last.get(name, 0.0), t)
     shown = sorted(last.items(), key=lambda kv: kv[1])
     print("    threads last seen (s after the window's end): "
           + ", ".join(f"{name} {t - t1:+.3f}" for name, t in shown if not name.startswith("av:")))
