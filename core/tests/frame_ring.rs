@@ -56,7 +56,7 @@ fn zero_copy_under_strict_wait_blocks_until_released() {
     let f1 = s.next_frame(Some(Duration::from_secs(1))).unwrap();
     assert!(f1.is_zero_copy());
     // Slot of seq 1 is needed for seq 3: the publisher must wait for the release.
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     let releaser = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(200));
         f1.release();
@@ -111,7 +111,7 @@ fn a_spinning_subscriber_gets_every_frame_and_keeps_its_timeout() {
     let mut s = Subscriber::connect(&env.key, &opts).unwrap();
     // The timeout bounds the spin: 30 ms of timeout with a 1 s spin.
     s.set_spin(Duration::from_secs(1));
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     let e = s.next_frame(Some(Duration::from_millis(30))).err().unwrap();
     assert_eq!(e.code(), ErrorCode::Timeout);
     assert!(
@@ -230,7 +230,9 @@ fn the_colour_description_travels_with_the_ring() {
 /// resolution, twice); the subscriber drains the old ring, follows the new one by itself and
 /// delivers every frame with its own layout, never an old-size frame after a new one or the
 /// reverse. Under STRICT_WAIT the publisher waits for the old ring's ACKs and for the
-/// subscriber to come back, so no frame is lost.
+/// subscriber to come back, so no frame is lost. The reader is slow (it takes longer to drain
+/// a ring than the test used to sleep before replacing the next one): CI once failed here
+/// under DROP_OLDEST with a reader that came back only after the second replacement.
 #[test]
 fn a_replaced_ring_is_followed_frame_for_frame() {
     for policy in [Policy::StrictWait, Policy::DropOldest] {
@@ -260,8 +262,13 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
                         let l = (*f.layout).clone();
                         let ok = common::verify_frame(&f, &common::planes_for(&l, f.seq));
                         got.push((l.format, l.width, l.height, f.pts_ns, ok));
+                        drop(f);
+                        std::thread::sleep(SLOW_READER);
                     }
-                    Err(e) => panic!("after {got:?} (generations {}): {e}", s.ring_generations()),
+                    Err(e) => panic!(
+                        "{policy:?}: after {got:?} (generations {}): {e}",
+                        s.ring_generations()
+                    ),
                 }
             }
             (got, s.ring_generations())
@@ -271,9 +278,10 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
             if i > 0 {
                 p.replace_frames(config(*g)).unwrap();
                 if policy == Policy::DropOldest {
-                    // Nobody waits under DROP_OLDEST: frames published before the reader is
-                    // back are not for it (R26). Give it time to drain and follow.
-                    std::thread::sleep(Duration::from_millis(300));
+                    // Nobody waits under DROP_OLDEST: a ring replaced before the reader came
+                    // back to it is not for it (R26). Wait until it is back (a fixed sleep
+                    // was too short for a loaded CI machine).
+                    wait_for_a_frame_subscriber(&p);
                 }
             }
             assert_eq!(p.frame_layout().unwrap().width, g.1);
@@ -294,6 +302,23 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
             got, want,
             "{policy:?}: every frame in order, each with its own layout"
         );
+    }
+}
+
+/// How long the slow reader of `a_replaced_ring_is_followed_frame_for_frame` takes per frame:
+/// three frames take longer than the 300 ms the test used to give a reader to follow.
+const SLOW_READER: Duration = Duration::from_millis(120);
+
+/// Until the publisher has a frame subscriber on its current ring (the reader came back after
+/// a replacement); panics after 10 s.
+fn wait_for_a_frame_subscriber(p: &Publisher) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.subscribers().iter().any(|s| s.wants_frames) {
+        assert!(
+            Instant::now() < deadline,
+            "the reader did not come back to the new ring within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -423,7 +448,7 @@ fn reconnect_gives_up_after_its_bound_with_a_plain_end() {
     publish(&p, 1);
     drop(p);
     assert_eq!(s.next_frame(Some(Duration::from_secs(2))).unwrap().seq, 1);
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     let e = s
         .next_frame(Some(Duration::from_millis(100)))
         .err()
@@ -442,7 +467,7 @@ fn reconnect_gives_up_after_its_bound_with_a_plain_end() {
         "{:?}",
         t.elapsed()
     );
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     let e = s.next_frame(Some(Duration::from_secs(2))).err().unwrap();
     assert_eq!(e.code(), ErrorCode::Disconnected);
     assert!(
