@@ -646,3 +646,39 @@ mod tests {
         map.atomic_u64(4096);
     }
 }
+
+/// Test helpers: whether pages of a mapping are resident (what `Mapping::populate` is for).
+#[cfg(test)]
+pub(crate) mod residency {
+    /// Whether this kernel has MADV_POPULATE_* (5.14+); without it mappings fault in lazily.
+    pub fn kernel_populates() -> bool {
+        let fd = super::memfd("probe", 4096).unwrap();
+        let map = super::Mapping::map(std::os::fd::AsFd::as_fd(&fd), 4096, true, "probe").unwrap();
+        map.populate().unwrap()
+    }
+
+    /// Resident bytes (`Rss`, /proc/self/smaps) of this process's mapping that starts at `addr`.
+    pub fn resident_bytes_at(addr: u64) -> usize {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut in_it = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((start, _)) = first.split_once('-') {
+                if start.chars().all(|c| c.is_ascii_hexdigit()) && !start.is_empty() {
+                    in_it = u64::from_str_radix(start, 16) == Ok(addr);
+                    continue;
+                }
+            }
+            if in_it && first == "Rss:" {
+                return line
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap()
+                    * 1024;
+            }
+        }
+        panic!("no mapping starts at {addr:#x}")
+    }
+}

@@ -12,6 +12,7 @@ use super::*;
 use crate::error::ErrorCode;
 use crate::paths::Key;
 use crate::shm;
+use crate::shm::residency::kernel_populates;
 use crate::wire::{PACKET_FLAG_CORRUPT, PACKET_FLAG_KEY, PACKET_FLAG_LAST_IN_AU};
 
 /// Unlinks an SHM object on drop (also when the test panics).
@@ -705,13 +706,6 @@ fn resident_bytes_of(name: &str) -> usize {
         }
     }
     total
-}
-
-/// Whether this kernel has MADV_POPULATE_* (5.14+); without it the rings fault in lazily.
-fn kernel_populates() -> bool {
-    let fd = crate::shm::memfd("probe", 4096).unwrap();
-    let map = crate::shm::Mapping::map(std::os::fd::AsFd::as_fd(&fd), 4096, true, "probe").unwrap();
-    map.populate().unwrap()
 }
 
 #[test]
