@@ -12,7 +12,9 @@
 //! - *throttled*: packets published at 30 fps for `secs` seconds (the real-time case);
 //! - *unthrottled*: `packets` packets as fast as the writer can (capacity; ring readers that
 //!   fall behind are lapped and count overruns; the Unix socket blocks the sender instead; UDP
-//!   drops).
+//!   drops);
+//! - *equal load*: the unthrottled packets again at 90 % of the rate the Unix socket sustained,
+//!   for the 1-copy demuxer and the socket (latency at the same throughput).
 //!
 //! Each payload carries its seq and the CLOCK_MONOTONIC time just before publish, so each
 //! reader measures publish-to-read latency. Reader CPU comes from `wait4`'s rusage of each
@@ -68,19 +70,52 @@ fn stamped_ns(buf: &[u8]) -> i64 {
     i64::from_le_bytes(buf[8..16].try_into().unwrap())
 }
 
-/// Sleep until the next frame time in throttled mode.
+/// How the writer paces its packets.
+#[derive(Clone, Copy)]
+enum Pace {
+    /// As fast as it can.
+    Unthrottled,
+    /// At the stream's frame rate (real time).
+    RealTime,
+    /// At this many packets per second (the same load for every transport).
+    PacketsPerSec(f64),
+}
+
+/// Waits until packet `i` is due (absolute schedule: a late packet does not delay the next).
 struct Pacer {
     start: Instant,
-    throttled: bool,
+    interval: Option<Duration>,
 }
 
 impl Pacer {
+    fn new(pace: Pace) -> Pacer {
+        let interval = match pace {
+            Pace::Unthrottled => None,
+            Pace::RealTime => Some(Duration::from_nanos(1_000_000_000 / FPS)),
+            Pace::PacketsPerSec(r) => Some(Duration::from_secs_f64(1.0 / r)),
+        };
+        Pacer {
+            start: Instant::now(),
+            interval,
+        }
+    }
+
     fn wait(&self, i: usize) {
-        if self.throttled {
-            let due = self.start + Duration::from_nanos(i as u64 * 1_000_000_000 / FPS);
+        let Some(interval) = self.interval else {
+            return;
+        };
+        let due = self.start + interval * i as u32;
+        loop {
             let now = Instant::now();
-            if due > now {
-                std::thread::sleep(due - now);
+            if due <= now {
+                return;
+            }
+            // A sleep overshoots by the timer slack (~50 µs): sleep only the part of a long
+            // wait that leaves room for it, poll the rest (rates of 10^4 packets/s and more).
+            if due - now > Duration::from_micros(200) {
+                std::thread::sleep(due - now - Duration::from_micros(100));
+            } else {
+                std::hint::spin_loop();
             }
         }
     }
@@ -495,11 +530,11 @@ struct RunResult {
     writer_secs: f64,
 }
 
-fn run_ring(packets: &[Vec<u8>], n_readers: usize, throttled: bool) -> RunResult {
-    run_ring_as("ring", packets, n_readers, throttled)
+fn run_ring(packets: &[Vec<u8>], n_readers: usize, pace: Pace) -> RunResult {
+    run_ring_as("ring", packets, n_readers, pace)
 }
 
-fn run_ring_as(role: &str, packets: &[Vec<u8>], n_readers: usize, throttled: bool) -> RunResult {
+fn run_ring_as(role: &str, packets: &[Vec<u8>], n_readers: usize, pace: Pace) -> RunResult {
     let key = Key::new(&format!(
         "bench-{}-{}",
         std::process::id(),
@@ -520,10 +555,7 @@ fn run_ring_as(role: &str, packets: &[Vec<u8>], n_readers: usize, throttled: boo
         .collect();
     let started = Instant::now();
     let cpu0 = self_cpu_s();
-    let pacer = Pacer {
-        start: Instant::now(),
-        throttled,
-    };
+    let pacer = Pacer::new(pace);
     let mut buf = Vec::new();
     for (i, p) in packets.iter().enumerate() {
         pacer.wait(i);
@@ -549,7 +581,7 @@ fn run_ring_as(role: &str, packets: &[Vec<u8>], n_readers: usize, throttled: boo
     }
 }
 
-fn run_unix(packets: &[Vec<u8>], throttled: bool) -> RunResult {
+fn run_unix(packets: &[Vec<u8>], pace: Pace) -> RunResult {
     let path = std::env::temp_dir().join(format!("cuframes-bench-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).unwrap();
@@ -558,10 +590,7 @@ fn run_unix(packets: &[Vec<u8>], throttled: bool) -> RunResult {
     let _ = std::fs::remove_file(&path);
     let started = Instant::now();
     let cpu0 = self_cpu_s();
-    let pacer = Pacer {
-        start: Instant::now(),
-        throttled,
-    };
+    let pacer = Pacer::new(pace);
     let mut buf = Vec::new();
     for (i, p) in packets.iter().enumerate() {
         pacer.wait(i);
@@ -582,7 +611,7 @@ fn run_unix(packets: &[Vec<u8>], throttled: bool) -> RunResult {
     }
 }
 
-fn run_udp(packets: &[Vec<u8>], throttled: bool) -> RunResult {
+fn run_udp(packets: &[Vec<u8>], pace: Pace) -> RunResult {
     let reader = spawn_reader("udp", "");
     let port: u16 = reader
         .ready
@@ -596,10 +625,7 @@ fn run_udp(packets: &[Vec<u8>], throttled: bool) -> RunResult {
     s.connect(("127.0.0.1", port)).unwrap();
     let started = Instant::now();
     let cpu0 = self_cpu_s();
-    let pacer = Pacer {
-        start: Instant::now(),
-        throttled,
-    };
+    let pacer = Pacer::new(pace);
     let mut buf = Vec::new();
     let mut dgram = Vec::with_capacity(UDP_CHUNK + UDP_HDR);
     for (i, p) in packets.iter().enumerate() {
@@ -700,33 +726,40 @@ fn mean(ms: &[Measured], f: impl Fn(&Measured) -> f64) -> f64 {
     ms.iter().map(&f).sum::<f64>() / ms.len().max(1) as f64
 }
 
-fn scenario(title: &str, packets: &[Vec<u8>], throttled: bool, memcpy_small: f64, memcpy_big: f64) {
+/// Returns the packets per second the Unix socket reader got (the load for `equal_load`).
+fn scenario(
+    title: &str,
+    packets: &[Vec<u8>],
+    pace: Pace,
+    memcpy_small: f64,
+    memcpy_big: f64,
+) -> f64 {
     header(title);
-    let r1 = run_ring(packets, 1, throttled);
+    let r1 = run_ring(packets, 1, pace);
     row("ring, 1 reader", &r1, &r1.readers[0]);
-    let r8 = run_ring(packets, 8, throttled);
+    let r8 = run_ring(packets, 8, pace);
     for (i, m) in r8.readers.iter().enumerate() {
         row(&format!("ring, 8 readers: #{i}"), &r8, m);
     }
-    let ux = run_unix(packets, throttled);
+    let ux = run_unix(packets, pace);
     row("Unix stream socket, 1 reader", &ux, &ux.readers[0]);
-    let ud = run_udp(packets, throttled);
+    let ud = run_udp(packets, pace);
     row("UDP 127.0.0.1, 1 reader", &ud, &ud.readers[0]);
     // The demuxer's way of reading, before and after next_packet_into (a fresh packet each).
-    let two = run_ring_as("ring-demuxer-2", packets, 1, throttled);
+    let two = run_ring_as("ring-demuxer-2", packets, 1, pace);
     row(
         "ring, demuxer pattern: into the reader's buffer, then into a fresh packet (2 copies)",
         &two,
         &two.readers[0],
     );
-    let one = run_ring_as("ring-demuxer-1", packets, 1, throttled);
+    let one = run_ring_as("ring-demuxer-1", packets, 1, pace);
     row(
         "ring, demuxer pattern: next_packet_into a fresh packet (1 copy)",
         &one,
         &one.readers[0],
     );
 
-    let spin = run_ring_as("ring-demuxer-1-spin", packets, 1, throttled);
+    let spin = run_ring_as("ring-demuxer-1-spin", packets, 1, pace);
     row(
         "ring, demuxer pattern, 1 copy, spin 100 µs before each sleep",
         &spin,
@@ -783,6 +816,37 @@ fn scenario(title: &str, packets: &[Vec<u8>], throttled: bool, memcpy_small: f64
         mean(&r8.readers, |m| m.p99_us),
         r8.readers.iter().map(|m| m.overruns).sum::<u64>()
     );
+    ux.readers[0].pps()
+}
+
+/// The unthrottled comparison is one of two different loads: the ring's writer never waits,
+/// the socket's blocks when its buffer is full, so each latency there belongs to its own
+/// throughput. Here both carry the same load, `pps` packets per second, below what the socket
+/// sustained unthrottled: latency at equal throughput.
+fn equal_load(packets: &[Vec<u8>], pps: f64) {
+    header(&format!(
+        "Equal load: the same stream at {pps:.0} packets/s ({:.0} MB/s), 90 % of what the Unix \
+         socket sustained unthrottled",
+        pps * packets.iter().map(Vec::len).sum::<usize>() as f64 / packets.len() as f64 / 1e6
+    ));
+    let pace = Pace::PacketsPerSec(pps);
+    let one = run_ring_as("ring-demuxer-1", packets, 1, pace);
+    row(
+        "ring, demuxer pattern: next_packet_into a fresh packet (1 copy)",
+        &one,
+        &one.readers[0],
+    );
+    let ux = run_unix(packets, pace);
+    row("Unix stream socket, 1 reader", &ux, &ux.readers[0]);
+    let (one, u) = (&one.readers[0], &ux.readers[0]);
+    tail_table(&[("ring, demuxer 1 copy", one), ("Unix socket", u)]);
+    println!(
+        "\n- ring 1 copy / Unix socket at equal load: p50 {:.2}, p99 {:.2}, reader CPU per \
+         packet {:.2}",
+        one.p50_us / u.p50_us.max(1e-9),
+        one.p99_us / u.p99_us.max(1e-9),
+        one.cpu_us_per_packet() / u.cpu_us_per_packet().max(1e-9),
+    );
 }
 
 fn main() {
@@ -826,16 +890,17 @@ fn main() {
     scenario(
         "Throttled: 20 Mbit/s, 30 fps (real time)",
         &real_time,
-        true,
+        Pace::RealTime,
         small,
         big,
     );
     let fast = make(fast_n);
-    scenario(
+    let socket_pps = scenario(
         "Unthrottled: the same stream as fast as possible",
         &fast,
-        false,
+        Pace::Unthrottled,
         small,
         big,
     );
+    equal_load(&fast, 0.9 * socket_pps);
 }
