@@ -584,7 +584,22 @@ fn soak(policy: Policy) {
                 );
                 std::thread::sleep(Duration::from_millis(5));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            // subscriber_count() drops before the server thread closes the socket, and a
+            // handshake never admitted is not counted at all: before descriptors are counted,
+            // wait until the socket has no accepted connection left (not a fixed 50 ms).
+            use cuframes_core::inspect::sockets::{read_proc_net_unix, socket_state, SocketState};
+            let start = Instant::now();
+            loop {
+                let table = read_proc_net_unix().map_err(|e| e.to_string());
+                match socket_state(publishing.p.socket_path(), &table) {
+                    SocketState::Listening { connections: 0 } => break,
+                    other => assert!(
+                        start.elapsed() < Duration::from_secs(10),
+                        "the publisher's socket after the drain: {other:?}"
+                    ),
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
         };
         drain(&mut publishing, Duration::from_secs(30));
         let before = (count_fds(), count_maps());

@@ -65,7 +65,9 @@ fn options(env: &TestEnv, name: &str, mode: SubscriberMode) -> SubscriberOptions
 fn a_dead_subscriber_never_acks_for_the_next_owner_of_its_bit() {
     let env = TestEnv::new("deadack");
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
-    let ack_timeout = Duration::from_millis(200);
+    // Long enough that publish 6 below still waits for B when this thread wakes late from its
+    // 100 ms sleep on a loaded machine (a shorter one gave B up and overwrote its frame).
+    let ack_timeout = Duration::from_secs(1);
     strict_ring(&p, 2, ack_timeout);
     let mut a = Subscriber::connect(&env.key, &options(&env, "A", SubscriberMode::Copy)).unwrap();
 
@@ -101,20 +103,23 @@ fn a_dead_subscriber_never_acks_for_the_next_owner_of_its_bit() {
 
     std::thread::scope(|s| {
         let writer = s.spawn(|| {
-            let t = Instant::now();
             publish(&p, 6); // slot 0 holds frame 4: must wait for B's release
-            t.elapsed()
+            Instant::now()
         });
         std::thread::sleep(Duration::from_millis(100));
         assert!(
             snapshot(&held) == expected(&p, 4),
             "the zero-copy frame B held was overwritten while held"
         );
+        // Whenever the writer got to run: publish 6 returns only after this release (timed
+        // from here, not from the writer's start, which a loaded machine may delay).
+        let released_at = Instant::now();
         held.release();
-        let waited = writer.join().unwrap();
+        let published_at = writer.join().unwrap();
         assert!(
-            waited >= Duration::from_millis(80) && waited < ack_timeout,
-            "publish 6 waited {waited:?}: it must wait for B's release, and B released in time"
+            published_at >= released_at,
+            "publish 6 returned {:?} before B released frame 4: it must wait for the release",
+            released_at.duration_since(published_at)
         );
     });
     assert_ne!(

@@ -658,7 +658,12 @@ fn leak_check() {
     wait_until("disconnects", Duration::from_secs(10), || {
         p.subscriber_count() == 0
     });
-    std::thread::sleep(Duration::from_millis(50));
+    // The server thread frees a connection's table entry (subscriber_count) before it drops
+    // the connection's socket: wait up to 5 s for the count rather than a fixed 50 ms.
+    let t = Instant::now();
+    while count_fds() != fds && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(count_fds(), fds, "file descriptors leaked");
     assert!(
         count_maps() <= maps + 2,

@@ -101,7 +101,11 @@ fn a_silent_publisher_times_out() {
     let env = TestEnv::new("hp3");
     let e = against(&env, |mut s| {
         read_msg(&mut s);
-        std::thread::sleep(Duration::from_millis(800));
+        // Silent until the subscriber gives up and hangs up (the 5 s read timeout bounds
+        // it): a fixed 800 ms closed the socket under a subscriber preempted past its 500 ms
+        // deadline, which then saw EOF (DISCONNECTED) instead of TIMEOUT.
+        let mut b = [0u8; 64];
+        while matches!(s.read(&mut b), Ok(n) if n > 0) {}
     });
     assert_eq!(e.code(), ErrorCode::Timeout, "{e}");
 }

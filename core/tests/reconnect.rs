@@ -10,7 +10,9 @@ use cuframes_test_support as common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::{planes_for, publish_pattern, verify_frame, Children, TestEnv};
 use cuframes_core::packet::PacketRingConfig;
@@ -92,6 +94,13 @@ fn options(env: &TestEnv, name: &str, frames: bool) -> SubscriberOptions {
     }
 }
 
+/// What a reader thread has done so far, published for the main thread to wait on.
+#[derive(Default)]
+struct Progress {
+    restarts: AtomicU64,
+    good: AtomicU64,
+}
+
 /// What a reader saw: items, bad items, timestamps that did not increase, restarts counted,
 /// and (packets) the DISCONTINUITY packets and whether each was a keyframe.
 #[derive(Debug, Default)]
@@ -121,6 +130,8 @@ fn subscribers_follow_a_publisher_restarted_three_times() {
         },
     )
     .unwrap();
+    let (fp, pp) = (Arc::new(Progress::default()), Arc::new(Progress::default()));
+    let (fp1, pp1) = (fp.clone(), pp.clone());
     let s1 = stop.clone();
     let frame_reader = std::thread::spawn(move || {
         let layout = frames.frame_layout().unwrap().clone();
@@ -143,6 +154,8 @@ fn subscribers_follow_a_publisher_restarted_three_times() {
                     break;
                 }
             }
+            fp1.restarts.store(frames.restarts(), Ordering::SeqCst);
+            fp1.good.store(seen.good, Ordering::SeqCst);
         }
         seen.restarts = frames.restarts();
         seen
@@ -173,20 +186,41 @@ fn subscribers_follow_a_publisher_restarted_three_times() {
                     break;
                 }
             }
+            pp1.restarts.store(packets.restarts(), Ordering::SeqCst);
+            pp1.good.store(seen.good, Ordering::SeqCst);
         }
         seen.restarts = packets.restarts();
         seen
     });
 
-    for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(300));
+    // Before each kill and at the end: both readers follow publisher `round` (0 = the first)
+    // and have read 20 more items. A fixed 300 ms assumed they were back by then; one that
+    // came back only after the next kill counted a restart too few.
+    let following = |round: u64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (what, pr) in [("frames", &fp), ("packets", &pp)] {
+            while pr.restarts.load(Ordering::SeqCst) < round
+                || pr.good.load(Ordering::SeqCst) < 20 * (round + 1)
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "{what} reader not following publisher {round}: {} restarts, {} good",
+                    pr.restarts.load(Ordering::SeqCst),
+                    pr.good.load(Ordering::SeqCst)
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    };
+    for round in 0..3 {
+        following(round);
         let mut old = kids.0.pop().unwrap();
         old.kill().unwrap(); // SIGKILL
         old.wait().unwrap();
         std::thread::sleep(Duration::from_millis(100));
         kids.0.push(start_publisher(&env));
     }
-    std::thread::sleep(Duration::from_millis(300));
+    following(3);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let f = frame_reader.join().unwrap();
     let p = packet_reader.join().unwrap();

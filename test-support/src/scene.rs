@@ -16,9 +16,9 @@ pub const WEIRD_NAME: &str = "we\"ird\\name";
 
 /// Publisher of `env.key`: NV12 64x48 frame ring of 8 (host memory), 6 frames published;
 /// subscriber "alpha" read all 6, [`WEIRD_NAME`] read 2; a packet ring (H.264, 32 slots, 1 MiB,
-/// extradata 5 bytes) with 5 packets of 1000 bytes, 20 ms apart, the 3rd a keyframe. Started
-/// 600 ms ago at least: the publisher mirrors the subscribers' counters into the header every
-/// 250 ms, so the header holds them.
+/// extradata 5 bytes) with 5 packets of 1000 bytes, 20 ms apart, the 3rd a keyframe. The
+/// publisher mirrors the subscribers' counters into the header every 250 ms; `start` returns
+/// once the header holds them.
 pub struct OperatorScene {
     pub publisher: Publisher,
     pub alpha: Subscriber,
@@ -62,7 +62,23 @@ impl OperatorScene {
                 )
                 .unwrap();
         }
-        std::thread::sleep(Duration::from_millis(600));
+        // The publisher copies the subscribers' counters into the header every 250 ms (its
+        // server thread): wait until the header shows these reads, not a fixed 600 ms.
+        let name = Key::new(&env.key).unwrap().frame_shm_name();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let f = cuframes_core::inspect::read_frame_shm(&name).unwrap();
+            let delivered: u64 = f.subscribers.iter().map(|s| s.delivered).sum();
+            if delivered == 8 && f.subscribers.iter().all(|s| s.ack_age.is_some()) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the header never showed the scene's reads: {:?}",
+                f.subscribers
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         OperatorScene {
             publisher: p,
             alpha,
