@@ -657,28 +657,43 @@ pub(crate) mod residency {
         map.populate().unwrap()
     }
 
-    /// Resident bytes (`Rss`, /proc/self/smaps) of this process's mapping that starts at `addr`.
-    pub fn resident_bytes_at(addr: u64) -> usize {
+    /// This process's mappings (/proc/self/smaps): start address, header line, resident bytes.
+    fn mappings() -> Vec<(u64, String, usize)> {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut in_it = false;
+        let mut out: Vec<(u64, String, usize)> = Vec::new();
         for line in smaps.lines() {
             let first = line.split_whitespace().next().unwrap_or("");
-            if let Some((start, _)) = first.split_once('-') {
-                if start.chars().all(|c| c.is_ascii_hexdigit()) && !start.is_empty() {
-                    in_it = u64::from_str_radix(start, 16) == Ok(addr);
-                    continue;
+            let start = first
+                .split_once('-')
+                .and_then(|(start, _)| u64::from_str_radix(start, 16).ok());
+            if let Some(start) = start {
+                out.push((start, line.to_owned(), 0));
+            } else if first == "Rss:" {
+                let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+                if let Some(last) = out.last_mut() {
+                    last.2 = kb * 1024;
                 }
             }
-            if in_it && first == "Rss:" {
-                return line
-                    .split_whitespace()
-                    .nth(1)
-                    .unwrap()
-                    .parse::<usize>()
-                    .unwrap()
-                    * 1024;
-            }
         }
-        panic!("no mapping starts at {addr:#x}")
+        out
+    }
+
+    /// Resident bytes of the mapping that starts at `addr`.
+    pub fn resident_bytes_at(addr: u64) -> usize {
+        mappings()
+            .into_iter()
+            .find(|(start, _, _)| *start == addr)
+            .unwrap_or_else(|| panic!("no mapping starts at {addr:#x}"))
+            .2
+    }
+
+    /// Resident bytes of every mapping of `/dev/shm/<name>`.
+    pub fn resident_bytes_of(name: &str) -> usize {
+        let path = format!("/dev/shm/{name}");
+        mappings()
+            .into_iter()
+            .filter(|(_, header, _)| header.ends_with(&path))
+            .map(|(_, _, rss)| rss)
+            .sum()
     }
 }

@@ -31,8 +31,7 @@ impl HostSlots {
             let fd = sealed_memfd(&format!("cuframes-slot-{i}"), size)?;
             let map = Mapping::map(fd.as_fd(), size, true, "frame slot memfd")?;
             // Every page now, not when the first lap writes the frame (the packet ring does the
-            // same): no page fault per 4 KiB on the latency path of the ring's first frames,
-            // and memory the machine cannot give is an error here, not a SIGBUS mid-stream.
+            // same): no page fault per 4 KiB on the latency path of the ring's first frames.
             map.populate().map_err(|e| {
                 Error::new(
                     e.code(),

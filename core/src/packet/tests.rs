@@ -12,7 +12,7 @@ use super::*;
 use crate::error::ErrorCode;
 use crate::paths::Key;
 use crate::shm;
-use crate::shm::residency::kernel_populates;
+use crate::shm::residency::{kernel_populates, resident_bytes_of};
 use crate::wire::{PACKET_FLAG_CORRUPT, PACKET_FLAG_KEY, PACKET_FLAG_LAST_IN_AU};
 
 /// Unlinks an SHM object on drop (also when the test panics).
@@ -689,23 +689,6 @@ fn a_sink_without_a_buffer_loses_no_packet() {
     assert_eq!((p.seq, p.pts_ns), (1, 7));
     assert_eq!(out, payload(1, 50));
     assert_eq!(r.stats().packets, 1);
-}
-
-/// Resident bytes of every mapping of `/dev/shm/<name>` in this process (/proc/self/smaps).
-fn resident_bytes_of(name: &str) -> usize {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let mut in_it = false;
-    let mut total = 0;
-    for line in smaps.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            in_it = line.ends_with(&format!("/dev/shm/{name}"));
-        } else if in_it && first == "Rss:" {
-            let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-            total += kb * 1024;
-        }
-    }
-    total
 }
 
 #[test]
