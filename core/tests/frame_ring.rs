@@ -281,7 +281,11 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
                     // Nobody waits under DROP_OLDEST: a ring replaced before the reader came
                     // back to it is not for it (R26). Wait until it is back (a fixed sleep
                     // was too short for a loaded CI machine).
-                    wait_for_a_frame_subscriber(&p);
+                    common::wait_until(
+                        "the reader to come back to the new ring",
+                        Duration::from_secs(10),
+                        || p.subscribers().iter().any(|s| s.wants_frames),
+                    );
                 }
             }
             assert_eq!(p.frame_layout().unwrap().width, g.1);
@@ -308,19 +312,6 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
 /// How long the slow reader of `a_replaced_ring_is_followed_frame_for_frame` takes per frame:
 /// three frames take longer than the 300 ms the test used to give a reader to follow.
 const SLOW_READER: Duration = Duration::from_millis(120);
-
-/// Until the publisher has a frame subscriber on its current ring (the reader came back after
-/// a replacement); panics after 10 s.
-fn wait_for_a_frame_subscriber(p: &Publisher) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !p.subscribers().iter().any(|s| s.wants_frames) {
-        assert!(
-            Instant::now() < deadline,
-            "the reader did not come back to the new ring within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
 
 /// Defect (CI, the FFmpeg 7.1 size-change test): a publisher that replaced its ring and ended
 /// soon after went away before a reader still draining the old ring had subscribed to the new

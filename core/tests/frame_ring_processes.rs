@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Children, TestEnv};
+use common::{wait_until, Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::tlv::{self, HelloReq, Message};
@@ -123,14 +123,6 @@ fn child_publisher(key: &str) {
         publish(&p, seq).unwrap();
         seq += 1;
         std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        assert!(t.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

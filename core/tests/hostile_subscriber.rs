@@ -21,7 +21,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Children, CudaCheck, Rng, RunDelay, TestEnv};
+use common::{wait_until, Children, CudaCheck, Rng, RunDelay, TestEnv};
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
@@ -731,14 +731,6 @@ fn hostile(key: &str) {
 
 // ---------------------------------------------------------------------------------------
 // The test.
-
-fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        assert!(t.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 fn read_ready(child: &mut Child) -> String {
     // The test harness prints its own lines first ("running 1 test").

@@ -18,6 +18,7 @@ mod pattern;
 mod rng;
 mod run_delay;
 mod scene;
+mod wait;
 
 pub use children::{wait_for_result, Children};
 pub use cuda::{no_cuda, verify_any, CudaCheck};
@@ -26,3 +27,4 @@ pub use pattern::{fill_pattern, pattern_byte, planes_for, publish_pattern, verif
 pub use rng::Rng;
 pub use run_delay::RunDelay;
 pub use scene::{publish_filler, OperatorScene, WEIRD_NAME};
+pub use wait::wait_until;
