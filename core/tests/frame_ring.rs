@@ -309,6 +309,86 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
     }
 }
 
+/// Defect (CI, 2026-12-06: `a_replaced_ring_is_followed_frame_for_frame` under STRICT_WAIT,
+/// reader back from generation 0 straight to 2): a subscriber opened the frame SHM by its name
+/// only after SUBSCRIBE. A replacement in between gave it the next generation's header beside
+/// the slots VMM_FDS sent for the one it was admitted to: refused when the geometry changed
+/// (connect failed, or a returning reader skipped that generation's frames), read from the
+/// wrong slots when it did not. The replacement here comes at exactly that point (a hook in
+/// `Subscriber::connect`); the subscriber must get every frame of the new ring, each the one
+/// published under its seq, with its layout.
+#[test]
+fn a_replacement_during_the_handshake_is_followed_not_mixed_up() {
+    use std::sync::Arc;
+    for (policy, next) in [
+        (Policy::DropOldest, (Format::Nv12, 64u32, 48u32)),
+        (Policy::StrictWait, (Format::Yuv420p, 80, 40)),
+        (Policy::DropOldest, (Format::Rgba, 32, 16)),
+        (Policy::StrictWait, (Format::Nv12, 64, 48)),
+    ] {
+        let env = TestEnv::new("hsrace");
+        let p = Arc::new(Publisher::create(&env.key, env.publisher_options()).unwrap());
+        let config = move |(f, w, h): (Format, u32, u32)| {
+            let mut c = FrameRingConfig::new(f, w, h);
+            c.policy = policy;
+            c.ring_size = 16;
+            c.ack_timeout = Duration::from_secs(10);
+            c
+        };
+        p.enable_frames(config((Format::Nv12, 64, 48))).unwrap();
+        common::publish_pattern(&p, 1, Some(1)).unwrap();
+        // The replacement and three frames of the new ring, from another thread (under
+        // STRICT_WAIT the replacement waits for the subscriber to come back).
+        let (go, went) = std::sync::mpsc::channel::<()>();
+        let worker = {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                went.recv().unwrap();
+                p.replace_frames(config(next)).unwrap();
+                for seq in 1..=3u64 {
+                    common::publish_pattern(&p, seq, Some(1 + seq as i64)).unwrap();
+                }
+            })
+        };
+        let hooked = p.clone();
+        cuframes_core::testing::hooks::set_after_handshake(&env.key, move || {
+            go.send(()).unwrap();
+            // Until the replacement has retired us (then the new ring is in place: `subscribers`
+            // reads the ring, which the replacement holds until it has made the new one).
+            common::wait_until("the replacement", Duration::from_secs(10), || {
+                !hooked.subscribers().iter().any(|s| s.wants_frames)
+            });
+        });
+        let mut opts = env.subscriber_options("hsrace");
+        opts.connect_timeout = Duration::from_secs(10);
+        let mut s = Subscriber::connect(&env.key, &opts)
+            .unwrap_or_else(|e| panic!("{policy:?} -> {next:?}: connect: {e}"));
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            match s.next_frame(Some(Duration::from_secs(10))) {
+                Ok(f) => {
+                    let l = (*f.layout).clone();
+                    let ok = common::verify_frame(&f, &common::planes_for(&l, f.seq));
+                    got.push((l.format, l.width, l.height, f.seq, f.pts_ns, ok));
+                }
+                Err(e) => panic!("{policy:?} -> {next:?}: after {got:?}: {e}"),
+            }
+        }
+        worker.join().unwrap();
+        let (f, w, h) = next;
+        assert_eq!(
+            got,
+            [
+                (f, w, h, 1, 2, true),
+                (f, w, h, 2, 3, true),
+                (f, w, h, 3, 4, true)
+            ],
+            "{policy:?} -> {next:?}: the new ring's frames, each as published"
+        );
+        assert_eq!(s.ring_generations(), 1, "{policy:?} -> {next:?}");
+    }
+}
+
 /// How long the slow reader of `a_replaced_ring_is_followed_frame_for_frame` takes per frame:
 /// three frames take longer than the 300 ms the test used to give a reader to follow.
 const SLOW_READER: Duration = Duration::from_millis(120);

@@ -9,8 +9,10 @@ use crate::cuda::GpuUuid;
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
 use crate::paths::{parse_wire_shm_name, Key};
+use crate::shm::Mapping;
 use crate::sock;
 use crate::tlv::{HelloReq, HelloResp, Message, SubscribeResp, VmmFds};
+use crate::wire::frame::FRAME_SHM_SIZE;
 use crate::wire::meta_ext::MetaExt;
 use crate::wire::*;
 
@@ -21,6 +23,9 @@ pub struct Established {
     pub subscribed: SubscribeResp,
     /// Present when frames were asked for: the layout, the VMM_FDS message and its fds.
     pub frames: Option<(FrameLayout, VmmFds, Vec<OwnedFd>)>,
+    /// The frame SHM, opened between HELLO_RESP and SUBSCRIBE (see `run`) when frames were
+    /// asked for: its descriptor and a mapping of it, writable only for header ACKs.
+    pub frame_shm: Option<(OwnedFd, Mapping)>,
     /// Our ACK page, when we asked for one and the publisher offers them.
     pub ack_page: Option<OwnedFd>,
     /// This process's ordinal of the ring's GPU, when the publisher announced its UUID.
@@ -104,6 +109,24 @@ pub fn run(
         )?),
         _ => None,
     };
+    let ack_pages = hello.subscribe_flags & SUBSCRIBE_ACK_PAGE != 0
+        && resp.publisher_flags & PUBLISHER_ACK_PAGES != 0;
+    // The frame SHM by its name, before SUBSCRIBE: every generation of a replaced ring has
+    // the same name (R19), and the publisher admits a SUBSCRIBE only for the generation its
+    // HELLO_RESP described. Opened now, the object is that generation or a later one, which
+    // SUBSCRIBE then refuses; opened after SUBSCRIBE (as before), a replacement in between
+    // gave us the next generation's header beside the slots VMM_FDS sent for this one:
+    // refused when the geometry changed (the reader went on to the newest ring, missing
+    // the frames of the one it was admitted to), undetected when it did not.
+    let frame_shm = if layout.is_some() {
+        Some(crate::shm::open(
+            &key.frame_shm_name(),
+            FRAME_SHM_SIZE,
+            !ack_pages,
+        )?)
+    } else {
+        None
+    };
     sock::send(
         fd,
         &Message::SubscribeReq {
@@ -148,10 +171,7 @@ pub fn run(
             Some((layout, v, fds))
         }
     };
-    let ack_page = if frames.is_some()
-        && hello.subscribe_flags & SUBSCRIBE_ACK_PAGE != 0
-        && resp.publisher_flags & PUBLISHER_ACK_PAGES != 0
-    {
+    let ack_page = if frames.is_some() && ack_pages {
         match expect(fd, deadline, "ACK_PAGE")? {
             (Message::AckPage(_), mut fds) if fds.len() == 1 => fds.pop(),
             (Message::AckPage(_), fds) => {
@@ -170,6 +190,7 @@ pub fn run(
         hello: resp,
         subscribed,
         frames,
+        frame_shm,
         ack_page,
         cuda_device,
     })

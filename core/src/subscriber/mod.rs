@@ -26,7 +26,6 @@ use crate::packet::{PacketInfo, PacketReaderStats, PacketRingReader};
 use crate::paths::{self, Key};
 use crate::sock::{self, Inbox, Pumped};
 use crate::tlv::{HelloReq, Message};
-use crate::wire::frame::FRAME_SHM_SIZE;
 use crate::wire::meta_ext::MetaExt;
 use crate::wire::*;
 use continuity::Continuity;
@@ -176,17 +175,16 @@ impl Subscriber {
         };
         let deadline = Instant::now() + options.connect_timeout;
         let est = handshake::run(&key, &socket_path, &hello, options.want_frames, deadline)?;
+        #[cfg(feature = "testing")]
+        crate::testing::hooks::after_handshake(key.as_str());
         let bit = est.subscribed.assigned_bit as usize;
-        let frames = match est.frames {
-            None => None,
-            Some((layout, vmm, fds)) => {
-                // Map and check the SHM first: it is cheap, and once mapped it stays valid even
-                // if the publisher goes away while the (slow) device imports run.
+        let frames = match (est.frames, est.frame_shm) {
+            (Some((layout, vmm, fds)), Some((shm_fd, map))) => {
+                // Check the SHM first (the handshake mapped it: with an ACK page read-only, for
+                // a plain v4 publisher writable for our ACKs): it is cheap, and once mapped it
+                // stays valid even if the publisher goes away while the (slow) device imports
+                // run.
                 let page = est.ack_page.map(AckPage::import).transpose()?;
-                // With an ACK page the header is only read; a plain v4 publisher needs our
-                // ACKs in it.
-                let (shm_fd, map) =
-                    crate::shm::open(&key.frame_shm_name(), FRAME_SHM_SIZE, page.is_none())?;
                 let shm = FrameShm::new(map)?;
                 shm.validate(est.hello.ring_size as usize, &est.hello.meta)?;
                 let slots: Box<dyn SlotImport> = match MemoryKind::from_u32(vmm.memory_kind) {
@@ -243,6 +241,7 @@ impl Subscriber {
                     cuda,
                 })
             }
+            _ => None,
         };
         let packets = if options.want_packets {
             let p = est

@@ -3,9 +3,11 @@
 //!
 //! - [`kernels`]: the GPU test kernels (fill / verify a pattern, keep the GPU busy), loaded
 //!   per device and unloaded with it.
+//! - [`hooks`]: points inside library calls where a test makes a race happen every time.
 //! - Re-exports of internals that tests and benchmarks drive directly: the socket message
 //!   I/O of [`crate::sock`] (hostile peers), the clocks and unique names of [`crate::util`].
 
+pub mod hooks;
 pub mod kernels;
 
 pub use kernels::{busy, fill_pattern, pattern_byte, pattern_host, verify_pattern};
