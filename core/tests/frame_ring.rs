@@ -6,9 +6,17 @@ use std::time::{Duration, Instant};
 
 use common::TestEnv;
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
-use cuframes_core::subscriber::Subscriber;
+use cuframes_core::subscriber::{Frame, Subscriber};
 use cuframes_core::wire::{Format, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
+
+/// What a reader saw of a frame: its layout's format and size, its seq and pts, and whether
+/// its bytes are the pattern published under that seq.
+fn seen(f: &Frame) -> (Format, u32, u32, u64, i64, bool) {
+    let l = &*f.layout;
+    let ok = common::verify_frame(f, &common::planes_for(l, f.seq));
+    (l.format, l.width, l.height, f.seq, f.pts_ns, ok)
+}
 
 fn publish(p: &Publisher, seq: u64) -> Vec<Vec<u8>> {
     let (published, planes) = common::publish_pattern(p, seq, Some(seq as i64 * 1000)).unwrap();
@@ -259,9 +267,7 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
             while got.len() < 9 {
                 match s.next_frame(Some(Duration::from_secs(10))) {
                     Ok(f) => {
-                        let l = (*f.layout).clone();
-                        let ok = common::verify_frame(&f, &common::planes_for(&l, f.seq));
-                        got.push((l.format, l.width, l.height, f.pts_ns, ok));
+                        got.push(seen(&f));
                         drop(f);
                         std::thread::sleep(SLOW_READER);
                     }
@@ -298,9 +304,9 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
         assert_eq!(generations, 2, "{policy:?}");
         let want: Vec<_> = geometry
             .iter()
-            .flat_map(|g| std::iter::repeat(*g).take(3))
+            .flat_map(|g| (1..=3u64).map(move |seq| (*g, seq)))
             .zip(1..)
-            .map(|((f, w, h), pts)| (f, w, h, pts, true))
+            .map(|(((f, w, h), seq), pts)| (f, w, h, seq, pts, true))
             .collect();
         assert_eq!(
             got, want,
@@ -366,11 +372,7 @@ fn a_replacement_during_the_handshake_is_followed_not_mixed_up() {
         let mut got = Vec::new();
         while got.len() < 3 {
             match s.next_frame(Some(Duration::from_secs(10))) {
-                Ok(f) => {
-                    let l = (*f.layout).clone();
-                    let ok = common::verify_frame(&f, &common::planes_for(&l, f.seq));
-                    got.push((l.format, l.width, l.height, f.seq, f.pts_ns, ok));
-                }
+                Ok(f) => got.push(seen(&f)),
                 Err(e) => panic!("{policy:?} -> {next:?}: after {got:?}: {e}"),
             }
         }
