@@ -54,8 +54,27 @@ scripts/build-python.sh
 build/venv/bin/python -m pytest python/tests -q -p no:cacheprovider
 echo "== the benchmarks' measuring scripts (steady_fps.py, proc_sched.py)"
 build/venv/bin/python -m pytest scripts/tests -q -p no:cacheprovider
+echo "== memory-order models (loom: the seqlock copy and the ACK page's store/load; docs/testing.md)"
+# Its own build (RUSTFLAGS differ) in its own target directory, so the rest is not rebuilt.
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
+  CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" cargo test -p cuframes-core --release --lib loom
 echo "== GPU tests (they run on a GPU machine through scripts/gpu-check.sh; here they say why not)"
-cargo test --release -p cuframes-core --test cuda_vmm --test frame_ring_cuda -- --nocapture 2>&1 | grep -E 'SKIPPED' | sort | uniq -c || true
+# A GPU test without a GPU prints SKIPPED and returns, and cargo counts it "ok": the SKIPPED
+# lines are what did not run, counted here as skipped, never as passed. On a machine with a
+# GPU none may skip for want of one.
+gpu_log=$(mktemp /tmp/cuframes-gpu-tests.XXXXXX)
+if ! { cargo test --release -p cuframes-core --test cuda_vmm --test frame_ring_cuda -- --nocapture --test-threads=1 &&
+  cargo test --release --test ffmpeg_frames -- ring_moved_from --nocapture --test-threads=1; } >"$gpu_log" 2>&1; then
+  tail -50 "$gpu_log"; rm -f "$gpu_log"; exit 1
+fi
+grep -o 'SKIPPED.*' "$gpu_log" | sort | uniq -c | while read -r n reason; do
+  echo "$n GPU tests skipped: $reason"
+done
+if nvidia-smi -L >/dev/null 2>&1 && grep -qE 'SKIPPED( \(|: )no CUDA' "$gpu_log"; then
+  echo "GPU tests skipped on a machine with a GPU (nvidia-smi sees one): that is a failure" >&2
+  rm -f "$gpu_log"; exit 1
+fi
+rm -f "$gpu_log"
 leftovers=$(comm -13 <(echo "$shm_before" | sort) <(ls /dev/shm | grep -E '^cuframes-' | sort) || true)
 if [ -n "$leftovers" ]; then
   echo "tests left SHM objects behind:" $leftovers >&2

@@ -42,6 +42,7 @@ pub mod publisher;
 pub mod shm;
 pub(crate) mod sock;
 pub mod subscriber;
+pub(crate) mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tlv;

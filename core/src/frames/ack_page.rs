@@ -4,13 +4,13 @@
 //! here instead of into the shared header, so a subscriber can at worst misreport itself.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::Ordering;
 
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 
 use crate::error::{Error, Result};
 use crate::futex;
-use crate::shm::{self, Mapping};
+use crate::shm;
+use crate::sync::{Mapping, Ordering};
 use crate::util::realtime_ns;
 use crate::wire::ack_page::*;
 use crate::wire::MAX_RING_SIZE;
@@ -123,6 +123,22 @@ impl AckPage {
         Ok(AckPage { map })
     }
 
+    /// Loom models: a page of loom-tracked memory (zeroed: no magic), and another view of it
+    /// (the other side's mapping) with [`AckPage::share`].
+    #[cfg(loom)]
+    pub fn model() -> AckPage {
+        AckPage {
+            map: Mapping::model(ACK_PAGE_SIZE),
+        }
+    }
+
+    #[cfg(loom)]
+    pub fn share(&self) -> AckPage {
+        AckPage {
+            map: self.map.share(),
+        }
+    }
+
     fn acked_seq_offset(k: usize) -> usize {
         assert!(k < MAX_RING_SIZE, "slot {k} outside the ring");
         ACK_PAGE_ACKED_SEQ_OFFSET + 8 * k
@@ -232,6 +248,37 @@ mod tests {
         assert_eq!(publisher_side.counter(Counter::Delivered), 2);
         // The subscriber cannot shrink or grow it: its mapping never faults.
         assert!(nix::unistd::ftruncate(fd.as_fd(), 0).is_err());
+    }
+
+    /// A page is read by peers that know only the wire layout (`wire::ack_page`,
+    /// `cuframes_ack_page_t`): an ACK of slot k lands in `acked_seq[k]` and nowhere else (not
+    /// over the magic, not in another slot's entry).
+    #[test]
+    fn an_ack_lands_at_its_wire_offset() {
+        let (page, fd) = AckPage::create().unwrap();
+        let raw = shm::Mapping::map(fd.as_fd(), ACK_PAGE_SIZE, false, "ACK page").unwrap();
+        for k in 0..MAX_RING_SIZE {
+            page.record_ack(k, 100 + k as u64, false);
+        }
+        for k in 0..MAX_RING_SIZE {
+            let at = ACK_PAGE_ACKED_SEQ_OFFSET + 8 * k;
+            assert_eq!(
+                raw.load_u64(at, Ordering::Acquire),
+                100 + k as u64,
+                "slot {k}"
+            );
+            assert!(page.has_acked(k, 100 + k as u64));
+        }
+        assert_eq!(raw.load_u32(0x00, Ordering::Acquire), ACK_PAGE_MAGIC);
+        assert_eq!(raw.load_u32(0x04, Ordering::Acquire), ACK_PAGE_VERSION);
+        assert_eq!(
+            raw.load_u32(ACK_PAGE_ACK_COUNT_OFFSET, Ordering::Acquire),
+            MAX_RING_SIZE as u32
+        );
+        assert_eq!(
+            raw.load_u64(ACK_PAGE_LAST_SEEN_OFFSET, Ordering::Acquire),
+            100 + MAX_RING_SIZE as u64 - 1
+        );
     }
 
     #[test]

@@ -2,10 +2,10 @@
 //! subscriber-slot field at offsets from [`crate::wire::frame`], and the checks a subscriber
 //! makes of what it mapped.
 
-use std::sync::atomic::Ordering;
-
 use crate::error::{Error, ErrorCode, Result};
-use crate::shm::{Mapping, Shared32, Shared64};
+use crate::shm;
+use crate::sync::Ordering;
+use crate::sync::{Mapping, Shared32, Shared64};
 use crate::util::{fill_cstr, read_cstr};
 use crate::wire::frame::{
     slot_offset, subscriber_offset, FrameMeta, SharedHeader, FRAME_SHM_SIZE, FRAME_WAITERS_OFFSET,
@@ -30,14 +30,32 @@ pub struct FrameShm {
 }
 
 impl FrameShm {
-    pub fn new(map: Mapping) -> Result<FrameShm> {
+    pub fn new(map: shm::Mapping) -> Result<FrameShm> {
         if map.len() < FRAME_SHM_SIZE {
             return Err(Error::protocol(format!(
                 "frame SHM is {} bytes; protocol v4 needs {FRAME_SHM_SIZE}",
                 map.len()
             )));
         }
-        Ok(FrameShm { map })
+        Ok(FrameShm {
+            map: crate::sync::wrap(map),
+        })
+    }
+
+    /// Loom models: a frame SHM of loom-tracked memory, zeroed (no header written), and
+    /// another view of the same memory with [`FrameShm::share`].
+    #[cfg(loom)]
+    pub fn model() -> FrameShm {
+        FrameShm {
+            map: Mapping::model(FRAME_SHM_SIZE),
+        }
+    }
+
+    #[cfg(loom)]
+    pub fn share(&self) -> FrameShm {
+        FrameShm {
+            map: self.map.share(),
+        }
     }
 
     pub fn mapping(&self) -> &Mapping {

@@ -15,8 +15,12 @@
 
 pub mod ack_page;
 pub mod layout;
+#[cfg(all(test, loom))]
+mod loom_models;
 pub mod publication;
 pub mod reader;
+#[cfg(all(test, not(loom)))]
+mod reader_tests;
 pub mod wait_stats;
 pub mod writer;
 

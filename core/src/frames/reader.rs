@@ -9,16 +9,15 @@
 //! none will follow. The publisher keeps a given-up bit quarantined until our socket closes,
 //! and the subscriber closes its socket only after revoking.
 
+use crate::sync::{fence, Mutex, Ordering};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{fence, Ordering};
-use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::frames::ack_page::{AckPage, Counter};
 use crate::frames::layout::FrameShm;
 use crate::futex;
 use crate::memory::SlotImport;
-use crate::util::realtime_ns;
+use crate::util::{realtime_ns, Origin};
 use crate::wire::{Policy, INVALID_SEQ};
 
 /// The mapped ring, shared by the reader and the zero-copy frames it hands out.
@@ -34,6 +33,10 @@ pub(crate) struct RingView {
     pub page: Option<AckPage>,
     /// True once ACKs are revoked (see the module documentation).
     revoked: Mutex<bool>,
+    /// The process that mapped the ring. A child forked from it has a copy of the mapping,
+    /// but the ACK page and the slots are still the parent's: its ACKs and counts would be
+    /// taken for the parent's (STRICT_WAIT would rewrite a slot the parent still reads).
+    pub origin: Origin,
 }
 
 impl RingView {
@@ -55,12 +58,17 @@ impl RingView {
             ring_size,
             page,
             revoked: Mutex::new(false),
+            origin: Origin::here(),
         }
     }
 
     /// ACK `seq` in slot `k` (§6 steps 3–4, R23), unless the slot already moved on or ACKs
     /// are revoked. Only atomics and a futex wake: this also runs inside CUDA host functions.
     pub fn ack(&self, k: usize, seq: u64) -> bool {
+        // Checked before the lock: a thread of the parent may have held it at the fork.
+        if !self.origin.is_here() {
+            return false;
+        }
         let revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
         if *revoked || self.shm.slot_seq(k).load(Ordering::Acquire) != seq {
             return false;
@@ -92,6 +100,9 @@ impl RingView {
     }
 
     fn count(&self, which: Counter, n: u64) {
+        if !self.origin.is_here() {
+            return;
+        }
         match &self.page {
             Some(page) => page.count(which, n),
             None => {

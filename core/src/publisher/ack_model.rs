@@ -9,10 +9,13 @@
 //!   owners' ACK pages); then go on, or wait and recompute, or, when the timeout fires (a
 //!   nondeterministic choice, not a clock), `declare_dead` (table lock again); invalidate
 //!   the slot and clear its bitmap; write and publish the frame;
-//! - **the server thread**: admit a connecting subscriber (`subscribe`: `free_bit`, insert,
-//!   `clear_ack_bit`, initial_seq = the last published seq); notice a kick and send ERROR
-//!   (Phase::GivenUp); notice a closed socket and `release` the connection's bits; and, with
-//!   `Config::peer_errors`, take an error path that `release`s an admitted connection at once;
+//! - **the server thread**: admit a connecting subscriber (`subscribe`: the generation check,
+//!   `free_bit`, insert, `clear_ack_bit`, and `initial_seq` by production's rule: the last
+//!   published seq, or 0 on a replacement ring whose writer reused no slot yet); refuse a SUBSCRIBE whose
+//!   HELLO_RESP described a replaced ring; notice a kick and send ERROR (Phase::GivenUp);
+//!   send a retired subscriber SHUTDOWN(NEW_RING) and close it; notice a closed socket and
+//!   `release` the connection's bits; and, with `Config::peer_errors`, take an error path that
+//!   `release`s an admitted connection at once;
 //! - **two subscriber processes**: A reads in COPY mode and is connecting from the start; B reads
 //!   ZERO_COPY and connects when it likes. Each may leave at any moment and join again as a new
 //!   connection (`Config::sessions` bounds how often). A session reads the next frame (`next()`
@@ -32,6 +35,22 @@
 //! An explicit-state search over plain values was chosen over loom: what matters here is the
 //! protocol's interleaving across processes (sockets, SHM, a server thread), not the memory
 //! model of one process's atomics, and loom could not run the socket and memfd code anyway.
+//!
+//! # Ring replacement
+//!
+//! With `Config::frames_after_replacement`, the publishing thread may run
+//! `Publisher::replace_frames` once, between two frames: the generation moves, the table's
+//! production `retire_frame_subscribers` retires the old ring's frame subscribers, and a fresh
+//! ring takes the old one's place (seqs from 1). Sessions remember the generation they mapped
+//! (at HELLO_RESP). Retired sessions are sent away (SHUTDOWN(NEW_RING), close) and come back
+//! as new connections, as returners. The model keeps only the current ring: a session of the
+//! old one reads nothing more from it, and its ACKs land in the old ring's bitmap or its own
+//! page, which the new ring's waits never read (a retired entry is owed nothing). Two more
+//! invariants come with it: no subscriber is admitted to a generation it did not map, and no
+//! subscriber of the old ring is given up on over a frame of the new one. The publisher's wait
+//! for returns (`wait_for_returns`, bounded by the ACK timeout) is not modelled: the publisher
+//! may go on at any point, which is what a timeout allows, so every real run is a run of the
+//! model. (That is also why the table's count of returns due is not part of a state.)
 //!
 //! # What is abstracted, and why that is sound
 //!
@@ -55,7 +74,10 @@
 //!   release may run on another thread (a CUDA host function), concurrently with anything its
 //!   subscriber does, and a frame may outlive its subscriber.
 //! - A ZERO_COPY session holds at most one frame. DROP_OLDEST is not modelled: it never waits,
-//!   so the ACK protocol cannot protect anything there. Process death is a leave without an
+//!   so the ACK protocol cannot protect anything there. Publication on a stream is not
+//!   modelled either: its host function does the same R24 stores as a synchronous publish
+//!   (`Publication::make_visible`), and the writer waits for a pending one before it acquires
+//!   the slot again, so for this protocol it is a publish that takes longer. Process death is a leave without an
 //!   ACK afterwards, a subset of what a leave can do. A peer closing during its handshake is
 //!   like one that never connected. After an ERROR or the server's close the model's
 //!   subscriber stops reading (on a close without ERROR the real one still reads what was
@@ -86,6 +108,10 @@
 //!    reassigned (in the bitmap of a frame the new owner holds).
 //! 4. `clear_stale_bits_at_admission`: an ACK in flight when its owner was kicked lands in a
 //!    later frame's bitmap and counts as the next owner's ACK.
+//! 5. `refuse_stale_subscribe`: a handshake that straddles a replacement is admitted to the new
+//!    ring while it mapped the old one.
+//! 6. `retire_on_replacement`: the old ring's subscribers are counted on for the new ring's
+//!    frames, and given up on over them.
 //!
 //! A stray ACK (1, 3, 4) usually shows first as a frame lost by the new owner, which had not
 //! read it yet when the stray ACK let the publisher overwrite it; the tests also search with
@@ -112,8 +138,10 @@
 //! - A session that is counted on never loses a frame (lapped, slot already reused, or torn
 //!   copy): under STRICT_WAIT only a kicked subscriber may lose frames.
 //! - No innocent subscriber is kicked. Innocent means it owed nothing for the frame whose
-//!   wait timed out, because it joined at or after that frame (`initial_seq >= seq`): however
-//!   promptly it ACKs, it cannot be why the wait timed out.
+//!   wait timed out, because it joined at or after that frame (`initial_seq >= seq`) or reads
+//!   a ring that was replaced since: however promptly it ACKs, it cannot be why the wait timed
+//!   out.
+//! - No subscriber is admitted to a ring generation other than the one it mapped.
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
@@ -149,6 +177,11 @@ struct Fixes {
     /// An error on an admitted header-ACK connection gives its bit up like a kick (ERROR,
     /// owed nothing, quarantined until the socket closes) instead of freeing it at once.
     quarantine_on_error: bool,
+    /// SUBSCRIBE is refused (DISCONNECTED) when the ring was replaced since HELLO_RESP
+    /// described it: the subscriber mapped the ring HELLO_RESP named.
+    refuse_stale_subscribe: bool,
+    /// A replacement retires the old ring's frame subscribers (owed nothing from the new ring).
+    retire_on_replacement: bool,
 }
 
 const ALL_FIXES: Fixes = Fixes {
@@ -157,6 +190,8 @@ const ALL_FIXES: Fixes = Fixes {
     clear_stale_bits_at_admission: true,
     kick_by_owner: true,
     quarantine_on_error: true,
+    refuse_stale_subscribe: true,
+    retire_on_replacement: true,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -181,6 +216,9 @@ struct Config {
     /// shows first as a frame lost by the new owner of its bit; with this off, the search
     /// goes on to the overwrite of a frame the new owner holds.
     check_lost_frames: bool,
+    /// Frames of a replacement ring (`Publisher::replace_frames`), which the publisher may put
+    /// in place once, at any point between two frames; 0: no replacement.
+    frames_after_replacement: u8,
 }
 
 /// The two subscriber processes.
@@ -202,6 +240,8 @@ struct Owner {
     conn: u8,
     initial_seq: u8,
     kicked: bool,
+    /// Its ring was replaced (`Table::retire_frame_subscribers`).
+    retired: bool,
 }
 
 /// The production [`Table`] as a plain value, rebuilt for every operation on it.
@@ -213,7 +253,7 @@ impl TableImage {
         let mut table = Table::default();
         for (bit, owner) in self.0.iter().enumerate() {
             if let Some(o) = owner {
-                table.insert(bit, entry(o.conn, o.initial_seq, o.kicked));
+                table.insert(bit, entry(o.conn, o.initial_seq, o.kicked, o.retired));
             }
         }
         table
@@ -223,11 +263,12 @@ impl TableImage {
         let mut image = TableImage::default();
         for (bit, e) in table.iter() {
             assert!(bit < BITS, "the model hands out at most {} bits", BITS - 1);
-            assert!(e.wants_frames && !e.wants_packets);
+            assert!(e.wants_frames != e.retired && !e.wants_packets);
             image.0[bit] = Some(Owner {
                 conn: narrow(e.conn_id),
                 initial_seq: narrow(e.initial_seq),
                 kicked: e.kicked,
+                retired: e.retired,
             });
         }
         image
@@ -246,16 +287,19 @@ impl TableImage {
     }
 }
 
-fn entry(conn: u8, initial_seq: u8, kicked: bool) -> Entry {
+/// An entry as the table holds it. The table's count of admissions and of returns due after a
+/// replacement is not in the image: the publisher's wait for returns is not modelled (see
+/// "Ring replacement" above), so nothing asks for it.
+fn entry(conn: u8, initial_seq: u8, kicked: bool, retired: bool) -> Entry {
     Entry {
         conn_id: conn.into(),
         pid: 0,
         name: String::new(),
         initial_seq: initial_seq.into(),
-        wants_frames: true,
+        wants_frames: !retired,
         wants_packets: false,
         kicked,
-        retired: false,
+        retired,
         // Real pages are memfds, which a state cannot hold: with `Config::ack_pages` the model
         // keeps each connection's page itself (`Session::page`) and reads it where
         // `wait_for_acks` reads `required.pages[bit]`, the page of the owner it waits for.
@@ -309,6 +353,22 @@ struct Ring {
     ack: [u8; MAX_RING],
     /// Which frame's pixels the slot holds (what a ZERO_COPY holder looks at).
     data: [u8; MAX_RING],
+    /// The writer's `first_lap_over`: set by the acquire that first reuses a slot, in the
+    /// step that computes who must ACK (production sets it just before).
+    first_lap_over: bool,
+}
+
+impl Ring {
+    /// A new ring: nothing published, every slot invalid.
+    fn fresh() -> Ring {
+        Ring {
+            global_seq: 0,
+            seq: [INVALID; MAX_RING],
+            ack: [0; MAX_RING],
+            data: [0; MAX_RING],
+            first_lap_over: false,
+        }
+    }
 }
 
 /// Where the publishing thread is.
@@ -397,6 +457,13 @@ struct Session {
     ack: Option<InFlight>,
     /// The connection's ACK page (`Config::ack_pages`): `acked_seq[k]`.
     page: [u8; MAX_RING],
+    /// The generation of the ring this session mapped (the one HELLO_RESP described). The
+    /// model keeps only the current ring: a session of an older one reads nothing more, and
+    /// its ACKs land in the old ring's memory (bitmap) or its own page, which the new ring's
+    /// publisher never reads for it (retired: owed nothing).
+    generation: u8,
+    /// Ghost: admitted to a ring generation other than the one it mapped.
+    wrong_ring: bool,
     /// Ghost: lost a frame while the publisher counted on it.
     missed: bool,
     /// Ghost: kicked over a frame it owed nothing for.
@@ -459,6 +526,8 @@ struct State {
     live: u8,
     /// Sessions each process has opened so far.
     joins: [u8; 2],
+    /// The frame ring's generation: 1, and 2 once replaced.
+    generation: u8,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -477,11 +546,17 @@ enum PubStep {
     DeclareDead,
     Invalidate,
     WritePublish,
+    /// `Publisher::replace_frames`: a new generation, the old ring's subscribers retired.
+    Replace,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SrvStep {
     Admit,
+    /// SUBSCRIBE refused: the ring was replaced since HELLO_RESP (DISCONNECTED).
+    Refuse,
+    /// A retired subscriber's connection: SHUTDOWN(NEW_RING), then `release` and close.
+    NewRing,
     SendError,
     /// The peer's socket closed: `release`.
     Release,
@@ -545,12 +620,7 @@ impl State {
         assert!(cfg.ring_size > 0 && usize::from(cfg.ring_size) <= MAX_RING);
         assert!(cfg.sessions[0] >= 1);
         let mut s = State {
-            ring: Ring {
-                global_seq: 0,
-                seq: [INVALID; MAX_RING],
-                ack: [0; MAX_RING],
-                data: [0; MAX_RING],
-            },
+            ring: Ring::fresh(),
             table: TableImage::default(),
             publisher: Publisher {
                 last_seq: 0,
@@ -559,6 +629,7 @@ impl State {
             sessions: [Session::default(); MAX_SESSIONS],
             live: 0,
             joins: [0, 0],
+            generation: 1,
         };
         s.connect(Who::A);
         s
@@ -590,7 +661,7 @@ impl State {
             && self
                 .table
                 .owner(s.bit)
-                .is_some_and(|o| o.conn == s.conn && !o.kicked)
+                .is_some_and(|o| o.conn == s.conn && !o.kicked && !o.retired)
     }
 
     fn successors(&self, cfg: &Config) -> Successors {
@@ -632,6 +703,7 @@ impl State {
                 nth: self.joins[who as usize],
             },
             conn: narrow(i as u64 + 1),
+            generation: self.generation,
             ..Session::default()
         };
         self.live += 1;
@@ -702,18 +774,31 @@ impl State {
         let seq = self.publisher.last_seq + 1;
         let k = slot_of(seq, cfg);
         let step = Action::Pub;
+        let frames = if self.generation == 1 {
+            cfg.frames
+        } else {
+            cfg.frames_after_replacement
+        };
+        if self.publisher.pc == Pc::Idle && self.generation == 1 && cfg.frames_after_replacement > 0
+        {
+            self.push(out, step(PubStep::Replace), |t| t.replace(cfg));
+        }
         match self.publisher.pc {
-            Pc::Idle if seq > cfg.frames => {}
+            Pc::Idle if seq > frames => {}
             Pc::Idle => {
                 // wait_for_acks: a slot that never held a frame needs no ACK (and nobody can
                 // have ACKed into it: it is INVALID, and admission cleared the bit anyway).
-                let pc = match self.ring.seq[k] {
-                    INVALID => Pc::WritePublish,
-                    old => {
-                        Pc::ReadAcks(Required::from_production(&table.required_acks(old.into())))
-                    }
+                let (pc, reuse) = match self.ring.seq[k] {
+                    INVALID => (Pc::WritePublish, false),
+                    old => (
+                        Pc::ReadAcks(Required::from_production(&table.required_acks(old.into()))),
+                        true,
+                    ),
                 };
-                self.push(out, step(PubStep::Acquire), |t| t.publisher.pc = pc);
+                self.push(out, step(PubStep::Acquire), |t| {
+                    t.publisher.pc = pc;
+                    t.ring.first_lap_over |= reuse;
+                });
             }
             Pc::ReadAcks(required) => {
                 let missing = self.missing(cfg, required, k);
@@ -749,6 +834,22 @@ impl State {
                 };
             }),
         }
+    }
+
+    /// `Publisher::replace_frames`, one step: it holds the rings' write lock (no SUBSCRIBE
+    /// reads a ring meanwhile) and the table lock for the retirement. The generation moves,
+    /// the old ring's frame subscribers are retired (owed nothing), and the new ring starts
+    /// empty, its frames numbered from 1.
+    fn replace(&mut self, cfg: &Config) {
+        self.generation += 1;
+        if cfg.fixes.retire_on_replacement {
+            self.table.with(|table| table.retire_frame_subscribers());
+        }
+        self.ring = Ring::fresh();
+        self.publisher = Publisher {
+            last_seq: 0,
+            pc: Pc::Idle,
+        };
     }
 
     /// `wait_for_acks`: the required bits whose ACK of the frame in slot `k` is not there. A
@@ -807,8 +908,11 @@ impl State {
             }
             victims
         });
+        // A subscriber of a replaced ring owes the new one nothing either: it reads the old.
+        let generation = self.generation;
         for (conn, owed_nothing) in kicked {
-            self.session_by_conn(conn).kicked_innocent |= owed_nothing;
+            let s = self.session_by_conn(conn);
+            s.kicked_innocent |= owed_nothing || s.generation != generation;
         }
     }
 
@@ -820,7 +924,21 @@ impl State {
         // A peer that closed during its handshake is no different from one that never
         // connected, and an ERROR to a closed socket goes nowhere: neither is explored.
         if s.srv == Srv::Pending && s.side == Side::Connecting {
-            self.push(out, step(SrvStep::Admit), |t| t.admit(cfg, l));
+            if s.generation != self.generation && cfg.fixes.refuse_stale_subscribe {
+                self.push(out, step(SrvStep::Refuse), |t| {
+                    let s = t.session_mut(l);
+                    s.srv = Srv::Released;
+                    s.side = Side::Closed; // it starts over as a new connection
+                });
+            } else {
+                self.push(out, step(SrvStep::Admit), |t| t.admit(cfg, l));
+            }
+        }
+        // `check_deadline_and_kick`: a retired bit's connection gets SHUTDOWN(NEW_RING) and
+        // is closed (`release`); the subscriber then comes back as a new connection.
+        let retired = table.get(usize::from(s.bit)).is_some_and(|e| e.retired);
+        if s.srv == Srv::Active && s.side != Side::Closed && retired {
+            self.push(out, step(SrvStep::NewRing), |t| t.release(l));
         }
         if s.srv == Srv::Active && s.side != Side::Closed && server_sees_kick(cfg, table, s) {
             self.push(out, step(SrvStep::SendError), |t| {
@@ -852,13 +970,22 @@ impl State {
         }
     }
 
-    /// `server::subscribe` (all of it under the table lock).
+    /// `server::subscribe` (all of it under the table lock). `initial_seq` by its rule, from
+    /// the writer's record (here `global_seq`, the last published seq): a replacement ring
+    /// whose writer has not reused a slot yet (`first_lap_over`) starts its subscribers at its
+    /// first frame.
     fn admit(&mut self, cfg: &Config, l: Label) {
-        let initial_seq = self.ring.global_seq;
+        let published = self.ring.global_seq;
+        let initial_seq = if self.generation > 1 && !self.ring.first_lap_over {
+            0
+        } else {
+            published
+        };
+        let generation = self.generation;
         let conn = self.session_mut(l).conn;
         let bit = self.table.with(|table| {
             let bit = table.free_bit().expect("the model never runs out of bits");
-            table.insert(bit, entry(conn, initial_seq, false));
+            table.insert(bit, entry(conn, initial_seq, false, false));
             narrow(bit as u64)
         });
         if cfg.fixes.clear_stale_bits_at_admission {
@@ -871,6 +998,7 @@ impl State {
         s.side = Side::Reading;
         s.bit = bit;
         s.last_seq = initial_seq;
+        s.wrong_ring |= s.generation != generation;
     }
 
     /// `server::release`: free every bit the connection owns.
@@ -896,7 +1024,9 @@ impl State {
     fn subscriber_steps(&self, cfg: &Config, s: &Session, out: &mut Successors) {
         let l = s.label;
         let step = |a| Action::Sub(a, l);
-        if s.side == Side::Reading && s.main_thread_free() {
+        // A session of a replaced ring reads nothing more of the current one.
+        let current = s.generation == self.generation;
+        if s.side == Side::Reading && s.main_thread_free() && current {
             if s.copy_mode() {
                 self.push_read(cfg, s, step(SubStep::Read), out);
             } else if s.held.is_none() {
@@ -913,7 +1043,10 @@ impl State {
                 let ring = t.ring;
                 let s = t.session_mut(l);
                 s.held = None;
-                s.start_ack(&ring, k, seq);
+                // A frame of a replaced ring is ACKed there, where nobody waits any more.
+                if current {
+                    s.start_ack(&ring, k, seq);
+                }
             });
         }
         if let Some(InFlight { k, seq }) = s.ack {
@@ -923,10 +1056,10 @@ impl State {
                 s.ack = None;
                 if cfg.ack_pages {
                     s.page[k] = seq; // AckPage::record_ack
-                } else {
+                } else if current {
                     let bit = s.bit;
                     t.ring.ack[k] |= 1 << bit;
-                }
+                } // else: into the replaced ring's bitmap, which nobody reads any more
             });
         }
         // With the fix, revoking waits for an ACK in flight (the gate lock); without it the
@@ -1003,6 +1136,13 @@ impl State {
     /// two are one step: they load the same word, and a change in between only makes the ACK
     /// fail, which a torn copy also does.
     fn recheck(&mut self, l: Label, k: u8, seq: u8) {
+        if self.session_mut(l).generation != self.generation {
+            // A copy from a replaced ring: whatever it finds, nothing here changes.
+            let s = self.session_mut(l);
+            s.copying = None;
+            s.last_seq = seq;
+            return;
+        }
         let intact = self.ring.seq[usize::from(k)] == seq;
         let s = *self.session_mut(l);
         let counted = self.counted_on(&s);
@@ -1022,7 +1162,13 @@ impl State {
     fn violation(&self, cfg: &Config) -> Option<String> {
         for s in self.live() {
             let name = format!("{} (bit {})", s.label, s.bit);
-            if let Some((k, seq)) = s.held {
+            if s.wrong_ring {
+                return Some(format!(
+                    "{name} was admitted to generation {} of the ring but mapped generation {}",
+                    self.generation, s.generation
+                ));
+            }
+            if let Some((k, seq)) = s.held.filter(|_| s.generation == self.generation) {
                 let data = self.ring.data[usize::from(k)];
                 if data != seq && self.counted_on(s) {
                     return Some(format!(
@@ -1092,15 +1238,20 @@ impl fmt::Display for State {
                 let owner = self.live().iter().find(|s| s.conn == o.conn);
                 let owner = owner.map_or("?".to_owned(), |s| s.label.to_string());
                 let kicked = if o.kicked { " kicked" } else { "" };
-                write!(f, " {b}:{owner}{kicked}")?;
+                let retired = if o.retired { " retired" } else { "" };
+                write!(f, " {b}:{owner}{kicked}{retired}")?;
             }
         }
-        write!(f, ", publisher at frame {}", self.publisher.last_seq)?;
+        write!(
+            f,
+            ", publisher at frame {} of generation {}",
+            self.publisher.last_seq, self.generation
+        )?;
         for s in self.live() {
             write!(
                 f,
-                "\n       {} {:?}/{:?} bit {} held {:?} ack {:?}",
-                s.label, s.side, s.srv, s.bit, s.held, s.ack
+                "\n       {} {:?}/{:?} bit {} held {:?} ack {:?} generation {}",
+                s.label, s.side, s.srv, s.bit, s.held, s.ack, s.generation
             )?;
         }
         Ok(())
@@ -1221,6 +1372,7 @@ impl State {
     fn key(&self) -> Key {
         let mut p = Packer::default();
         p.seq(self.ring.global_seq);
+        p.flag(self.ring.first_lap_over);
         for k in 0..MAX_RING {
             p.seq(self.ring.seq[k]);
             p.mask(self.ring.ack[k]);
@@ -1230,7 +1382,9 @@ impl State {
             p.conn(o.map_or(0, |o| o.conn));
             p.seq(o.map_or(0, |o| o.initial_seq));
             p.flag(o.is_some_and(|o| o.kicked));
+            p.flag(o.is_some_and(|o| o.retired));
         }
+        p.put(self.generation - 1, 1);
         p.seq(self.publisher.last_seq);
         let (tag, required, missing) = match self.publisher.pc {
             Pc::Idle => (0, None, 0),
@@ -1265,6 +1419,8 @@ impl State {
             }
             p.flag(s.missed);
             p.flag(s.kicked_innocent);
+            p.put(s.generation - 1, 1);
+            p.flag(s.wrong_ring);
         }
         for j in self.joins {
             p.put(j, 2);
@@ -1388,6 +1544,7 @@ fn small(fixes: Fixes) -> Config {
         ack_pages: false,
         peer_errors: false,
         check_lost_frames: true,
+        frames_after_replacement: 0,
     }
 }
 
@@ -1402,6 +1559,7 @@ fn large(fixes: Fixes) -> Config {
         ack_pages: false,
         peer_errors: false,
         check_lost_frames: true,
+        frames_after_replacement: 0,
     }
 }
 
@@ -1464,6 +1622,8 @@ const NO_BITMAP_FIXES: Fixes = Fixes {
     clear_stale_bits_at_admission: false,
     kick_by_owner: true,
     quarantine_on_error: true,
+    refuse_stale_subscribe: true,
+    retire_on_replacement: true,
 };
 
 #[test]
@@ -1580,4 +1740,73 @@ fn an_error_release_bypasses_the_quarantine_of_bitmap_acks() {
 fn an_error_release_is_harmless_with_ack_pages() {
     let cfg = with_peer_errors(pages(ALL_FIXES));
     assert_holds("error release, pages", cfg);
+}
+
+/// Ring replacement, in the small ring: two frames, the replacement at any point between
+/// frames, then two frames of the new ring (so that its one slot is reused once). A connects
+/// once and B twice, as for pages: every session of A's is a returner or a retiree.
+fn replacing(cfg: Config) -> Config {
+    Config {
+        frames: 2,
+        frames_after_replacement: 2,
+        sessions: [1, 2],
+        ..cfg
+    }
+}
+
+/// Retired subscribers owe the new ring nothing, their late ACKs land in the old ring (or
+/// their own page) where nobody counts them, and a returner admitted before the new ring's writer has
+/// reused a slot (initial_seq 0) is counted on for every frame of it and loses none.
+#[test]
+fn a_replaced_ring_holds_with_bitmap_acks() {
+    assert_holds("replacement, bitmap", replacing(small(ALL_FIXES)));
+}
+
+#[test]
+fn a_replaced_ring_holds_with_ack_pages() {
+    assert_holds("replacement, pages", replacing(pages(ALL_FIXES)));
+}
+
+/// Without the generation check at SUBSCRIBE, a handshake that straddles the replacement is
+/// admitted to the new ring while it mapped the old one (HELLO_RESP described that).
+#[test]
+fn without_the_generation_check_a_subscriber_is_admitted_to_a_ring_it_did_not_map() {
+    let fixes = Fixes {
+        refuse_stale_subscribe: false,
+        ..ALL_FIXES
+    };
+    assert_found(
+        "replacement, no generation check",
+        replacing(small(fixes)),
+        "mapped generation 1",
+    );
+}
+
+/// Without the retirement, the old ring's subscribers are counted on for frames of a ring they
+/// never mapped, and a STRICT_WAIT publish gives them up (ERROR instead of SHUTDOWN(NEW_RING):
+/// they do not come back).
+#[test]
+fn without_retirement_the_old_rings_subscribers_are_kicked_by_the_new_ring() {
+    let fixes = Fixes {
+        retire_on_replacement: false,
+        ..ALL_FIXES
+    };
+    assert_found(
+        "replacement, no retirement",
+        replacing(small(fixes)),
+        "owed nothing",
+    );
+}
+
+/// Two slots: a returner admitted after the new ring's first frame (published 1 < ring 2)
+/// starts at 0 and must get frame 1 too; the publisher waits for it before frame 3 reuses
+/// frame 1's slot.
+#[test]
+fn a_replaced_ring_of_two_slots_holds_for_returners_admitted_before_it_wraps() {
+    let cfg = Config {
+        frames: 1,
+        frames_after_replacement: 3,
+        ..replacing(large(ALL_FIXES))
+    };
+    assert_holds("replacement, ring 2", cfg);
 }
