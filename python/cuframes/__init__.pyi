@@ -77,7 +77,11 @@ class Plane:
         """CUDA planes only (AttributeError for host). Pins the frame while this Plane lives."""
 
 class Frame:
-    """One delivered frame; a context manager that releases it on exit."""
+    """One delivered frame; a context manager that releases it on exit.
+
+    A frame inherited by a forked child is the parent's: releasing or dropping it there does
+    not release it (no ACK, no CUDA call).
+    """
 
     seq: int
     #: Presentation time in ns (the publisher's clock when it gave none); None if unknown.
@@ -188,6 +192,12 @@ class Subscriber:
     frame), otherwise frames are copied (``frame.zero_copy`` says which).
     ``runtime_dir``: the socket directory (default ``$CUFRAMES_RUNTIME_DIR`` or /run/cuframes).
     Waiting releases the GIL; Ctrl-C interrupts a wait.
+
+    After ``os.fork()`` (or multiprocessing's "fork" start method) the child inherits this
+    object, but the subscription stays the parent's: in the child, ``close()``, garbage
+    collection and the exit only let go of the child's copy (no UNSUBSCRIBE, no ACK: the
+    parent goes on reading, and frames it holds stay held). Do not read through it in the
+    child (it would take the parent's messages): connect a new subscriber there.
     """
 
     def __init__(
@@ -231,6 +241,12 @@ class Publisher:
     ``memory``: "host" (memfd slots) or "cuda" (VMM on ``device``; host sources are uploaded).
     ``policy``: "drop_oldest" or "strict_wait" (a publish waits up to ``ack_timeout`` seconds
     for every subscriber to release the slot it reuses). ``ring_size``: 1..16 slots.
+
+    After ``os.fork()`` (or multiprocessing's "fork" start method) the child inherits this
+    object, but the publisher stays the parent's: in the child, ``close()``, leaving a
+    ``with`` block, garbage collection and the exit only let go of the child's copy (no
+    shutdown, nothing removed, the parent goes on publishing). Do not publish through it in
+    the child: create a publisher there (another key), or start children with "spawn".
     """
 
     def __init__(
@@ -300,7 +316,14 @@ class Packet:
 class PacketPublisher:
     """Publish encoded packets: Annex B H.264/HEVC or AV1 OBUs. ``codec``: "h264", "hevc",
     "av1" or an ``AV_CODEC_ID_*`` int. ``extradata``: Annex B parameter sets or the AV1
-    sequence header (may be empty, then ``set_extradata`` once before the first packet)."""
+    sequence header (may be empty, then ``set_extradata`` once before the first packet).
+
+    After ``os.fork()`` (or multiprocessing's "fork" start method) the child inherits this
+    object, but the publisher stays the parent's: in the child, ``close()``, leaving a
+    ``with`` block, garbage collection and the exit only let go of the child's copy (no
+    shutdown, nothing removed, the parent goes on publishing). Do not publish through it in
+    the child: create a publisher there (another key), or start children with "spawn".
+    """
 
     codec_id: int
     def __init__(
@@ -331,7 +354,14 @@ class PacketPublisher:
     def __exit__(self, *args: Any) -> bool: ...
 
 class PacketSubscriber:
-    """Subscribe to the packets of the publisher of ``key``."""
+    """Subscribe to the packets of the publisher of ``key``.
+
+    After ``os.fork()`` (or multiprocessing's "fork" start method) the child inherits this
+    object, but the subscription stays the parent's: in the child, ``close()``, garbage
+    collection and the exit only let go of the child's copy (no UNSUBSCRIBE: the parent goes
+    on reading). Do not read through it in the child (it would take the parent's messages):
+    connect a new subscriber there.
+    """
 
     codec_id: int
     def __init__(

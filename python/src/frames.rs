@@ -183,6 +183,12 @@ pub(crate) fn stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<Option<usize>
 ///
 /// Waiting for a frame releases the GIL. Iterating yields frames until the publisher shuts
 /// down; `next(timeout)` returns None on timeout.
+///
+/// After `os.fork()` (or multiprocessing's "fork" start method) the child inherits this
+/// object, but the subscription stays the parent's: in the child, `close()`, garbage
+/// collection and the exit only let go of the child's copy (no UNSUBSCRIBE, no ACK: the
+/// parent goes on reading, and frames it holds stay held). Do not read through it in the
+/// child (it would take the parent's messages): connect a new subscriber there.
 #[pyclass(module = "cuframes", frozen)]
 pub struct Subscriber {
     inner: Mutex<Option<CoreSubscriber>>,
@@ -351,6 +357,9 @@ impl Drop for Subscriber {
 
 /// One frame. Release it (`release()`, `with frame:`) as soon as it is no longer needed: a
 /// zero-copy frame holds a ring slot until then.
+///
+/// A frame inherited by a forked child is the parent's: releasing or dropping it there does
+/// not release it (no ACK, no CUDA call).
 #[pyclass(module = "cuframes", frozen)]
 pub struct Frame {
     #[pyo3(get)]

@@ -47,6 +47,12 @@ fn codec_name(id: u32) -> String {
 }
 
 /// Publishes encoded packets (Annex B H.264/HEVC, AV1 OBUs).
+///
+/// After `os.fork()` (or multiprocessing's "fork" start method) the child inherits this
+/// object, but the publisher stays the parent's: in the child, `close()`, leaving a `with`
+/// block, garbage collection and the exit only let go of the child's copy (no shutdown,
+/// nothing removed, the parent goes on publishing). Do not publish through it in the child:
+/// create a publisher there (another key), or start children with "spawn".
 #[pyclass(module = "cuframes", frozen, subclass, weakref)]
 pub struct PacketPublisher {
     /// As in `Publisher`: calls work on a clone, the lock is never held across a wait.
@@ -219,6 +225,12 @@ impl Packet {
 
 /// Subscribes to a publisher's packets. Iterating yields packets until the publisher shuts
 /// down; `next(timeout)` returns None on timeout.
+///
+/// After `os.fork()` (or multiprocessing's "fork" start method) the child inherits this
+/// object, but the subscription stays the parent's: in the child, `close()`, garbage
+/// collection and the exit only let go of the child's copy (no UNSUBSCRIBE: the parent goes
+/// on reading). Do not read through it in the child (it would take the parent's messages):
+/// connect a new subscriber there.
 #[pyclass(module = "cuframes", frozen)]
 pub struct PacketSubscriber {
     inner: Mutex<Option<(CoreSubscriber, Vec<u8>)>>,

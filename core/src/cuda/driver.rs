@@ -15,11 +15,21 @@ use std::sync::OnceLock;
 use cudarc::driver::sys;
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::util::Origin;
 
 /// The soname of the driver library installed by the NVIDIA driver package.
 pub const LIBCUDA_SONAME: &str = "libcuda.so.1";
 
-static DRIVER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+/// Whether the driver is usable, and in which process `cuInit` ran: CUDA cannot be used in a
+/// child forked after that (the driver's state does not survive a fork), so there every call
+/// is refused without reaching the driver, and teardown calls leak quietly.
+static DRIVER: OnceLock<std::result::Result<Origin, String>> = OnceLock::new();
+
+/// Why a forked child gets no CUDA.
+const FORKED: &str = "CUDA was initialised in the parent of this process before it forked, \
+                      and the CUDA driver cannot be used in a forked child: use CUDA in a \
+                      process started with exec (Python: multiprocessing's \"spawn\" start \
+                      method)";
 
 /// `dlopen(name, RTLD_NOW | RTLD_LOCAL)`; the handle is kept open (the library stays loaded
 /// for the life of the process anyway, cudarc holds its own handle).
@@ -60,7 +70,7 @@ fn probe_library() -> std::result::Result<(), String> {
     ))
 }
 
-fn init_driver() -> std::result::Result<(), String> {
+fn init_driver() -> std::result::Result<Origin, String> {
     probe_library()?;
     // The library loads; cuInit tells whether there is a usable driver and device.
     // SAFETY: cuInit takes no pointers; the library was found loadable just above.
@@ -69,17 +79,25 @@ fn init_driver() -> std::result::Result<(), String> {
     if res != sys::CUresult::CUDA_SUCCESS {
         return Err(format!("cuInit failed: {}", error_name(res)));
     }
-    Ok(())
+    Ok(Origin::here())
 }
 
 /// `Ok` when the CUDA driver library loads and `cuInit(0)` succeeds; otherwise a
 /// [`ErrorCode::Cuda`] error that says why (e.g. "libcuda.so.1 not found: ..."). The answer is
-/// computed once per process. Never panics.
+/// computed once per process. In a child forked after the parent initialised the driver:
+/// an error (CUDA does not survive a fork). Never panics.
 pub fn driver_available() -> Result<()> {
     match DRIVER.get_or_init(init_driver) {
-        Ok(()) => Ok(()),
+        Ok(origin) if origin.is_here() => Ok(()),
+        Ok(_) => Err(Error::new(ErrorCode::Cuda, FORKED)),
         Err(msg) => Err(Error::new(ErrorCode::Cuda, msg.clone())),
     }
+}
+
+/// This process is a child forked after its parent initialised the driver: CUDA objects it
+/// inherited are leaked, not released.
+fn forked_from_cuda_process() -> bool {
+    matches!(DRIVER.get(), Some(Ok(origin)) if !origin.is_here())
 }
 
 /// Number of CUDA devices the driver sees.
@@ -187,8 +205,13 @@ pub fn release_failures() -> u64 {
 
 /// Counts one failed teardown call (see [`release_failures`]) and logs it.
 pub(crate) fn release_failed(e: &Error) {
+    if forked_from_cuda_process() {
+        // The objects are the parent's copies, which the driver cannot free here: leaked by
+        // design, not a failure.
+        return;
+    }
     RELEASE_FAILURES.fetch_add(1, Ordering::Relaxed);
-    eprintln!("cuframes: {e}");
+    crate::util::diag!("{e}");
 }
 
 /// For `Drop` implementations: run a release call; a failure is logged and counted

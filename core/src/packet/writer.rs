@@ -41,6 +41,7 @@ use crate::packet::layout::{
 };
 use crate::paths::Key;
 use crate::shm::{self, Mapping};
+use crate::util::Origin;
 use crate::wire::packet::packet_slot_offset;
 use crate::wire::{
     DEFAULT_PACKET_DATA_SIZE, DEFAULT_PACKET_RING_SLOTS, INVALID_SEQ, PACKET_FLAGS_KNOWN,
@@ -84,7 +85,9 @@ pub struct PacketWriterStats {
 }
 
 /// The single writer of one packet ring. Dropping it shuts the ring down (readers get
-/// `Disconnected` once they have read everything) and unlinks the SHM.
+/// `Disconnected` once they have read everything) and unlinks the SHM; dropping a copy
+/// inherited by a child forked from the creating process only unmaps it there (the ring stays
+/// the parent's).
 pub struct PacketRingWriter {
     map: Mapping,
     name: String,
@@ -96,6 +99,8 @@ pub struct PacketRingWriter {
     last_keyframe_seq: u64,
     extradata_len: usize,
     shut: bool,
+    /// The creating process: a forked child's copy leaves the ring alone when dropped.
+    origin: Origin,
 }
 
 impl PacketRingWriter {
@@ -135,6 +140,7 @@ impl PacketRingWriter {
             last_keyframe_seq: 0,
             extradata_len: config.extradata.len(),
             shut: false,
+            origin: Origin::here(),
         };
         writer.init(&config.extradata);
         Ok(writer)
@@ -337,6 +343,10 @@ impl PacketRingWriter {
 
 impl Drop for PacketRingWriter {
     fn drop(&mut self) {
+        if !self.origin.is_here() {
+            // The parent's ring: only this process's mapping goes (with the field).
+            return;
+        }
         self.shutdown();
         let _ = shm::unlink(&self.name);
     }

@@ -11,6 +11,7 @@ use crate::cuda::{DeviceBuffer, Stream};
 use crate::format::FrameLayout;
 pub use crate::frames::reader::FrameStats;
 use crate::frames::reader::{Attempt, FrameReader, RingView};
+use crate::util::Origin;
 use crate::wire::MemoryKind;
 
 /// Where a frame's bytes are.
@@ -50,6 +51,9 @@ pub struct Frame {
     /// [`ColourInfo::rgb_matrix`] and [`ColourInfo::rgb_range`] to pick a conversion.
     pub colour: Option<ColourInfo>,
     pub(crate) data: FrameData,
+    /// The process that read the frame: a copy inherited through fork neither ACKs nor
+    /// makes CUDA calls (see `Drop`).
+    origin: Origin,
 }
 
 impl Frame {
@@ -235,13 +239,16 @@ impl Frame {
     /// it does not cover work in other contexts: such readers release with
     /// [`Frame::release_after_stream`] instead.
     fn ack_now(&mut self) {
+        if !self.origin.is_here() {
+            return;
+        }
         if let FrameData::Borrowed { ring, index, acked } = &mut self.data {
             if !*acked {
                 if let Some(dev) = ring.slots.cuda_device() {
                     if let Err(e) = dev.synchronize() {
                         // A context in error runs no more work; ACK regardless, or the
                         // publisher would wait on this frame forever (STRICT_WAIT).
-                        eprintln!("cuframes: releasing frame {}: {e}", self.seq);
+                        crate::util::diag!("releasing frame {}: {e}", self.seq);
                     }
                 }
                 ring.ack(*index, self.seq);
@@ -269,8 +276,18 @@ fn plane_end(p: &crate::format::Plane) -> Option<usize> {
 /// returns to the subscriber's pool, where the next copy rewrites it. Dropping costs a host
 /// wait as long as the longest work queued in that context, and GPU work in other contexts is
 /// not waited for (release those frames with `release_after_stream` and the reading stream).
+///
+/// A frame inherited by a child forked from the reading process is the parent's: dropping
+/// it there neither ACKs it (the parent may still read the slot) nor calls CUDA (unusable
+/// after a fork; a device buffer is leaked).
 impl Drop for Frame {
     fn drop(&mut self) {
+        if !self.origin.is_here() {
+            if let FrameData::Device { buf, .. } = &mut self.data {
+                std::mem::forget(buf.take());
+            }
+            return;
+        }
         self.ack_now();
         if let FrameData::Device { buf, pool } = &mut self.data {
             if let Some(b) = buf.take() {
@@ -279,7 +296,7 @@ impl Drop for Frame {
                     // A context in error runs no more work; freeing the buffer is the safe
                     // way out (it is not handed to another frame).
                     Err(e) => {
-                        eprintln!("cuframes: releasing frame {}: {e}", self.seq);
+                        crate::util::diag!("releasing frame {}: {e}", self.seq);
                         drop(b);
                     }
                 }
@@ -298,6 +315,9 @@ pub(crate) struct FrameSource {
     pub zero_copy: bool,
     /// Present for CUDA rings: the stream COPY mode copies on, and its buffers.
     pub cuda: Option<CudaReader>,
+    /// Set when the connection ends: the seq published then. Frames after it are not for this
+    /// subscriber (the publisher no longer counts it), so none is handed out.
+    pub until: Option<u64>,
 }
 
 /// What one attempt to read found, for the user.
@@ -375,7 +395,29 @@ fn copy_out(
 }
 
 impl FrameSource {
+    /// The connection ended: frames published from now on are not read. The first call
+    /// decides (the end is when it was first seen).
+    pub fn end_here(&mut self) {
+        if self.until.is_none() {
+            self.until = Some(self.ring.shm.global_seq().load(Ordering::Acquire));
+        }
+    }
+
     pub fn try_read(&mut self) -> Got {
+        if self
+            .until
+            .is_some_and(|until| self.reader.last_seq >= until)
+        {
+            return Got::Empty;
+        }
+        match self.read() {
+            // Lapped past the end (DROP_OLDEST): the frame it jumped to came after it.
+            Got::Frame(f) if self.until.is_some_and(|until| f.seq > until) => Got::Empty,
+            got => got,
+        }
+    }
+
+    fn read(&mut self) -> Got {
         let ring = self.ring.clone();
         let attempt = if self.zero_copy {
             match self.reader.try_borrow(&ring) {
@@ -412,6 +454,7 @@ impl FrameSource {
                 layout: self.layout.clone(),
                 colour: self.colour,
                 data,
+                origin: ring.origin,
             }),
             Attempt::Empty => Got::Empty,
             Attempt::Skipped => Got::Skipped,
@@ -489,7 +532,7 @@ impl Frame {
                         *acked = true;
                     }
                     // Still not ACKed: the drop below waits for the ring's context.
-                    Err(e) => eprintln!("cuframes: releasing frame {seq} after a stream: {e}"),
+                    Err(e) => crate::util::diag!("releasing frame {seq} after a stream: {e}"),
                 }
             }
             FrameData::Device { buf, pool } if !stream.is_null() => {
@@ -509,7 +552,7 @@ impl Frame {
                     }
                     Err(e) => {
                         // Not pooled: freeing the buffer (cuMemFree) waits for the device.
-                        eprintln!("cuframes: releasing frame {seq} after a stream: {e}");
+                        crate::util::diag!("releasing frame {seq} after a stream: {e}");
                         drop(buf.take());
                     }
                 }
