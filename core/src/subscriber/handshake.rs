@@ -40,6 +40,28 @@ pub fn run(
     want_frames: bool,
     deadline: Instant,
 ) -> Result<Established> {
+    loop {
+        match attempt(key, socket_path, hello, want_frames, deadline) {
+            // The ring HELLO_RESP described was replaced before SUBSCRIBE: the next attempt
+            // meets the new one (a replacement is no reason to fail a connect).
+            Err(e) if e.message() == RING_REPLACED && Instant::now() < deadline => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Why an attempt is made again: the publisher refused SUBSCRIBE because its frame ring is
+/// not the one its HELLO_RESP described any more.
+const RING_REPLACED: &str =
+    "publisher refused SUBSCRIBE: its frame ring was replaced during the handshake";
+
+fn attempt(
+    key: &Key,
+    socket_path: &Path,
+    hello: &HelloReq,
+    want_frames: bool,
+    deadline: Instant,
+) -> Result<Established> {
     let stream = UnixStream::connect(socket_path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Error::new(
             ErrorCode::NotFound,
@@ -127,6 +149,8 @@ pub fn run(
     } else {
         None
     };
+    #[cfg(feature = "testing")]
+    crate::testing::hooks::before_subscribe(key.as_str());
     sock::send(
         fd,
         &Message::SubscribeReq {
@@ -138,6 +162,9 @@ pub fn run(
         (Message::SubscribeResp(s), _) => s,
         (other, _) => return Err(unexpected(&other, "SUBSCRIBE_RESP")),
     };
+    if subscribed.result == ErrorCode::Disconnected as i32 {
+        return Err(Error::new(ErrorCode::Disconnected, RING_REPLACED));
+    }
     if subscribed.result < 0 {
         return Err(refused(subscribed.result, "SUBSCRIBE"));
     }

@@ -8,6 +8,7 @@ mod handshake;
 
 pub use frames::{stream_acks_queued, Frame, FrameStats};
 
+use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -26,6 +27,7 @@ use crate::packet::{PacketInfo, PacketReaderStats, PacketRingReader};
 use crate::paths::{self, Key};
 use crate::sock::{self, Inbox, Pumped};
 use crate::tlv::{HelloReq, Message};
+use crate::util::Origin;
 use crate::wire::meta_ext::MetaExt;
 use crate::wire::*;
 use continuity::Continuity;
@@ -101,6 +103,20 @@ pub struct Subscriber {
     closing: Option<Error>,
     /// Set when the publisher gave up on this subscriber (ERROR): frames stop at once.
     given_up: Option<Error>,
+    /// The wait for a new ring or a restarted publisher ran out: what is left is delivered,
+    /// then the stream ends, without another wait.
+    reopens_over: bool,
+    /// The end each timeline returned (DISCONNECTED): every later read returns it again, and
+    /// nothing published after it is handed out.
+    frames_ended: Option<Error>,
+    packets_ended: Option<Error>,
+    /// The packet seq published when the connection ended: later packets are not delivered.
+    packets_until: Option<u64>,
+    /// Rings of ended connections (a replaced frame ring, a publisher gone before a
+    /// reconnect) that still hold what was published before their end, oldest first. Reads
+    /// deliver it before the current rings' (docs/protocol.md), whichever read noticed the end.
+    retired_frames: VecDeque<Retired<FrameSource>>,
+    retired_packets: VecDeque<Retired<PacketRingReader>>,
     /// How it connected: what it connects with again to follow a new frame ring.
     options: SubscriberOptions,
     /// The publisher replaced its frame ring (SHUTDOWN with reason NEW_RING): once the old
@@ -117,7 +133,24 @@ pub struct Subscriber {
     packet_times: Continuity,
     /// The next packet is the first of a restarted publisher: flag DISCONTINUITY.
     packet_gap: bool,
+    /// The process that connected: in a child forked from it, the subscriber is a copy whose
+    /// connection and rings are the parent's (see `Drop`).
+    origin: Origin,
 }
+
+/// A ring left behind by [`Subscriber::reopen`], still to be drained.
+struct Retired<T> {
+    source: T,
+    /// Its publisher was followed by a restarted one: that timeline re-anchors once it is
+    /// drained (continuity), and the first packet after it is flagged DISCONTINUITY.
+    restart: bool,
+    /// Packets: the seq published when the connection ended (frames keep theirs, `until`).
+    until: Option<u64>,
+}
+
+/// Retired frame rings kept at most: each keeps its slots mapped, and a ring replaced more
+/// often than frames are read loses its frames to lapping anyway.
+const MAX_RETIRED: usize = 4;
 
 /// What [`Subscriber::reopen`] is waiting for, and until when.
 #[derive(Debug, Clone, Copy)]
@@ -239,6 +272,7 @@ impl Subscriber {
                     reader: FrameReader::new(est.subscribed.initial_seq),
                     zero_copy,
                     cuda,
+                    until: None,
                 })
             }
             _ => None,
@@ -289,6 +323,12 @@ impl Subscriber {
             packets,
             closing: None,
             given_up: None,
+            reopens_over: false,
+            frames_ended: None,
+            packets_ended: None,
+            packets_until: None,
+            retired_frames: VecDeque::new(),
+            retired_packets: VecDeque::new(),
             options: options.clone(),
             new_ring: false,
             generations: 0,
@@ -297,6 +337,7 @@ impl Subscriber {
             frame_times: Continuity::default(),
             packet_times: Continuity::default(),
             packet_gap: false,
+            origin: Origin::here(),
         })
     }
 
@@ -331,6 +372,7 @@ impl Subscriber {
     fn reopen(&mut self, deadline: Option<Instant>) -> Result<Reopened> {
         let plan = match self.reopening {
             Some(plan) => plan,
+            None if self.reopens_over => return Ok(Reopened::No),
             None if self.new_ring && self.frames.is_some() => Reopen {
                 restart: false,
                 until: Instant::now() + self.options.connect_timeout,
@@ -393,11 +435,11 @@ impl Subscriber {
                         return Err(Error::new(e.code(), format!("{what}: {}", e.message())));
                     }
                     // The wait is over: the stream ends as a stream ends (DISCONNECTED), for
-                    // good (no further wait on the next call).
+                    // good (no further wait on the next call), once what is left is read.
                     let end =
                         Error::new(ErrorCode::Disconnected, format!("{what} ({})", e.message()));
-                    self.closing = Some(end.clone());
-                    self.given_up = Some(end);
+                    self.closing = Some(end);
+                    self.reopens_over = true;
                     self.new_ring = false;
                     return Ok(Reopened::No);
                 }
@@ -409,15 +451,31 @@ impl Subscriber {
         std::mem::swap(&mut self.inbox, &mut fresh.inbox);
         std::mem::swap(&mut self.bit, &mut fresh.bit);
         std::mem::swap(&mut self.frames, &mut fresh.frames);
+        // What the old rings hold is delivered first (their ACKs were revoked at the close);
+        // the timelines re-anchor on the new publisher once it is.
+        if let Some(mut old) = fresh.frames.take() {
+            old.ring.revoke_acks();
+            old.end_here();
+            self.retire(Retired {
+                source: old,
+                restart: plan.restart,
+                until: None,
+            });
+        }
         if plan.restart {
             std::mem::swap(&mut self.packets, &mut fresh.packets);
+            if let Some(old) = fresh.packets.take() {
+                self.retired_packets.push_back(Retired {
+                    source: old,
+                    restart: true,
+                    until: self.packets_until,
+                });
+            }
             self.restarts += 1;
-            self.frame_times.restarted();
-            self.packet_times.restarted();
-            self.packet_gap = self.packets.is_some();
         } else {
             self.generations += 1;
         }
+        self.packets_until = None;
         fresh.closing = Some(Error::new(ErrorCode::Disconnected, "replaced"));
         drop(fresh);
         self.closing = None;
@@ -425,6 +483,87 @@ impl Subscriber {
         self.new_ring = false;
         self.reopening = None;
         Ok(Reopened::Yes)
+    }
+
+    /// Keep an old frame ring for its frames, dropping the oldest beyond [`MAX_RETIRED`].
+    fn retire(&mut self, old: Retired<FrameSource>) {
+        if self.retired_frames.len() >= MAX_RETIRED {
+            if let Some(oldest) = self.retired_frames.pop_front() {
+                self.drained_frames(oldest);
+            }
+        }
+        self.retired_frames.push_back(old);
+    }
+
+    /// A retired frame ring is done with: after a restarted publisher's ring, the frame
+    /// timeline re-anchors on the next frame.
+    fn drained_frames(&mut self, old: Retired<FrameSource>) {
+        if old.restart {
+            self.frame_times.restarted();
+        }
+    }
+
+    /// The next frame of a retired ring, oldest ring first; None when they are all drained.
+    fn next_retired_frame(&mut self) -> Option<Result<Frame>> {
+        while let Some(old) = self.retired_frames.front_mut() {
+            match old.source.try_read() {
+                Got::Frame(mut f) => {
+                    f.pts_ns += self.frame_times.shift_for(Some(f.pts_ns));
+                    return Some(Ok(f));
+                }
+                Got::Skipped => continue,
+                Got::Empty => {
+                    let old = self.retired_frames.pop_front().expect("front");
+                    self.drained_frames(old);
+                }
+                Got::Failed(e) => {
+                    // A ring in error has nothing more to give: the next read goes on.
+                    let old = self.retired_frames.pop_front().expect("front");
+                    self.drained_frames(old);
+                    return Some(Err(e));
+                }
+            }
+        }
+        None
+    }
+
+    /// The next packet of a retired packet ring (a publisher followed by a restarted one), up
+    /// to what it published before its end; None when they are all drained.
+    fn next_retired_packet(
+        &mut self,
+        out: &mut dyn crate::packet::PacketSink,
+    ) -> Option<Result<PacketInfo>> {
+        while let Some(old) = self.retired_packets.front_mut() {
+            let got = old.source.next_packet_into(Some(Duration::ZERO), &mut *out);
+            match got {
+                Ok(info) if !old.until.is_some_and(|until| info.seq > until) => {
+                    return Some(Ok(info))
+                }
+                // Not consumed: the next call reads the same packet again.
+                Err(e) if e.code() == ErrorCode::NoMemory => return Some(Err(e)),
+                // Drained (Timeout, Disconnected, past its end), or in error: the restarted
+                // publisher's packets follow, the first flagged DISCONTINUITY.
+                other => {
+                    let old = self.retired_packets.pop_front().expect("front");
+                    if old.restart {
+                        self.packet_times.restarted();
+                        self.packet_gap = true;
+                    }
+                    match other {
+                        Err(e)
+                            if !matches!(
+                                e.code(),
+                                ErrorCode::Timeout | ErrorCode::Disconnected
+                            ) =>
+                        {
+                            return Some(Err(e))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        None
     }
 
     fn reopen_or_end(&mut self, deadline: Option<Instant>) -> Result<()> {
@@ -499,9 +638,27 @@ impl Subscriber {
             .unwrap_or_default()
     }
 
+    /// Reads are refused in a child forked from the subscribing process: the connection,
+    /// its messages (SHUTDOWN, a new ring) and the ACKs are the parent's, which goes on
+    /// reading.
+    fn check_here(&self) -> Result<()> {
+        if self.origin.is_here() {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::InvalidArg,
+            format!(
+                "this subscriber of {:?} belongs to the process that connected it (this one \
+                 was forked from it): a child reads with a subscriber of its own",
+                self.key.as_str()
+            ),
+        ))
+    }
+
     /// The next frame, waiting at most `timeout` (None = forever). Errors: TIMEOUT,
     /// DISCONNECTED (SHUTDOWN, publisher death, or dropped by the publisher).
     pub fn next_frame(&mut self, timeout: Option<Duration>) -> Result<Frame> {
+        self.check_here()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         if self.frames.is_none() {
             return Err(Error::new(
@@ -509,12 +666,20 @@ impl Subscriber {
                 "this subscriber did not ask for frames",
             ));
         }
+        if let Some(e) = &self.frames_ended {
+            return Err(e.clone());
+        }
         // True right after a spin saw a publication: the socket was polled at most
         // POLL_WHILE_SPINNING ago (by the spin, or before it at the top of this loop).
         let mut skip_poll = false;
         loop {
             if !std::mem::take(&mut skip_poll) {
                 self.poll_connection();
+            }
+            // What rings of ended connections still hold comes first (their frames are older
+            // than any of the current ring's).
+            if let Some(got) = self.next_retired_frame() {
+                return got;
             }
             if let Some(e) = &self.given_up {
                 // Dropped by the publisher: our bit is no longer ours and frames are no longer
@@ -549,8 +714,13 @@ impl Subscriber {
             }
             if self.closing.is_some() {
                 // The old ring is drained (Empty above): follow a new ring or a restarted
-                // publisher, or end.
-                self.reopen_or_end(deadline)?;
+                // publisher, or end, for good: nothing published after the end is delivered.
+                if let Err(e) = self.reopen_or_end(deadline) {
+                    if e.code() == ErrorCode::Disconnected {
+                        self.frames_ended = Some(e.clone());
+                    }
+                    return Err(e);
+                }
                 continue;
             }
             let source = self.frames.as_mut().expect("checked above");
@@ -629,10 +799,12 @@ impl Subscriber {
     /// anything else, because once the publisher sees the socket close it may hand our bit to
     /// someone else (`frames::reader`, the ACK gate).
     fn close(&mut self, why: Error) {
-        if let Some(f) = &self.frames {
+        if let Some(f) = &mut self.frames {
             f.ring.revoke_acks();
+            f.end_here();
         }
         if self.closing.is_none() {
+            self.packets_until = self.packets.as_ref().map(PacketRingReader::published_seq);
             self.closing = Some(why);
         }
     }
@@ -653,6 +825,7 @@ impl Subscriber {
 
     /// The packet ring's extradata (Annex B SPS/PPS/VPS, or the AV1 sequence header).
     pub fn packet_extradata(&mut self) -> Result<Vec<u8>> {
+        self.check_here()?;
         self.packet_reader()?.extradata()
     }
 
@@ -678,13 +851,35 @@ impl Subscriber {
         timeout: Option<Duration>,
         out: &mut dyn crate::packet::PacketSink,
     ) -> Result<PacketInfo> {
+        self.check_here()?;
         self.packet_reader()?;
+        if let Some(e) = &self.packets_ended {
+            return Err(e.clone());
+        }
         let deadline = timeout.map(|t| Instant::now() + t);
+        let got = self.read_packet(deadline, out);
+        if let Err(e) = &got {
+            if e.code() == ErrorCode::Disconnected {
+                self.packets_ended = Some(e.clone());
+            }
+        }
+        got
+    }
+
+    fn read_packet(
+        &mut self,
+        deadline: Option<Instant>,
+        out: &mut dyn crate::packet::PacketSink,
+    ) -> Result<PacketInfo> {
         loop {
             self.poll_connection();
             if self.new_ring {
-                // Its socket is the old ring's: the new connection carries the liveness.
+                // Its socket is the old ring's: the new connection carries the liveness. The
+                // old ring's frames stay for the frame reads.
                 self.reopen_or_end(deadline)?;
+            }
+            if let Some(got) = self.next_retired_packet(&mut *out) {
+                return got.map(|info| self.delivered_packet(info));
             }
             let closing = self.closing.clone();
             let slice = match deadline {
@@ -718,22 +913,30 @@ impl Subscriber {
                     self.close(e);
                     self.reopen_or_end(deadline)?;
                 }
-                Ok(mut info) => {
-                    let anchor = [info.dts_ns, info.pts_ns]
-                        .into_iter()
-                        .find(|t| *t != NO_PTS);
-                    let pts = Some(info.pts_ns).filter(|t| *t != NO_PTS);
-                    let shift = self.packet_times.shift_for_packet(anchor, pts);
-                    info.pts_ns = continuity::shifted(info.pts_ns, shift);
-                    info.dts_ns = continuity::shifted(info.dts_ns, shift);
-                    if std::mem::take(&mut self.packet_gap) {
-                        info.flags |= PACKET_FLAG_DISCONTINUITY;
-                    }
-                    return Ok(info);
+                // Published after the end: not for this subscriber; drained.
+                Ok(info) if self.packets_until.is_some_and(|until| info.seq > until) => {
+                    self.reopen_or_end(deadline)?;
                 }
+                Ok(info) => return Ok(self.delivered_packet(info)),
                 other => return other,
             }
         }
+    }
+
+    /// A packet on its way out: timestamps kept increasing across restarts, the first of a
+    /// restarted publisher flagged DISCONTINUITY.
+    fn delivered_packet(&mut self, mut info: PacketInfo) -> PacketInfo {
+        let anchor = [info.dts_ns, info.pts_ns]
+            .into_iter()
+            .find(|t| *t != NO_PTS);
+        let pts = Some(info.pts_ns).filter(|t| *t != NO_PTS);
+        let shift = self.packet_times.shift_for_packet(anchor, pts);
+        info.pts_ns = continuity::shifted(info.pts_ns, shift);
+        info.dts_ns = continuity::shifted(info.dts_ns, shift);
+        if std::mem::take(&mut self.packet_gap) {
+            info.flags |= PACKET_FLAG_DISCONTINUITY;
+        }
+        info
     }
 
     /// Look at the socket without blocking. SHUTDOWN, ERROR and EOF mark the connection as
@@ -792,8 +995,17 @@ impl Subscriber {
     }
 }
 
+/// Dropping unsubscribes (UNSUBSCRIBE) and unmaps the rings. A copy inherited by a child
+/// forked from the connecting process only lets go of this process's copies: the connection
+/// is the parent's, which goes on reading on it, so nothing is sent and no ACK is revoked or
+/// made (the gate's lock may have been held by a thread of the parent at the fork, and stays
+/// locked here). Host mappings and descriptors are closed; CUDA imports, streams and buffers
+/// are leaked (CUDA is unusable after a fork: `cuda::driver` refuses every call there).
 impl Drop for Subscriber {
     fn drop(&mut self) {
+        if !self.origin.is_here() {
+            return;
+        }
         let was_open = self.closing.is_none();
         // Revoke before UNSUBSCRIBE and the close: frames still held by the user must not ACK
         // for whoever gets our bit next.
@@ -885,5 +1097,89 @@ mod tests {
         drop(last);
         let end = sub.next_frame(Some(Duration::from_secs(2))).err().unwrap();
         assert_eq!(end.code(), ErrorCode::Disconnected);
+    }
+
+    /// Issue 34, item 9: the connection ends while the publisher lives on and keeps
+    /// publishing (it no longer counts this subscriber, so nothing it publishes now is kept
+    /// for it). The subscriber delivers what was published up to the moment it saw the end,
+    /// then DISCONNECTED, and DISCONNECTED again at every later read: before, a frame
+    /// published after the end was handed out by the read after DISCONNECTED. With
+    /// `reconnect` it connects again instead, and the publisher counts it again.
+    #[test]
+    fn nothing_published_after_the_end_is_delivered() {
+        for reconnect in [false, true] {
+            let dir = std::env::temp_dir().join(format!(
+                "cuframes-unit-{}-{:x}",
+                std::process::id(),
+                crate::util::unique_suffix()
+            ));
+            let key = format!("u-end-{}-{}", std::process::id(), u8::from(reconnect));
+            let publisher = Publisher::create(
+                &key,
+                PublisherOptions {
+                    runtime_dir: Some(dir.clone()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let run = || {
+                publisher
+                    .enable_frames(FrameRingConfig::new(Format::Rgba, 16, 16))
+                    .unwrap();
+                let publish = |v: u8| {
+                    let plane = vec![v; 64 * 16];
+                    publisher
+                        .publish_host_planes(&[&plane], &[64], None)
+                        .unwrap()
+                };
+                let wait = Some(Duration::from_secs(2));
+                let mut sub = Subscriber::connect(
+                    &key,
+                    &SubscriberOptions {
+                        runtime_dir: Some(dir.clone()),
+                        reconnect: reconnect.then_some(Duration::from_secs(5)),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                publish(1);
+                publish(2);
+                // The connection ends without a SHUTDOWN: the publisher sees it close and
+                // drops this subscriber, the ring goes on.
+                sub.stream.shutdown(std::net::Shutdown::Both).unwrap();
+                assert_eq!(sub.next_frame(wait).unwrap().seq, 1);
+                assert!(sub.closing.is_some(), "the end is seen by now");
+                let t = std::time::Instant::now();
+                while publisher.subscriber_count() != 0 {
+                    assert!(t.elapsed() < Duration::from_secs(5), "still counted");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                assert_eq!(publish(3), 3);
+                assert_eq!(sub.next_frame(wait).unwrap().seq, 2);
+                if reconnect {
+                    // Reconnected at the end of what was delivered: frame 3 was published
+                    // while it was away (R26), frame 4 is for it.
+                    let e = sub.next_frame(Some(Duration::from_millis(100))).err();
+                    assert_eq!(e.map(|e| e.code()), Some(ErrorCode::Timeout));
+                    assert_eq!((sub.restarts(), publisher.subscriber_count()), (1, 1));
+                    assert_eq!(publish(4), 4);
+                    assert_eq!(sub.next_frame(wait).unwrap().seq, 4);
+                    return;
+                }
+                for v in [4, 5] {
+                    let e = sub.next_frame(wait).err().unwrap();
+                    assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
+                    publish(v);
+                }
+                let e = sub.next_frame(wait).err().unwrap();
+                assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
+            };
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
+            drop(publisher);
+            let _ = std::fs::remove_dir_all(&dir);
+            if let Err(p) = outcome {
+                std::panic::resume_unwind(p);
+            }
+        }
     }
 }

@@ -17,8 +17,14 @@ pub fn set_after_handshake(key: &str, f: impl FnOnce() + Send + 'static) {
 }
 
 pub(crate) fn after_handshake(key: &str) {
+    run_pending(&AFTER_HANDSHAKE, key);
+}
+
+/// Run the hook pending in `slot` if it is for `key` (outside the lock: a hook may set
+/// another one).
+fn run_pending(slot: &Mutex<Option<(String, Hook)>>, key: &str) {
     let hook = {
-        let mut pending = AFTER_HANDSHAKE.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending = slot.lock().unwrap_or_else(|p| p.into_inner());
         match pending.take() {
             Some((k, f)) if k == key => Some(f),
             other => {
@@ -30,4 +36,35 @@ pub(crate) fn after_handshake(key: &str) {
     if let Some(f) = hook {
         f();
     }
+}
+
+/// At most one pending hook, for one key, as [`AFTER_HANDSHAKE`].
+static BEFORE_SHUTDOWN_WAKE: Mutex<Option<(String, Hook)>> = Mutex::new(None);
+
+/// Run `f` once, in the shutdown of this process's publisher of `key` (its drop), after the
+/// shutdown flag is set and right before the publisher wakes its server thread: where a slow
+/// flush of CUDA publications lets the server thread end first.
+pub fn set_before_shutdown_wake(key: &str, f: impl FnOnce() + Send + 'static) {
+    *BEFORE_SHUTDOWN_WAKE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = Some((key.to_owned(), Box::new(f)));
+}
+
+pub(crate) fn before_shutdown_wake(key: &str) {
+    run_pending(&BEFORE_SHUTDOWN_WAKE, key);
+}
+
+/// At most one pending hook, for one key, as [`AFTER_HANDSHAKE`].
+static BEFORE_SUBSCRIBE: Mutex<Option<(String, Hook)>> = Mutex::new(None);
+
+/// Run `f` once, in the next `Subscriber::connect` of this process to `key`, after HELLO_RESP
+/// and before SUBSCRIBE: where a ring replacement makes the publisher refuse the SUBSCRIBE of
+/// the generation HELLO_RESP described.
+pub fn set_before_subscribe(key: &str, f: impl FnOnce() + Send + 'static) {
+    *BEFORE_SUBSCRIBE.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some((key.to_owned(), Box::new(f)));
+}
+
+pub(crate) fn before_subscribe(key: &str) {
+    run_pending(&BEFORE_SUBSCRIBE, key);
 }

@@ -14,6 +14,12 @@ pub use kernels::{busy, fill_pattern, pattern_byte, pattern_host, verify_pattern
 
 pub use crate::sock::{recv, send};
 pub use crate::util::{monotonic_ns, unique_suffix};
+
+/// The library's one way to print a diagnostic (`util::write_diag`), for the tests that check it
+/// raises no SIGPIPE and never panics on a closed stderr.
+pub fn diag(message: &str) {
+    crate::util::write_diag(format_args!("{message}"));
+}
 // Internals tests drive directly (the frame SHM's typed view; the deferred-release queue).
 pub use crate::frames::layout::FrameShm;
 /// The deferred-release queue of CUDA subscribers.
