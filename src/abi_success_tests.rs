@@ -406,9 +406,10 @@ fn successful_calls_leave_the_last_error_untouched() {
     );
 }
 
-const NEEDS_CUDA: [&str; 7] = [
-    // Succeeds only for a CUDA ring (NOT_FOUND for a host ring).
+const NEEDS_CUDA: [&str; 8] = [
+    // Succeed only for a CUDA ring or frame (NOT_FOUND for host memory).
     "cuframes_subscriber_cuda_device",
+    "cuframes_frame_cuda_device",
     "cuframes_cuda_primary_context",
     "cuframes_cuda_context_release",
     "cuframes_publisher_publish_after_stream",

@@ -74,10 +74,11 @@ pub unsafe extern "C" fn cuframes_subscriber_colour(
         // SAFETY: the C contract: `s` is NULL or a live subscriber handle, `colour` NULL or
         // a writable cuframes_colour_t.
         let (s, colour) = unsafe { (input(s, "subscriber")?, out(colour, "colour")?) };
-        if s.inner().frame_layout().is_none() {
+        let view = s.view();
+        if view.layout.is_none() {
             return Err(Error::new(ErrorCode::NotFound, "no frame ring"));
         }
-        *colour = s.inner().colour().into();
+        *colour = view.colour.into();
         Ok(())
     })
 }
@@ -92,8 +93,8 @@ pub unsafe extern "C" fn cuframes_subscriber_cuda_device(s: *const CSubscriber) 
     value(|| {
         // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
         let s = unsafe { input(s, "subscriber")? };
-        s.inner()
-            .cuda_device()
+        s.view()
+            .cuda_device
             .ok_or_else(|| Error::new(ErrorCode::NotFound, "the frame ring is not in CUDA memory"))
     })
 }

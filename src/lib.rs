@@ -15,8 +15,9 @@
 //!   strings are NUL-terminated;
 //! - a handle (`cuframes_publisher_t`, `cuframes_subscriber_t`, `cuframes_frame_t`,
 //!   `cuframes_cuda_context_t`) is NULL or came from this library and was not destroyed or
-//!   released yet; it is destroyed or released once, with no other call on it in flight; a
-//!   subscriber handle is used by one thread at a time (its calls take it mutably);
+//!   released yet; it is destroyed or released once, with no other call on it in flight;
+//!   otherwise calls on one handle may come from several threads at once, as the "Thread
+//!   safety" section of cuframes.h says for each kind (no call takes a handle as `&mut`);
 //! - a CUDA stream argument is NULL or a live `CUstream` of the right device, as each
 //!   function's comment in cuframes.h says.
 

@@ -148,8 +148,8 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_codec(
     status(|| {
         // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
         let id = unsafe { input(s, "subscriber") }?
-            .inner()
-            .packet_codec_id()
+            .view()
+            .packet_codec
             .ok_or_else(|| {
                 Error::new(
                     cuframes_core::ErrorCode::NotFound,
@@ -166,8 +166,8 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_codec(
 /// `cap` is too small (then `size` says how much is needed). `buf` may be NULL to ask.
 ///
 /// # Safety
-/// The C contract (crate docs): `s` is NULL or a live subscriber handle, used by one thread at
-/// a time; `buf` is NULL or writable for `cap` bytes; `size` is NULL or writable.
+/// The C contract (crate docs): `s` is NULL or a live subscriber handle; `buf` is NULL or
+/// writable for `cap` bytes; `size` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_packet_extradata(
     s: *mut CSubscriber,
@@ -176,10 +176,10 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_extradata(
     size: *mut usize,
 ) -> c_int {
     status(|| {
-        // SAFETY: the C contract: `s` is NULL or a live subscriber handle, used by this
-        // thread only.
-        let s = unsafe { out(s, "subscriber") }?;
-        let extradata = s.inner_mut().packet_extradata()?;
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle (taken shared: its
+        // reading calls serialise themselves).
+        let s = unsafe { input(s, "subscriber") }?;
+        let extradata = s.read(|sub, _| sub.packet_extradata())?;
         // SAFETY: the C contract: `size` is NULL or writable, `buf` NULL or writable for
         // `cap` bytes; `extradata` is ours, so they do not overlap.
         unsafe { copy_out(&extradata, buf, cap, size) }
@@ -192,9 +192,9 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_extradata(
 /// DISCONNECTED once the publisher is gone and every packet was read.
 ///
 /// # Safety
-/// The C contract (crate docs): `s` is NULL or a live subscriber handle, used by one thread at
-/// a time; `data` is NULL or writable (the packet's bytes it receives stay valid until the next
-/// call on `s`); `info` is NULL or writable.
+/// The C contract (crate docs): `s` is NULL or a live subscriber handle; `data` is NULL or
+/// writable (the packet's bytes it receives stay valid until the next reading call on `s`);
+/// `info` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_next_packet(
     s: *mut CSubscriber,
@@ -203,25 +203,29 @@ pub unsafe extern "C" fn cuframes_subscriber_next_packet(
     info: *mut CPacketInfo,
 ) -> c_int {
     status(|| {
-        // SAFETY: the C contract: `s` is NULL or a live subscriber handle used by this
-        // thread only; `data` and `info` are NULL or writable, and distinct from it.
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle (taken shared: its
+        // reading calls serialise themselves); `data` and `info` are NULL or writable, and
+        // distinct from it.
         let (s, data, info) = unsafe {
             (
-                out(s, "subscriber")?,
+                input(s, "subscriber")?,
                 out(data, "data")?,
                 out(info, "info")?,
             )
         };
         let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-        let (sub, buf) = s.parts();
-        let i = sub.next_packet(timeout, buf)?;
-        *data = buf.as_ptr();
+        // The bytes stay in the handle's packet buffer, untouched until its next reading call.
+        let (i, bytes, size) = s.read(|sub, buf| {
+            sub.next_packet(timeout, buf)
+                .map(|i| (i, buf.as_ptr(), buf.len()))
+        })?;
+        *data = bytes;
         *info = CPacketInfo {
             seq: i.seq,
             pts_ns: i.pts_ns,
             dts_ns: i.dts_ns,
             flags: i.flags,
-            size: buf.len() as u32,
+            size: size as u32,
         };
         Ok(())
     })
@@ -254,8 +258,7 @@ impl cuframes_core::packet::PacketSink for CallbackSink {
 /// returns (cuframes.h).
 ///
 /// # Safety
-/// The C contract (crate docs): `s` is NULL or a live subscriber handle, used by one thread at
-/// a time; `buffer` is a function returning NULL or a buffer writable for `size` bytes until
+/// The C contract (crate docs): `s` is NULL or a live subscriber handle; `buffer` is a function returning NULL or a buffer writable for `size` bytes until
 /// its next call or the return of this one; `info` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_next_packet_into(
@@ -266,9 +269,9 @@ pub unsafe extern "C" fn cuframes_subscriber_next_packet_into(
     info: *mut CPacketInfo,
 ) -> c_int {
     status(|| {
-        // SAFETY: the C contract: `s` is NULL or a live subscriber handle used by this
-        // thread only; `info` is NULL or writable, distinct from it.
-        let (s, info) = unsafe { (out(s, "subscriber")?, out(info, "info")?) };
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle (taken shared: its
+        // reading calls serialise themselves); `info` is NULL or writable, distinct from it.
+        let (s, info) = unsafe { (input(s, "subscriber")?, out(info, "info")?) };
         let buffer = buffer.ok_or_else(|| Error::invalid("buffer callback is NULL"))?;
         let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
         let mut sink = CallbackSink { buffer, opaque };
@@ -277,8 +280,7 @@ pub unsafe extern "C" fn cuframes_subscriber_next_packet_into(
             inner: &mut sink,
             size: &mut size,
         };
-        let (sub, _) = s.parts();
-        let i = sub.next_packet_into(timeout, &mut sized)?;
+        let i = s.read(|sub, _| sub.next_packet_into(timeout, &mut sized))?;
         *info = CPacketInfo {
             seq: i.seq,
             pts_ns: i.pts_ns,
@@ -316,8 +318,8 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_stats(
     status(|| {
         // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
         let st = unsafe { input(s, "subscriber") }?
-            .inner()
-            .packet_stats()
+            .view()
+            .packet_stats
             .ok_or_else(|| {
                 Error::new(
                     cuframes_core::ErrorCode::NotFound,

@@ -1,35 +1,106 @@
 //! Subscriber functions of the C API (`cuframes_subscriber_*`, `cuframes_frame_*`).
 
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use cuframes_core::subscriber::{Frame, Subscriber, SubscriberOptions};
-use cuframes_core::wire::{SubscriberMode, SUBSCRIBE_WANTS_FRAMES, SUBSCRIBE_WANTS_PACKETS};
+use cuframes_core::colour::ColourInfo;
+use cuframes_core::packet::PacketReaderStats;
+use cuframes_core::subscriber::{Frame, FrameStats, Subscriber, SubscriberOptions};
+use cuframes_core::wire::{
+    MemoryKind, SubscriberMode, SUBSCRIBE_WANTS_FRAMES, SUBSCRIBE_WANTS_PACKETS,
+};
 use cuframes_core::{Error, ErrorCode, Result};
 
 use crate::convert::{input, opt_path, opt_str, out, str_arg};
 use crate::ffi::{guard, status, value};
 use crate::layout::CFrameLayout;
 
-/// Opaque `cuframes_subscriber_t`: the subscriber and the buffer its last packet is in.
-pub struct CSubscriber(Subscriber, Vec<u8>);
+/// Opaque `cuframes_subscriber_t` (thread safety: cuframes.h). Every call takes the handle
+/// shared, never `&mut`, so calls on several threads never alias a mutable reference:
+/// - the reading calls (next frame, next packet, extradata) run on the subscriber under
+///   `reader`, one at a time (a concurrent one waits);
+/// - the queries (`const cuframes_subscriber_t *`) read `view`, which every reading call
+///   refreshes before it returns: they never wait for a read in progress (which may last
+///   its whole timeout) and never see the subscriber while it changes.
+pub struct CSubscriber {
+    reader: Mutex<Reader>,
+    view: Mutex<View>,
+}
 
-impl CSubscriber {
-    pub(crate) fn inner(&self) -> &Subscriber {
-        &self.0
-    }
+/// The subscriber and the buffer its last packet is in.
+struct Reader {
+    sub: Subscriber,
+    packet: Vec<u8>,
+}
 
-    pub(crate) fn inner_mut(&mut self) -> &mut Subscriber {
-        &mut self.0
-    }
+/// What the queries of a subscriber handle answer: its state when the last reading call (or
+/// the connect) returned.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct View {
+    pub layout: Option<CFrameLayout>,
+    pub colour: Option<ColourInfo>,
+    pub zero_copy: bool,
+    pub memory_kind: Option<MemoryKind>,
+    pub cuda_device: Option<i32>,
+    pub frame_stats: FrameStats,
+    pub packet_codec: Option<u32>,
+    pub packet_stats: Option<PacketReaderStats>,
+}
 
-    pub(crate) fn parts(&mut self) -> (&mut Subscriber, &mut Vec<u8>) {
-        (&mut self.0, &mut self.1)
+impl View {
+    fn of(s: &Subscriber) -> View {
+        View {
+            layout: s.frame_layout().map(CFrameLayout::from),
+            colour: s.colour(),
+            zero_copy: s.is_zero_copy(),
+            memory_kind: s.memory_kind(),
+            cuda_device: s.cuda_device(),
+            frame_stats: s.frame_stats(),
+            packet_codec: s.packet_codec_id(),
+            packet_stats: s.packet_stats(),
+        }
     }
 }
 
-/// Opaque `cuframes_frame_t`.
+impl CSubscriber {
+    fn new(sub: Subscriber) -> CSubscriber {
+        CSubscriber {
+            view: Mutex::new(View::of(&sub)),
+            reader: Mutex::new(Reader {
+                sub,
+                packet: Vec::new(),
+            }),
+        }
+    }
+
+    /// The handle's state as the last reading call left it (any thread, any time).
+    pub(crate) fn view(&self) -> View {
+        *self.view.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Run a reading call: one at a time per handle; the view is refreshed before it returns.
+    /// A call that panicked (caught at the boundary) leaves the subscriber as it was then.
+    pub(crate) fn read<T>(&self, body: impl FnOnce(&mut Subscriber, &mut Vec<u8>) -> T) -> T {
+        let mut r = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+        let Reader { sub, packet } = &mut *r;
+        let out = body(sub, packet);
+        *self.view.lock().unwrap_or_else(PoisonError::into_inner) = View::of(sub);
+        out
+    }
+}
+
+/// Opaque `cuframes_frame_t`: read only by its queries (any threads at once), consumed once by
+/// `cuframes_frame_release`.
 pub struct CFrame(Frame);
+
+// What cuframes.h promises: a subscriber handle's calls, and a frame handle's queries, may run
+// on several threads at once; either may be destroyed or released on any thread.
+const _: fn() = || {
+    fn shared_across_threads<T: Send + Sync>() {}
+    shared_across_threads::<CSubscriber>();
+    shared_across_threads::<CFrame>();
+};
 
 impl CFrame {
     pub(crate) fn inner(&self) -> &Frame {
@@ -152,7 +223,7 @@ pub unsafe extern "C" fn cuframes_subscriber_connect(
             )
         };
         let s = Subscriber::connect(key, &opts)?;
-        *out_sub = Box::into_raw(Box::new(CSubscriber(s, Vec::new())));
+        *out_sub = Box::into_raw(Box::new(CSubscriber::new(s)));
         Ok(())
     })
 }
@@ -184,11 +255,12 @@ pub unsafe extern "C" fn cuframes_subscriber_frame_layout(
     status(|| {
         // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
         let s = unsafe { input(s, "subscriber") }?;
-        let l =
-            s.0.frame_layout()
-                .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
+        let l = s
+            .view()
+            .layout
+            .ok_or_else(|| Error::new(ErrorCode::NotFound, "no frame ring"))?;
         // SAFETY: the C contract: `layout` is NULL or a writable cuframes_frame_layout_t.
-        *unsafe { out(layout, "layout") }? = CFrameLayout::from(l);
+        *unsafe { out(layout, "layout") }? = l;
         Ok(())
     })
 }
@@ -197,8 +269,8 @@ pub unsafe extern "C" fn cuframes_subscriber_frame_layout(
 /// publisher shut down or died. Release every frame with `cuframes_frame_release`.
 ///
 /// # Safety
-/// The C contract (crate docs): `s` is NULL or a live subscriber handle, used by one thread at
-/// a time; `frame` is NULL or writable.
+/// The C contract (crate docs): `s` is NULL or a live subscriber handle; `frame` is NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuframes_subscriber_next_frame(
     s: *mut CSubscriber,
@@ -206,11 +278,12 @@ pub unsafe extern "C" fn cuframes_subscriber_next_frame(
     frame: *mut *mut CFrame,
 ) -> c_int {
     status(|| {
-        // SAFETY: the C contract: `s` is NULL or a live subscriber handle used by this
-        // thread only; `frame` is NULL or writable, and distinct from it.
-        let (s, frame) = unsafe { (out(s, "subscriber")?, out(frame, "frame")?) };
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle (taken shared: its
+        // reading calls serialise themselves); `frame` is NULL or writable, and distinct
+        // from it.
+        let (s, frame) = unsafe { (input(s, "subscriber")?, out(frame, "frame")?) };
         let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-        let f = s.0.next_frame(timeout)?;
+        let f = s.read(|sub, _| sub.next_frame(timeout))?;
         *frame = Box::into_raw(Box::new(CFrame(f)));
         Ok(())
     })
@@ -278,7 +351,7 @@ pub unsafe extern "C" fn cuframes_subscriber_stats(
 ) -> c_int {
     status(|| {
         // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
-        let st = unsafe { input(s, "subscriber") }?.0.frame_stats();
+        let st = unsafe { input(s, "subscriber") }?.view().frame_stats;
         // SAFETY: the C contract: `stats` is NULL or a writable cuframes_frame_stats_t.
         *unsafe { out(stats, "stats") }? = CFrameStats {
             delivered: st.delivered,
@@ -297,7 +370,7 @@ pub unsafe extern "C" fn cuframes_subscriber_stats(
 pub unsafe extern "C" fn cuframes_subscriber_is_zero_copy(s: *const CSubscriber) -> c_int {
     guard(0, || {
         // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
-        unsafe { s.as_ref() }.is_some_and(|s| s.0.is_zero_copy()) as c_int
+        unsafe { s.as_ref() }.is_some_and(|s| s.view().zero_copy) as c_int
     })
 }
 
@@ -309,9 +382,279 @@ pub unsafe extern "C" fn cuframes_subscriber_is_zero_copy(s: *const CSubscriber)
 pub unsafe extern "C" fn cuframes_subscriber_memory_kind(s: *const CSubscriber) -> c_int {
     value(|| {
         // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
-        match unsafe { s.as_ref() }.and_then(|s| s.0.memory_kind()) {
+        match unsafe { s.as_ref() }.and_then(|s| s.view().memory_kind) {
             Some(k) => Ok(k as c_int),
             None => Err(Error::new(ErrorCode::NotFound, "no frame ring")),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CString;
+    use std::ptr::null_mut;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use cuframes_core::packet::PacketRingConfig;
+    use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
+    use cuframes_core::wire::{Format, MemoryKind, Policy, CODEC_ID_H264, PACKET_FLAG_KEY};
+
+    use super::*;
+    use crate::colour::{cuframes_subscriber_colour, cuframes_subscriber_cuda_device, CColour};
+    use crate::packets::{cuframes_subscriber_next_packet, CPacketStats};
+    use crate::packets::{cuframes_subscriber_packet_codec, cuframes_subscriber_packet_stats};
+
+    /// A runtime directory of our own; the rings' /dev/shm objects go with it, also on failure.
+    struct Scratch {
+        dir: std::path::PathBuf,
+        key: String,
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+            let _ = cuframes_core::shm::unlink(&format!("cuframes-{}", self.key));
+            let _ = cuframes_core::shm::unlink(&format!("cuframes-{}-packets", self.key));
+        }
+    }
+
+    /// The geometries the publisher switches between.
+    const SIZES: [(u32, u32); 3] = [(64, 48), (32, 16), (96, 32)];
+
+    fn ring(i: usize) -> FrameRingConfig {
+        let mut c = FrameRingConfig::new(Format::Nv12, SIZES[i].0, SIZES[i].1);
+        c.policy = Policy::DropOldest;
+        c.ring_size = 4;
+        c
+    }
+
+    /// The handle as two threads share it (the pointer is only ever used through the C API,
+    /// whose thread-safety section this test checks).
+    #[derive(Clone, Copy)]
+    struct Handle(*mut CSubscriber);
+    // SAFETY: cuframes.h lets a subscriber handle's calls come from several threads at once;
+    // the pointer itself is only passed to them, and the handle outlives both threads.
+    unsafe impl Send for Handle {}
+
+    /// Issue 34, item 11: one thread reads frames (and packets) in a loop while the publisher
+    /// keeps replacing its ring, so that every few frames the subscriber changes its rings
+    /// under the reading call; another thread calls every query of the handle in a loop. Each
+    /// answer must be one the publisher could have given (a layout it published, host memory,
+    /// counters that hold together), and a query must not wait for a read in progress.
+    ///
+    /// Before, the queries formed a shared reference to the subscriber while the reading call
+    /// held a mutable one (undefined behaviour: they read a ring the read could be unmapping).
+    /// The harness cannot see undefined behaviour as such; what it can see is the crash or the
+    /// garbage answer it may cause, which this test provokes by replacing rings all the time.
+    #[test]
+    fn queries_run_while_another_thread_reads() {
+        let tag = cuframes_core::testing::unique_suffix() & 0xFF_FFFF;
+        let scratch = Scratch {
+            dir: std::env::temp_dir().join(format!("cuframes-mt-{}-{tag}", std::process::id())),
+            key: format!("mt-{}-{tag}", std::process::id()),
+        };
+        std::fs::create_dir_all(&scratch.dir).unwrap();
+        let publisher = Arc::new(
+            Publisher::create(
+                &scratch.key,
+                PublisherOptions {
+                    runtime_dir: Some(scratch.dir.clone()),
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        );
+        publisher.enable_frames(ring(0)).unwrap();
+        publisher
+            .enable_packets(PacketRingConfig {
+                codec_id: CODEC_ID_H264,
+                ring_slots: 64,
+                data_size: 1 << 16,
+                ..Default::default()
+            })
+            .unwrap();
+        let dir = CString::new(scratch.dir.to_str().unwrap()).unwrap();
+        let key = CString::new(scratch.key.as_str()).unwrap();
+        let mut o = std::mem::MaybeUninit::<CSubscriberOptions>::uninit();
+        let mut s: *mut CSubscriber = null_mut();
+        // SAFETY: `o` is written by options_default before it is read; `dir` and `key` are
+        // NUL-terminated and outlive the connect; `s` is a live out-pointer.
+        let rc = unsafe {
+            cuframes_subscriber_options_default(o.as_mut_ptr());
+            let o = o.assume_init_mut();
+            o.runtime_dir = dir.as_ptr();
+            o.flags = SUBSCRIBE_WANTS_FRAMES | SUBSCRIBE_WANTS_PACKETS;
+            o.connect_timeout_ms = 10_000;
+            cuframes_subscriber_connect(key.as_ptr(), o, &mut s)
+        };
+        assert_eq!(rc, 0);
+        let handle = Handle(s);
+        let stop = Arc::new(AtomicBool::new(false));
+        // A failed assertion stops the other threads too.
+        struct StopOnDrop(Arc<AtomicBool>);
+        impl Drop for StopOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let _stop_on_panic = StopOnDrop(stop.clone());
+
+        let (p, stop_p) = (publisher.clone(), stop.clone());
+        let publishing = std::thread::spawn(move || {
+            let mut generation = 0;
+            let mut n = 0u64;
+            while !stop_p.load(Ordering::SeqCst) {
+                n += 1;
+                let flags = if n == 1 { PACKET_FLAG_KEY } else { 0 };
+                p.publish_packet(&n.to_le_bytes(), n as i64, n as i64, flags)
+                    .unwrap();
+                let l = p.frame_layout().unwrap();
+                let planes: Vec<Vec<u8>> = l
+                    .planes()
+                    .iter()
+                    .map(|pl| vec![n as u8; pl.row_bytes * pl.rows])
+                    .collect();
+                let refs: Vec<&[u8]> = planes.iter().map(Vec::as_slice).collect();
+                let strides: Vec<usize> = l.planes().iter().map(|pl| pl.row_bytes).collect();
+                p.publish_host_planes(&refs, &strides, None).unwrap();
+                if n % 5 == 0 {
+                    generation += 1;
+                    p.replace_frames(ring(generation % SIZES.len())).unwrap();
+                }
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            generation
+        });
+
+        let stop_r = stop.clone();
+        let reading = std::thread::spawn(move || {
+            let h = handle;
+            let (mut frames, mut packets) = (0u64, 0u64);
+            while !stop_r.load(Ordering::SeqCst) {
+                let mut f: *mut CFrame = null_mut();
+                // SAFETY: a live handle (destroyed only after this thread ends), a live
+                // out-pointer.
+                let rc = unsafe { cuframes_subscriber_next_frame(h.0, 20, &mut f) };
+                if rc == 0 {
+                    frames += 1;
+                    // SAFETY: the frame just received, released once.
+                    unsafe { cuframes_frame_release(f, null_mut()) };
+                } else {
+                    assert_eq!(rc, ErrorCode::Timeout as c_int);
+                }
+                let (mut data, mut info) = (std::ptr::null(), std::mem::MaybeUninit::uninit());
+                // SAFETY: as above; `data` and `info` are live out-pointers.
+                let rc = unsafe {
+                    cuframes_subscriber_next_packet(h.0, 0, &mut data, info.as_mut_ptr())
+                };
+                if rc == 0 {
+                    packets += 1;
+                } else {
+                    assert_eq!(rc, ErrorCode::Timeout as c_int);
+                }
+            }
+            (frames, packets)
+        });
+
+        let t = Instant::now();
+        let mut queries = 0u64;
+        let mut slowest = Duration::ZERO;
+        let ok_layouts: Vec<(u32, u32)> = SIZES.to_vec();
+        let s = handle.0;
+        while t.elapsed() < Duration::from_secs(3) {
+            let q = Instant::now();
+            let mut l = CFrameLayout::default();
+            let mut st = CFrameStats {
+                delivered: 0,
+                dropped_overrun: 0,
+                dropped_torn: 0,
+            };
+            let mut colour = CColour::default();
+            let mut codec = 0u32;
+            let mut pst = CPacketStats {
+                packets: 0,
+                bytes: 0,
+                overruns: 0,
+                last_seq: 0,
+            };
+            // SAFETY: a live handle (the other thread's reading calls run meanwhile, which
+            // cuframes.h allows); live out-pointers.
+            let rcs = unsafe {
+                [
+                    cuframes_subscriber_frame_layout(s, &mut l),
+                    cuframes_subscriber_stats(s, &mut st),
+                    cuframes_subscriber_is_zero_copy(s),
+                    cuframes_subscriber_memory_kind(s),
+                    cuframes_subscriber_colour(s, &mut colour),
+                    cuframes_subscriber_cuda_device(s),
+                    cuframes_subscriber_packet_codec(s, &mut codec),
+                    cuframes_subscriber_packet_stats(s, &mut pst),
+                ]
+            };
+            slowest = slowest.max(q.elapsed());
+            queries += 1;
+            let want = [
+                0,
+                0,
+                0,
+                MemoryKind::HostMemfd as c_int,
+                0,
+                ErrorCode::NotFound as c_int,
+                0,
+                0,
+            ];
+            assert_eq!(rcs, want, "query {queries}");
+            assert!(
+                ok_layouts.contains(&(l.width, l.height))
+                    && l.format == Format::Nv12 as u32
+                    && l.plane_count == 2
+                    && l.frame_size == l.offset[1] + u64::from(l.pitch[1] * l.rows[1]),
+                "query {queries}: a layout nobody published: {l:?}"
+            );
+            assert_eq!(codec, CODEC_ID_H264);
+            assert!(pst.packets <= pst.last_seq, "{}", pst.packets);
+            assert!(st.delivered < 1 << 32, "{}", st.delivered);
+        }
+        // A read that waits (nothing published now) holds the handle for its whole timeout;
+        // the queries still answer at once.
+        stop.store(true, Ordering::SeqCst);
+        let generations = publishing.join().unwrap();
+        let (frames, packets) = reading.join().unwrap();
+        let waiting = std::thread::spawn(move || {
+            let h = handle;
+            let mut f: *mut CFrame = null_mut();
+            // SAFETY: as in the reading thread.
+            unsafe { cuframes_subscriber_next_frame(h.0, 3000, &mut f) }
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let q = Instant::now();
+        let mut st = CFrameStats {
+            delivered: 0,
+            dropped_overrun: 0,
+            dropped_torn: 0,
+        };
+        // SAFETY: a live handle; a live out-pointer.
+        assert_eq!(unsafe { cuframes_subscriber_stats(s, &mut st) }, 0);
+        let during_read = q.elapsed();
+        assert_eq!(waiting.join().unwrap(), ErrorCode::Timeout as c_int);
+        // SAFETY: the handle, destroyed once, with no call on it in flight any more.
+        unsafe { cuframes_subscriber_destroy(s) };
+        drop(publisher);
+        eprintln!(
+            "{queries} rounds of queries (slowest {slowest:?}) while {frames} frames and \
+             {packets} packets were read across {generations} rings"
+        );
+        assert!(
+            generations >= 10 && frames >= 10 && packets >= 1,
+            "too little happened"
+        );
+        // The read lasts 3 s from 0.2 s before the query: a query that waited for it took
+        // 2.8 s; one that did not, microseconds (1 s: room for a loaded machine).
+        assert!(
+            during_read < Duration::from_secs(1),
+            "a query waited for the read in progress: {during_read:?}"
+        );
+    }
 }

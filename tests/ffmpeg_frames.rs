@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
+use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher, PublisherOptions};
+use cuframes_core::wire::{Format, Policy};
 use cuframes_test_support::ffmpeg::{find, frame_lines, Scratch};
+use cuframes_test_support::{no_cuda, publish_pattern, wait_until};
 
 const FORMATS: [&str; 7] = [
     "nv12", "yuv420p", "p010le", "p016le", "yuv444p", "rgba", "bgra",
@@ -454,5 +457,194 @@ fn colour_tags_and_aspect_ratio_survive_the_ring() {
             want.sort_unstable();
             assert_eq!(fields, want, "{name}: frame tags {l:?}");
         }
+    }
+}
+
+/// Frames each ring of `through_replaced_ring` carries.
+const PER_RING: usize = 4;
+
+/// One `-f cuframes` reader of `through_replaced_ring`: input options (before `-i`) and
+/// output options (before `-f framemd5`).
+type Reader<'a> = (&'a [&'a str], &'a [&'a str]);
+
+/// Issue 34, item 8: a publisher in this process (STRICT_WAIT, so nothing is lost) publishes
+/// PER_RING NV12 frames in a ring of `first` memory, 64x48, then replaces it by a ring of
+/// `second` memory and size and publishes as many again; each reader writes framemd5. Returns
+/// each reader's (frame size, hash) per frame and its log; every reader must end cleanly.
+fn through_replaced_ring(
+    env: &Scratch,
+    name: &str,
+    first: MemoryChoice,
+    second: (MemoryChoice, u32, u32),
+    readers: &[Reader],
+) -> Vec<(Vec<(String, String)>, String)> {
+    let key = env.key(name);
+    let procs: Vec<_> = readers
+        .iter()
+        .enumerate()
+        .map(|(r, (input, output))| {
+            let out = env.path(&format!("{name}-{r}.md5"));
+            let log = format!("{name}-{r}");
+            let mut args = vec![
+                "-f",
+                "cuframes",
+                "-wait_publisher",
+                "30",
+                "-read_timeout",
+                "30",
+            ];
+            args.extend_from_slice(input);
+            args.extend_from_slice(&["-i", &key]);
+            args.extend_from_slice(output);
+            args.extend_from_slice(&["-f", "framemd5", out.to_str().unwrap()]);
+            (env.spawn_ffmpeg(&log, &args), out, log)
+        })
+        .collect();
+    let config = |memory: MemoryChoice, w: u32, h: u32| {
+        let mut c = FrameRingConfig::new(Format::Nv12, w, h);
+        c.memory = memory;
+        c.policy = Policy::StrictWait;
+        c.ring_size = PER_RING;
+        c.ack_timeout = Duration::from_secs(10);
+        c
+    };
+    let p = Publisher::create(
+        &key,
+        PublisherOptions {
+            runtime_dir: Some(env.dir.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    p.enable_frames(config(first, 64, 48)).unwrap();
+    wait_until("the readers", Duration::from_secs(30), || {
+        p.ready_subscriber_count() == readers.len()
+    });
+    // One clock over both rings (the frame seqs restart at 1 in the new ring).
+    let mut pts = 0;
+    for ring in 0..2 {
+        if ring == 1 {
+            let (memory, w, h) = second;
+            p.replace_frames(config(memory, w, h)).unwrap();
+        }
+        for seq in 1..=PER_RING as u64 {
+            pts += 40_000_000;
+            publish_pattern(&p, seq, Some(pts)).unwrap();
+        }
+    }
+    drop(p); // the end: readers drain, then EOF
+    procs
+        .into_iter()
+        .map(|(proc, out, log)| {
+            env.wait_ok(proc, Duration::from_secs(60));
+            let text = std::fs::read_to_string(out).unwrap();
+            let frames = frame_lines(&text)
+                .iter()
+                .map(|l| {
+                    let f: Vec<&str> = l.split(',').map(str::trim).collect();
+                    (f[4].to_owned(), f[5].to_owned())
+                })
+                .collect();
+            (frames, env.stderr(&log))
+        })
+        .collect()
+}
+
+/// A host ring replaced by a host ring of another size: every frame of both, with its own
+/// size. (CI; the other memory kinds need a GPU: the tests below.)
+#[test]
+fn a_replaced_host_ring_of_another_size_is_followed() {
+    let Some(ff) = find() else { return };
+    let env = Scratch::new(&ff, "hosthost");
+    let host = MemoryChoice::Host;
+    // -reinit_filter 0: the frames as they come (ffmpeg would scale them to the first size).
+    let readers: [Reader; 2] = [
+        (&["-reinit_filter", "0"], &[]),
+        (&["-reinit_filter", "0", "-mode", "copy"], &[]),
+    ];
+    for (r, (frames, log)) in through_replaced_ring(&env, "hh", host, (host, 80, 40), &readers)
+        .into_iter()
+        .enumerate()
+    {
+        let sizes: Vec<&str> = frames.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(
+            sizes,
+            [["4608"; PER_RING], ["4800"; PER_RING]].concat(),
+            "reader {r}:\n{log}"
+        );
+        assert!(log.contains("the publisher's ring changed"), "{log}");
+    }
+}
+
+/// The GPU tests of item 8 print SKIPPED with the reason where there is no CUDA device. Run
+/// them on a GPU host with a cuframes FFmpeg build: `cargo test --release --test
+/// ffmpeg_frames -- ring_moved` (or `CUFRAMES_FFMPEG=/path/to/ffmpeg`).
+fn no_gpu() -> bool {
+    match no_cuda() {
+        Some(why) => {
+            eprintln!("SKIPPED (no CUDA device; needs a GPU host): {why}");
+            true
+        }
+        None => false,
+    }
+}
+
+/// Both rings carry the same frames (same size, same seqs): frame i of the second ring must
+/// equal frame i of the first, byte for byte, whatever memory each was in.
+fn assert_same_frames_in_both_rings(r: usize, frames: &[(String, String)], log: &str) {
+    assert_eq!(frames.len(), 2 * PER_RING, "reader {r}:\n{log}");
+    assert_eq!(
+        frames[..PER_RING],
+        frames[PER_RING..],
+        "reader {r}: the second ring's frames differ from the first's\n{log}"
+    );
+    assert!(
+        frames.iter().all(|f| f.0 == "4608"),
+        "reader {r}: {frames:?}"
+    );
+}
+
+/// A host ring replaced by a CUDA ring: the output stays software (the stream said so), the
+/// CUDA frames are downloaded on a CUDA device the input sets up then. Before, `wrap_frame`
+/// took a reference to a device context that was never made (`av_buffer_ref(NULL)`: a crash).
+#[test]
+fn a_ring_moved_from_host_to_cuda_memory_is_followed() {
+    let Some(ff) = find() else { return };
+    if no_gpu() {
+        return;
+    }
+    let env = Scratch::new(&ff, "host2cuda");
+    let cuda = (MemoryChoice::Cuda { device: 0 }, 64, 48);
+    let readers: [Reader; 2] = [(&[], &[]), (&["-mode", "copy"], &[])];
+    for (r, (frames, log)) in through_replaced_ring(&env, "hc", MemoryChoice::Host, cuda, &readers)
+        .into_iter()
+        .enumerate()
+    {
+        assert_same_frames_in_both_rings(r, &frames, &log);
+        assert!(log.contains("moved to CUDA memory"), "{log}");
+    }
+}
+
+/// A CUDA ring replaced by a host ring: CUDA output (the default from a CUDA ring) gets the
+/// host frames uploaded, software output gets them as they are.
+#[test]
+fn a_ring_moved_from_cuda_to_host_memory_is_followed() {
+    let Some(ff) = find() else { return };
+    if no_gpu() {
+        return;
+    }
+    let env = Scratch::new(&ff, "cuda2host");
+    let host = (MemoryChoice::Host, 64, 48);
+    let readers: [Reader; 2] = [
+        (&[], &["-vf", "hwdownload,format=nv12"]),
+        (&["-output", "software"], &[]),
+    ];
+    let cuda = MemoryChoice::Cuda { device: 0 };
+    for (r, (frames, log)) in through_replaced_ring(&env, "ch", cuda, host, &readers)
+        .into_iter()
+        .enumerate()
+    {
+        assert_same_frames_in_both_rings(r, &frames, &log);
+        assert!(log.contains("moved to host memory"), "{log}");
     }
 }

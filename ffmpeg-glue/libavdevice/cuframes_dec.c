@@ -429,6 +429,39 @@ static int copy_frame(AVFormatContext *avctx, AVFrame **dst, const AVFrame *src)
     return 0;
 }
 
+/* The ring moved between host and CUDA memory (a replaced ring, a restarted publisher). The
+ * output keeps its kind: the frames of a CUDA ring are downloaded for software output and
+ * a host ring's uploaded for CUDA output, on a CUDA device set up when first needed. */
+static int follow_memory(AVFormatContext *avctx, const cuframes_frame_t *f, int memory_kind)
+{
+    CuframesDemuxContext *s = avctx->priv_data;
+    int device, ret;
+
+    if (memory_kind != s->memory_kind)
+        av_log(avctx, AV_LOG_INFO, "%s: the publisher's ring moved to %s memory.\n", avctx->url,
+               memory_kind == CUFRAMES_MEMORY_CUDA_VMM ? "CUDA" : "host");
+    s->memory_kind = memory_kind;
+    if (memory_kind != CUFRAMES_MEMORY_CUDA_VMM)
+        return 0;
+    device = cuframes_frame_cuda_device(f);
+    if (device < 0)
+        return ff_cuframes_log_error(avctx, device, "Cannot inspect the frame");
+    if (s->device_ref && device != s->device) {
+        av_log(avctx, AV_LOG_ERROR, "%s: the publisher's ring moved from CUDA device %d to %d; "
+               "one input reads one GPU.\n", avctx->url, s->device, device);
+        return AVERROR(ENOSYS);
+    }
+    if (s->device_ref)
+        return 0;
+    s->device = device;
+    ret = setup_cuda(avctx);
+    if (ret < 0) {
+        av_buffer_unref(&s->frames_ref);
+        av_buffer_unref(&s->device_ref);
+    }
+    return ret;
+}
+
 /* The publisher replaced its ring (a size or format change, docs/ffmpeg.md): frames of the
  * new ring have another layout. The output frames follow it (FFmpeg reconfigures the filters
  * when the frame size changes); CUDA output gets a frames context of the new geometry. */
@@ -493,6 +526,8 @@ static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
         return ff_cuframes_log_error(avctx, ret, "Cannot inspect the frame");
     }
     ret = follow_layout(avctx, f);
+    if (ret >= 0)
+        ret = follow_memory(avctx, f, info.memory_kind);
     if (ret < 0) {
         cuframes_frame_release(f, NULL);
         return ret;
