@@ -433,6 +433,57 @@ const char *cuframes_strerror(int code);
 const char *cuframes_last_error(void);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Thread safety                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Functions that take no handle are thread-safe (cuframes_last_error is per thread). A handle
+ * is destroyed or released once, on any thread, with no other call on it in flight; until
+ * then, per kind of handle:
+ *
+ * - cuframes_publisher_t: every publisher function may be called from any thread, also
+ *   concurrently, with one slot acquired at a time (cuframes_publisher_acquire until that
+ *   slot's publish or abandon). A slot acquired before a ring replacement
+ *   (cuframes_publisher_replace_frames) stays mapped until it is published or abandoned, and
+ *   publishing it then fails.
+ * - cuframes_subscriber_t: the queries, the functions that take a
+ *   `const cuframes_subscriber_t *` (frame_layout, stats, is_zero_copy, memory_kind, colour,
+ *   cuda_device, packet_codec, packet_stats), may be called from any thread at any time, also
+ *   while a reading call runs on another thread: they never wait for it, and answer with the
+ *   state in which the last reading call (or the connect) returned. The reading calls
+ *   (next_frame, next_packet, next_packet_into, packet_extradata) may be called from any
+ *   thread, one at a time per handle: a reading call made while another runs waits until that
+ *   one returns (a next_frame waiting forever holds up a next_packet on another thread: read
+ *   frames and packets on one thread, or with timeouts). The bytes next_packet hands out stay
+ *   valid until the next reading call on the handle.
+ * - cuframes_frame_t: independent of its subscriber (it may outlive it). Its queries
+ *   (cuframes_frame_info, _layout, _colour, _cuda_device) may run on several threads at once;
+ *   cuframes_frame_release, on any thread, once none of them is in flight.
+ * - cuframes_cuda_context_t: only released. */
+
+/* ------------------------------------------------------------------------------------------ */
+/* fork() and signals                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * fork(): a child inherits the parent's handles (publishers, subscribers, frames), but what
+ * they stand for stays the parent's, which goes on publishing and reading. In the child,
+ * cuframes_publisher_destroy, cuframes_subscriber_destroy and cuframes_frame_release only let
+ * go of the child's copy: no shutdown flag, no SHUTDOWN or UNSUBSCRIBE message, no ACK,
+ * nothing removed, no thread joined (the parent's threads do not exist in the child), no CUDA
+ * call (CUDA cannot be used after fork: the child's copies of CUDA objects are leaked, and
+ * any other CUDA use fails with CUFRAMES_ERR_CUDA). Host mappings and descriptors stay in the
+ * child until it exits or execs (they are close-on-exec). Do not use an inherited handle in
+ * the child otherwise: create or connect new ones there. The library recognises a child of
+ * fork() through pthread_atfork; one made by a raw clone() system call is not recognised.
+ *
+ * Signals: the library raises no SIGPIPE on its sockets and pipes (sockets are written with
+ * MSG_NOSIGNAL; its wake-up pipe has a reader for as long as it can be written), so a host may
+ * keep SIGPIPE's default. Creating a publisher works whatever the host does with SIGCHLD
+ * (ignored, or a handler that reaps every child): it briefly forks a child that binds the
+ * socket and reports the result through a pipe, not through its exit status.
+ */
+
+/* ------------------------------------------------------------------------------------------ */
 /* Frame layout (R17)                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -532,7 +583,8 @@ int cuframes_publisher_create(const char *key, const cuframes_publisher_options_
 int cuframes_publisher_open_shared(const char *key, const cuframes_publisher_options_t *opts,
                                    cuframes_publisher_t **out);
 /** Drop a handle. The last handle sends SHUTDOWN to every subscriber and removes the socket
- *  and SHM objects. NULL is ignored. */
+ *  and SHM objects. NULL is ignored. In a child forked from the creating process it only
+ *  frees the child's copy (see "fork() and signals"). */
 void cuframes_publisher_destroy(cuframes_publisher_t *pub);
 
 /** Add the frame ring (once). */
@@ -547,7 +599,10 @@ int cuframes_publisher_frame_layout(const cuframes_publisher_t *pub, cuframes_fr
 int cuframes_publisher_replace_frames(cuframes_publisher_t *pub, const cuframes_frame_ring_config_t *cfg);
 
 /** Take the next slot (under STRICT_WAIT, waits for ACKs up to the ack timeout). Write the
- *  frame at `slot->address` with the layout's offsets and pitches, then publish or abandon. */
+ *  frame at `slot->address` with the layout's offsets and pitches, then publish or abandon.
+ *  The slot stays mapped until then, even if another thread replaces the ring meanwhile
+ *  (cuframes_publisher_replace_frames): writing it is safe, and publishing it then fails with
+ *  CUFRAMES_ERR_DISCONNECTED (the frame is lost; acquire a slot of the new ring). */
 int cuframes_publisher_acquire(cuframes_publisher_t *pub, cuframes_slot_t *slot);
 /** Make the slot visible. The data must be complete (CUDA: the writing stream synchronised,
  *  see cuframes_publisher_publish_after_stream). `pts_ns` INT64_MIN = CLOCK_MONOTONIC now. */
@@ -556,7 +611,9 @@ void cuframes_publisher_abandon(cuframes_publisher_t *pub, const cuframes_slot_t
 /** Copy a frame from host memory and publish it. `plane_count` must be the layout's plane
  *  count; plane i (`planes[i]`: `layout.rows[i]` rows of `layout.row_bytes[i]` bytes,
  *  `strides[i] >= row_bytes[i]` bytes apart) must be readable for
- *  `strides[i] * (rows[i] - 1) + row_bytes[i]` bytes. */
+ *  `strides[i] * (rows[i] - 1) + row_bytes[i]` bytes (a stride whose rows overflow is
+ *  CUFRAMES_ERR_INVALID_ARG). A ring replaced by another thread during the call refuses the
+ *  frame with CUFRAMES_ERR_FORMAT instead of copying it into the new geometry. */
 int cuframes_publisher_publish_host(cuframes_publisher_t *pub, const uint8_t *const *planes,
                                     const size_t *strides, int plane_count, int64_t pts_ns);
 /** CUDA rings: publish a slot written by GPU work queued on `cuda_stream` (a CUstream;
@@ -670,17 +727,27 @@ void cuframes_subscriber_options_default(cuframes_subscriber_options_t *opts);
 /** Connect and complete the handshake; the slots are imported here, once. */
 int cuframes_subscriber_connect(const char *key, const cuframes_subscriber_options_t *opts,
                                 cuframes_subscriber_t **out);
-/** UNSUBSCRIBE and free. Frames not yet released stay valid. NULL is ignored. */
+/** UNSUBSCRIBE and free. Frames not yet released stay valid. NULL is ignored. In a child
+ *  forked from the connecting process it only frees the child's copy (no UNSUBSCRIBE, see
+ *  "fork() and signals"). */
 void cuframes_subscriber_destroy(cuframes_subscriber_t *sub);
 int cuframes_subscriber_frame_layout(const cuframes_subscriber_t *sub, cuframes_frame_layout_t *layout);
 /** The next frame; `timeout_ms` < 0 waits forever. CUFRAMES_ERR_TIMEOUT, or
- *  CUFRAMES_ERR_DISCONNECTED after SHUTDOWN or the publisher's death. */
+ *  CUFRAMES_ERR_DISCONNECTED once the connection ended (SHUTDOWN, the publisher's death, or
+ *  dropped by it) and what was published before the end was read: from then on every call
+ *  returns CUFRAMES_ERR_DISCONNECTED, and nothing published later is handed out (with
+ *  reconnect_ms, the subscriber connects again instead). The frames a replaced ring or a gone
+ *  publisher still held come before the next ring's, whichever read saw the end. */
 int cuframes_subscriber_next_frame(cuframes_subscriber_t *sub, int64_t timeout_ms, cuframes_frame_t **frame);
 int cuframes_frame_info(const cuframes_frame_t *frame, cuframes_frame_info_t *info);
 /** The layout of this frame's ring (after a ring replacement it differs from the earlier
  *  frames'), and its colour description (`present` = 0: none announced). */
 int cuframes_frame_layout(const cuframes_frame_t *frame, cuframes_frame_layout_t *layout);
 int cuframes_frame_colour(const cuframes_frame_t *frame, cuframes_colour_t *colour);
+/** This process's CUDA ordinal of the GPU the frame's bytes are on, or a negative error
+ *  (CUFRAMES_ERR_NOT_FOUND: host memory). After a ring replacement or a publisher restart a
+ *  frame's ring may differ in memory kind and GPU from the first one. */
+int cuframes_frame_cuda_device(const cuframes_frame_t *frame);
 /** Release a frame. For CUDA frames pass the CUstream of the last work reading it: the ACK
  *  follows that work (R12). NULL: the reads are finished. NULL frame is ignored. */
 void cuframes_frame_release(cuframes_frame_t *frame, void *cuda_stream);
@@ -738,7 +805,8 @@ int cuframes_subscriber_packet_extradata(cuframes_subscriber_t *sub, uint8_t *bu
 /** The next packet: `*data` points at `info->size` bytes owned by the subscriber, valid until
  *  its next call. The first packet is a keyframe; the first one after an overrun carries
  *  CUFRAMES_PACKET_FLAG_DISCONTINUITY (R9). `timeout_ms` < 0 waits forever.
- *  CUFRAMES_ERR_DISCONNECTED once the publisher is gone and every packet was read. */
+ *  CUFRAMES_ERR_DISCONNECTED once the publisher is gone and every packet published before
+ *  was read; every later call returns it again. */
 int cuframes_subscriber_next_packet(cuframes_subscriber_t *sub, int64_t timeout_ms, const uint8_t **data,
                                     cuframes_packet_info_t *info);
 /** Where cuframes_subscriber_next_packet_into copies a payload: return a buffer writable for

@@ -11,9 +11,11 @@
 #   GPU_CHURN_SECS=30 / GPU_CHURN_MAX=8                # churn soak length, subscriber processes
 #   CUFRAMES_RELEASE_CYCLES=1000                       # release-then-destroy cycles
 #   GPU_HOSTILE_SECS=10                                # hostile-subscriber run, per policy
+#   GPU_SOAK_SECS=60                                   # ring-replacement soak on CUDA
 #
 # .gpu/ is git-ignored; carry it to a GPU machine that has no toolchain. The summary ends
-# with "N passed, N failed". Where one command may run 10 minutes at most, run it as three
+# with "N passed, N failed, N skipped": a test that printed SKIPPED did not run and counts as
+# skipped, never as passed, and one that skipped for want of a GPU fails its step here. Where one command may run 10 minutes at most, run it as three
 # commands (GPU_CHECK_ONLY=core, =ffmpeg, =python): core alone took more than 338 s on the
 # H200 (2026-12-04; its frame benchmark is most of it).
 set -uo pipefail
@@ -29,6 +31,7 @@ build() {
   [ -f core/tests/frame_ring_churn.rs ] && tests+=(--test frame_ring_churn)
   [ -f core/tests/hostile_subscriber.rs ] && tests+=(--test hostile_subscriber)
   [ -f core/tests/gpu_identity.rs ] && tests+=(--test gpu_identity --test hostile_publisher)
+  [ -f core/tests/soak_replace.rs ] && tests+=(--test soak_replace)
   # The GPU tests use the test kernels of feature `testing` (the dev-dependency turns it on;
   # named here too, so the script says what it builds).
   cargo test --release -p cuframes-core --features testing "${tests[@]}" --no-run --message-format=json 2>/dev/null |
@@ -63,6 +66,14 @@ for l in sys.stdin:
     cp "$(scripts/test-ffmpeg-sys.sh --no-run build/ffmpeg | tail -n1)" "$out/ffmpeg_sys_libav"
     strip --strip-debug "$out/ffmpeg_sys_libav"
   fi
+  # tests/ffmpeg_frames.rs: its GPU tests (a ring moved between host and CUDA memory under
+  # a running `-f cuframes` reader) run against $out/ffmpeg there.
+  cargo test --release -p cuframes --test ffmpeg_frames --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
+        print(m["executable"])' | while read -r exe; do cp "$exe" "$out/ffmpeg_frames"; done
   ls -la "$out"
   set +e
 }
@@ -165,6 +176,7 @@ python_gpu() {
   log=$(mktemp /tmp/cuframes-py-log.XXXXXX)
   PYTHONPATH="$d${PYTHONPATH:+:$PYTHONPATH}" python3 "$out/gpu_check.py" "$out/ffmpeg" "$out/sample.h264" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
+  count_skips "$log"
   grep -q '^PASS' "$log" || rc=1
   grep -q '^FAIL' "$log" && rc=1
   rm -rf "$d" "$log"
@@ -211,8 +223,11 @@ python_steps() {
 ffmpeg_sys_gpu() {
   CUFRAMES_SAMPLE_H264="$out/sample.h264" gpu_test "$out/ffmpeg_sys_libav" --test-threads=1 --nocapture
 }
+ff_ring_moved() {
+  CUFRAMES_FFMPEG="$PWD/$out/ffmpeg" gpu_test "$out/ffmpeg_frames" ring_moved --test-threads=1 --nocapture
+}
 ffmpeg_steps() {
-  [ -x "$out/ffmpeg" ] || { echo "=== FFmpeg frame checks: SKIPPED (no $out/ffmpeg: build/ffmpeg missing at build time)"; return 0; }
+  [ -x "$out/ffmpeg" ] || { skip_step "FFmpeg frame checks" "no $out/ffmpeg: build/ffmpeg missing at build time"; return 0; }
   step "FFmpeg: -hwaccel cuda into hwupload_cuframes, 1 reader, hwdownload = direct decode, no host copy" \
     ff_ring_check 1 "" "hwdownload,format=nv12" "hwdownload,format=nv12" one
   step "FFmpeg: same with 8 -f cuframes readers" \
@@ -222,19 +237,36 @@ ffmpeg_steps() {
   step "FFmpeg: scale_cuda after the input device = scale_cuda after the decoder" \
     ff_ring_check 1 "" "scale_cuda=w=160:h=120,hwdownload,format=nv12" "scale_cuda=w=160:h=120,hwdownload,format=nv12" scale
   [ -n "${GPU_SKIP_BENCH:-}" ] || step "FFmpeg: decode pipeline fps with and without the ring (1080p 1500 frames, 4K 600 frames; 0/1/8 readers)" ff_bench
+  if [ -x "$out/ffmpeg_frames" ]; then
+    step "FFmpeg: -f cuframes follows a ring moved from host to CUDA memory and back (tests/ffmpeg_frames.rs), bit-exact" \
+      ff_ring_moved
+  fi
   if [ -x "$out/ffmpeg_sys_libav" ]; then
     step "libav* API (ffmpeg-sys-next): cuframes input device gives AV_PIX_FMT_CUDA frames with hw_frames_ctx, bit-exact; demuxer, muxer, filter graph, failed open" \
       ffmpeg_sys_gpu
   fi
 }
 
+# Tests that printed SKIPPED (cargo's harness counts them "ok"): counted apart, with why.
+skipped=0
+skip_reasons=()
+count_skips() { # log
+  local line
+  while IFS= read -r line; do
+    skipped=$((skipped + 1)); skip_reasons+=("$line")
+  done < <(grep -o 'SKIPPED.*' "$1")
+}
 # A GPU test binary that must not skip here: "SKIPPED (no CUDA ...)" / "SKIPPED: no CUDA ..."
-# on the GPU machine is a failure, not a pass.
+# on the GPU machine is a failure, not a pass; so is a run in which no test ran (a filter that
+# matches nothing any more). Other skips (a test of the no-driver error, which a GPU machine
+# cannot run) are counted in the summary.
 gpu_test() {
   local log rc
   log=$(mktemp /tmp/cuframes-gpu-test.XXXXXX)
   "$@" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
+  count_skips "$log"
   if grep -qE 'SKIPPED( \(|: )no CUDA' "$log"; then echo "a GPU test skipped on the GPU machine"; rc=1; fi
+  if grep -q '^running 0 tests' "$log" && ! grep -qE '^running [1-9]' "$log"; then echo "no test ran"; rc=1; fi
   rm -f "$log"
   return "$rc"
 }
@@ -246,6 +278,12 @@ gpu_test() {
 churn_cuda() {
   CUFRAMES_CHURN_MEMORY=cuda CUFRAMES_CHURN_SECS="${GPU_CHURN_SECS:-30}" CUFRAMES_CHURN_MAX="${GPU_CHURN_MAX:-8}" \
     gpu_test "$out/frame_ring_churn" --nocapture
+}
+# The ring-replacement soak (core/tests/soak_replace.rs) with its slots on CUDA VMM device 0:
+# reader processes import CUDA slots, fork children that drop them, and are SIGKILLed.
+soak_cuda() {
+  CUFRAMES_SOAK_MEMORY=cuda CUFRAMES_SOAK_SECS="${GPU_SOAK_SECS:-60}" \
+    gpu_test "$out/soak_replace" --exact replacing_the_ring_under_churn_for_a_while --nocapture
 }
 # The hostile-subscriber run (core/tests/hostile_subscriber.rs) with its slots on CUDA VMM.
 # It needs root and setpriv (the hostile child runs as uid 65534): a skip here is a failure.
@@ -259,6 +297,7 @@ hostile_cuda() {
     "$d/hostile_subscriber" --test-threads=1 --nocapture 2>&1 | tee "$log" |
     grep -E '^(StrictWait|DropOldest) on|^honest [0-9]|^hostile: exit|slot memfds|^GAP|SKIPPED|panicked|^test result'
   rc=${PIPESTATUS[0]}
+  count_skips "$log"
   if grep -q 'SKIPPED' "$log"; then echo "the hostile-subscriber run skipped on the GPU machine"; rc=1; fi
   rm -rf "$d" "$log"
   return "$rc"
@@ -279,6 +318,10 @@ run() {
     echo "=== $name"
     if "$@"; then pass=$((pass + 1)); echo "--- $name: PASS"; else fail=$((fail + 1)); failed+=("$name"); echo "--- $name: FAIL"; fi
   }
+  skip_step() { # name, why: a step that cannot run here, counted as skipped
+    echo "=== $1: SKIPPED ($2)"
+    skipped=$((skipped + 1)); skip_reasons+=("SKIPPED step $1 ($2)")
+  }
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   if [ "${GPU_CHECK_ONLY:-}" = ffmpeg ]; then ffmpeg_steps
   elif [ "${GPU_CHECK_ONLY:-}" = python ]; then python_steps; else
@@ -295,12 +338,16 @@ run() {
   if [ -x "$out/frame_ring_churn" ]; then
     step "churn soak on CUDA VMM (both policies, ${GPU_CHURN_SECS:-30} s each, up to ${GPU_CHURN_MAX:-8} subscriber processes)" churn_cuda
   else
-    echo "=== churn soak on CUDA: SKIPPED (no $out/frame_ring_churn: core/tests/frame_ring_churn.rs missing at build time)"
+    skip_step "churn soak on CUDA" "no $out/frame_ring_churn: core/tests/frame_ring_churn.rs missing at build time"
+  fi
+  if [ -x "$out/soak_replace" ]; then
+    step "CUDA ring replaced every 50 ms under STRICT_WAIT load (${GPU_SOAK_SECS:-60} s; readers join, leave, fork, are SIGKILLed): no hang, crash or wrong frame" \
+      soak_cuda
   fi
   if [ -x "$out/hostile_subscriber" ]; then
     step "hostile subscriber on CUDA VMM (both policies, ${GPU_HOSTILE_SECS:-10} s each): 0 wrong frames, no crash, no stall" hostile_cuda
   else
-    echo "=== hostile subscriber on CUDA: SKIPPED (no $out/hostile_subscriber at build time)"
+    skip_step "hostile subscriber on CUDA" "no $out/hostile_subscriber at build time"
   fi
   if [ -x "$out/gpu_identity" ]; then
     step "GPU identity: the ring's UUID resolved under CUDA_VISIBLE_DEVICES variations, an invisible or other GPU refused naming both UUIDs" \
@@ -322,7 +369,11 @@ run() {
   rm -rf "$CUFRAMES_RUNTIME_DIR"
   echo
   echo "GPU check summary: ${failed[*]:-all steps passed}"
-  echo "$pass passed, $fail failed"
+  if [ "$skipped" -gt 0 ]; then
+    echo "skipped (neither passed nor failed):"
+    printf '  %s\n' "${skip_reasons[@]}" | sort | uniq -c
+  fi
+  echo "$pass passed, $fail failed, $skipped skipped"
   [ "$fail" -eq 0 ]
 }
 

@@ -139,8 +139,21 @@ unsafe fn create(
         };
         let mut reg = SHARED.lock().unwrap_or_else(|p| p.into_inner());
         let map = reg.get_or_insert_with(HashMap::new);
+        // One upgrade decides: a handle of a live publisher of this process (not one
+        // inherited through fork: that is the parent's) is shared; a registered one that no
+        // longer upgrades is ending on another thread (its last handle destroyed), and its
+        // end (socket, rings) comes before a new publisher of the key here.
+        let registered = map.get(key).map(Weak::upgrade);
         map.retain(|_, w| w.strong_count() > 0);
-        if let Some(existing) = map.get(key).and_then(Weak::upgrade) {
+        let existing = match registered {
+            Some(Some(p)) => Some(p).filter(|p| p.created_here()),
+            Some(None) => {
+                cuframes_core::publisher::wait_until_released(key, Duration::from_secs(30));
+                None
+            }
+            None => None,
+        };
+        if let Some(existing) = existing {
             if !shared {
                 return Err(Error::new(
                     ErrorCode::AlreadyExists,
@@ -430,20 +443,20 @@ pub unsafe extern "C" fn cuframes_publisher_publish_host(
         };
         let mut slices = Vec::with_capacity(n);
         for (i, (ptr, plane)) in ptrs.iter().zip(layout.planes()).enumerate() {
-            if ptr.is_null() || strides[i] < plane.row_bytes {
-                return Err(Error::invalid(format!(
-                    "plane {i}: NULL or stride below {} bytes",
-                    plane.row_bytes
-                )));
+            if ptr.is_null() {
+                return Err(Error::invalid(format!("plane {i}: NULL")));
             }
+            let span = plane
+                .span_at(strides[i])
+                .map_err(|e| Error::invalid(format!("plane {i}: {}", e.message())))?;
             // SAFETY: the C contract of this call: plane i holds the ring layout's rows of
-            // it, `strides[i]` apart, so it is readable for stride * (rows - 1) +
-            // row_bytes bytes (checked non-NULL above), unwritten during the call.
-            slices.push(unsafe {
-                std::slice::from_raw_parts(*ptr, strides[i] * (plane.rows - 1) + plane.row_bytes)
-            });
+            // it, `strides[i]` apart, so it is readable for stride * (rows - 1) + row_bytes
+            // bytes (`span`, computed without overflow and within isize::MAX; the pointer
+            // checked non-NULL above), unwritten during the call.
+            slices.push(unsafe { std::slice::from_raw_parts(*ptr, span) });
         }
-        p.0.publish_host_planes(&slices, strides, pts(pts_ns))
+        // The layout the slices were cut for: a ring replaced meanwhile refuses the frame.
+        p.0.publish_host_frame(&layout, &slices, strides, pts(pts_ns))
             .map(|_| ())
     })
 }
@@ -714,4 +727,106 @@ pub unsafe extern "C" fn cuframes_publisher_publish_device(
         }
         .map(|_| ())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cuframes_publisher_open_shared` while another thread destroys the key's last handle
+    /// (the filter and the muxer of one ffmpeg command closing and reopening): the open
+    /// waits for that publisher's end and makes a new one, instead of failing with
+    /// ALREADY_EXISTS ("share that publisher": exactly what it asked for).
+    #[test]
+    fn open_shared_beside_a_destroy_on_another_thread_succeeds() {
+        let n = cuframes_core::testing::unique_suffix() & 0xFF_FFFF;
+        let dir = std::env::temp_dir().join(format!("cuframes-shared-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = std::ffi::CString::new(format!("shared-{}-{n}", std::process::id())).unwrap();
+        let dir_c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+        let failures = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..300 {
+                        // SAFETY: a zeroed options struct filled by options_default; the
+                        // strings outlive the calls; the handle is destroyed once.
+                        unsafe {
+                            let mut opts = std::mem::zeroed::<CPublisherOptions>();
+                            cuframes_publisher_options_default(&mut opts);
+                            opts.runtime_dir = dir_c.as_ptr();
+                            let mut p = std::ptr::null_mut();
+                            if cuframes_publisher_open_shared(key.as_ptr(), &opts, &mut p) != 0 {
+                                failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                continue;
+                            }
+                            // A ring makes the end take a while (as a filter's does).
+                            let mut cfg = std::mem::zeroed::<CFrameRingConfig>();
+                            cuframes_frame_ring_config_default(&mut cfg);
+                            (cfg.width, cfg.height) = (64, 32);
+                            let _ = cuframes_publisher_enable_frames(p, &cfg);
+                            let (y, uv) = (vec![0u8; 64 * 32], vec![0u8; 64 * 16]);
+                            let planes = [y.as_ptr(), uv.as_ptr()];
+                            let _ = cuframes_publisher_publish_host(
+                                p,
+                                planes.as_ptr(),
+                                [64usize, 64].as_ptr(),
+                                2,
+                                i64::MIN,
+                            );
+                            cuframes_publisher_destroy(p);
+                        }
+                    }
+                });
+            }
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        let name = key.to_str().unwrap();
+        let _ = cuframes_core::shm::unlink(&format!("cuframes-{name}"));
+        assert_eq!(
+            failures.into_inner(),
+            0,
+            "opens failed while another thread destroyed the last handle"
+        );
+    }
+
+    /// A C caller's stride is not trusted: one whose rows do not fit in memory is refused
+    /// with INVALID_ARG naming the plane, never wrapped into a small span that a buffer of
+    /// the wrong size passes.
+    #[test]
+    fn a_stride_whose_rows_overflow_is_refused() {
+        let n = cuframes_core::testing::unique_suffix() & 0xFF_FFFF;
+        let dir = std::env::temp_dir().join(format!("cuframes-stride-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = format!("stride-{}-{n}", std::process::id());
+        let options = PublisherOptions {
+            runtime_dir: Some(dir.clone()),
+            ..Default::default()
+        };
+        let publisher = Publisher::create(&key, options).unwrap();
+        publisher
+            .enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
+            .unwrap();
+        let mut p = CPublisher(Arc::new(publisher));
+        let (y, uv) = (vec![0u8; 64 * 32], vec![0u8; 64 * 16]);
+        let planes = [y.as_ptr(), uv.as_ptr()];
+        // 31 rows of this stride wrap around to 15 bytes.
+        let strides = [usize::MAX / 31 + 1, 64];
+        assert_eq!(strides[0].wrapping_mul(31), 15);
+        // SAFETY: `p` is a live handle; `planes` and `strides` hold 2 elements each.
+        let rc = unsafe {
+            cuframes_publisher_publish_host(&mut p, planes.as_ptr(), strides.as_ptr(), 2, 0)
+        };
+        // SAFETY: NUL-terminated, this thread's, copied before the next call.
+        let message = unsafe { std::ffi::CStr::from_ptr(crate::cuframes_last_error()) }
+            .to_string_lossy()
+            .into_owned();
+        drop(p);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(rc, ErrorCode::InvalidArg as c_int, "{message}");
+        assert!(
+            message.contains("plane 0") && message.contains("stride"),
+            "{message}"
+        );
+    }
 }

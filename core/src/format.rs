@@ -32,6 +32,29 @@ pub struct Plane {
 }
 
 impl Plane {
+    /// The bytes a buffer spans that holds this plane's rows `stride` bytes apart (the last
+    /// row only `row_bytes` long), or why no buffer can: a stride below `row_bytes`, or a
+    /// span past what the address space holds (a caller's stride is not trusted).
+    pub fn span_at(&self, stride: usize) -> Result<usize> {
+        if stride < self.row_bytes {
+            return Err(Error::invalid(format!(
+                "stride {stride} is below the plane's {} bytes of a row",
+                self.row_bytes
+            )));
+        }
+        self.rows
+            .saturating_sub(1)
+            .checked_mul(stride)
+            .and_then(|n| n.checked_add(self.row_bytes))
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "stride {stride}: {} rows at this stride do not fit in memory",
+                    self.rows
+                ))
+            })
+    }
+
     /// The row pitch (bytes) of a strided array (torch, CuPy, NumPy, DLPack) that holds this
     /// plane: `shape` with the rows first, `byte_strides` per axis (`None`: C-contiguous),
     /// elements of `itemsize` bytes. The array must have this plane's rows, each of

@@ -392,6 +392,59 @@ pub fn create(name: &str, len: usize, mode: u32) -> Result<(OwnedFd, Mapping)> {
     }
 }
 
+/// Create `/dev/shm/<name>.<random>` like [`create`], for an object that is put at
+/// `/dev/shm/<name>` only once it is complete ([`rename_into_place`]): whoever opens `name`
+/// meanwhile finds the previous object, never a half-made one, and no moment leaves `name`
+/// free for someone else to take. Keys have no '.', so the private name is nobody's key.
+/// Returns the private name with the descriptor and the mapping.
+pub fn create_staged(name: &str, len: usize, mode: u32) -> Result<(String, OwnedFd, Mapping)> {
+    let mut last = None;
+    for _ in 0..8 {
+        let mut random = [0u8; 8];
+        // SAFETY: getrandom writes at most `random.len()` bytes into the local buffer.
+        let n = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+        if n != random.len() as isize {
+            random = (crate::util::monotonic_ns() as u64 ^ u64::from(std::process::id()) << 32)
+                .to_le_bytes();
+        }
+        let staged = format!("{name}.{:016x}", u64::from_le_bytes(random));
+        match create(&staged, len, mode) {
+            Ok((fd, map)) => return Ok((staged, fd, map)),
+            // Someone made that name first: another draw.
+            Err(e) if e.code() == ErrorCode::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::new(ErrorCode::Io, "no private SHM name found")))
+}
+
+/// Put `/dev/shm/<staged>` at `/dev/shm/<name>` in one step (rename(2)): an object of ours
+/// already there is replaced atomically (whoever has it open keeps it); another user's is
+/// not (the sticky /dev/shm refuses), and the error says whose it is.
+pub fn rename_into_place(staged: &str, name: &str) -> Result<()> {
+    let dir = std::path::Path::new("/dev/shm");
+    let (from, to) = (dir.join(staged), dir.join(name));
+    std::fs::rename(&from, &to).map_err(|e| {
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::symlink_metadata(&to)
+            .map(|m| format!(" ({} is held by uid {})", to.display(), m.uid()))
+            .unwrap_or_default();
+        let code = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            ErrorCode::Permission
+        } else {
+            ErrorCode::Io
+        };
+        Error::new(
+            code,
+            format!(
+                "cannot put {} at {}: {e}{owner}",
+                from.display(),
+                to.display()
+            ),
+        )
+    })
+}
+
 /// Why [`open_regular`] failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenFailure {

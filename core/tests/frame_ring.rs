@@ -549,3 +549,27 @@ fn reconnect_gives_up_after_its_bound_with_a_plain_end() {
         t.elapsed()
     );
 }
+
+/// A caller's stride is not trusted: one whose rows do not fit in memory is refused with a
+/// clear error, never wrapped around into a small span that the buffer's size passes.
+#[test]
+fn a_stride_whose_rows_overflow_is_refused() {
+    let env = TestEnv::new("stride");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
+        .unwrap();
+    let (y, uv) = (vec![0u8; 64 * 32], vec![0u8; 64 * 16]);
+    // 31 rows of this stride wrap around to 15 bytes.
+    let stride = usize::MAX / 31 + 1;
+    assert_eq!(stride.wrapping_mul(31), 15);
+    let e = p
+        .publish_host_planes(&[&y, &uv], &[stride, 64], None)
+        .expect_err("refused");
+    assert_eq!(e.code(), ErrorCode::InvalidArg, "{e}");
+    assert!(e.message().contains("plane 0: stride"), "{e}");
+    // The slot went back: the next frame publishes.
+    assert_eq!(
+        p.publish_host_planes(&[&y, &uv], &[64, 64], None).unwrap(),
+        1
+    );
+}

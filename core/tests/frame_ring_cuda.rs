@@ -35,6 +35,10 @@ const ROLE_ENV: &str = "CUFRAMES_CUDA_CHILD";
 /// FFmpeg glue passes when its hwcontext has no stream).
 const CU_STREAM_LEGACY: *mut c_void = 0x1 as *mut c_void;
 
+/// `CU_STREAM_PER_THREAD` of cuda.h: the calling thread's default stream of the current
+/// context (torch's and CuPy's default stream in per-thread mode).
+const CU_STREAM_PER_THREAD: *mut c_void = 0x2 as *mut c_void;
+
 /// One GPU test at a time in this process: the release and mapping counters and
 /// cuMemGetInfo are process- or device-wide.
 static GPU: Mutex<()> = Mutex::new(());
@@ -400,6 +404,72 @@ fn publication_on_the_stream_follows_the_gpu_work_and_does_not_block() {
     );
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
     assert_eq!(seen.last(), Some(&3));
+}
+
+/// `CU_STREAM_PER_THREAD` names a different stream on each thread: a frame published on one
+/// thread's idle per-thread stream must not become visible before the frame published just
+/// before it on another thread's per-thread stream, behind a slow kernel (the handles are
+/// equal, the streams are not).
+#[test]
+fn publications_on_two_threads_per_thread_streams_stay_in_order() {
+    let _g = gpu_lock();
+    if no_gpu() {
+        return;
+    }
+    let env = TestEnv::new("ptds");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(cuda_ring(4, Policy::DropOldest)).unwrap();
+    let mut s = Subscriber::connect(
+        &env.key,
+        &SubscriberOptions {
+            mode: SubscriberMode::Copy,
+            cuda_device: 0,
+            ..env.subscriber_options("ptds")
+        },
+    )
+    .unwrap();
+    let dev = CudaDevice::open(0).unwrap();
+    let load = busy_iterations_for(&Stream::new(&dev).unwrap(), Duration::from_millis(300));
+    let (queued_tx, queued_rx) = std::sync::mpsc::channel();
+    let (finish_tx, finish_rx) = std::sync::mpsc::channel::<()>();
+    let (first_done, second_returned_after) = std::thread::scope(|scope| {
+        let (p, dev) = (&p, &dev);
+        // Thread A: a slow kernel, then frame 1, on A's per-thread default stream. A stays
+        // alive until the end (its per-thread stream holds the work).
+        scope.spawn(move || {
+            let _current = dev.push_current().unwrap();
+            // SAFETY: the special handle, with the device's context current on this thread.
+            let per_thread = unsafe { Stream::from_raw_with_device(dev, CU_STREAM_PER_THREAD) };
+            let done = Event::new(dev).unwrap();
+            testing::busy(&per_thread, load).unwrap();
+            done.record(&per_thread).unwrap();
+            let slot = p.acquire().unwrap();
+            // SAFETY: as above.
+            unsafe { p.publish_on_stream(slot, CU_STREAM_PER_THREAD, None) }.unwrap();
+            queued_tx.send(done).unwrap();
+            let _ = finish_rx.recv();
+        });
+        let done = queued_rx.recv().unwrap();
+        // This thread: frame 2 on its own, idle, per-thread default stream.
+        let _current = dev.push_current().unwrap();
+        let slot = p.acquire().unwrap();
+        let t = Instant::now();
+        // SAFETY: the special handle, with the device's context current on this thread.
+        unsafe { p.publish_on_stream(slot, CU_STREAM_PER_THREAD, None) }.unwrap();
+        let returned_after = t.elapsed();
+        let first_done = done.query().unwrap();
+        finish_tx.send(()).unwrap();
+        (first_done, returned_after)
+    });
+    let mut seen = Vec::new();
+    while let Ok(f) = s.next_frame(Some(Duration::from_secs(2))) {
+        seen.push(f.seq);
+    }
+    eprintln!(
+        "frame 2's publish returned after {second_returned_after:?} (frame 1's kernel done: \
+         {first_done}); seen {seen:?}"
+    );
+    assert_eq!(seen, vec![1, 2], "frames became visible out of order");
 }
 
 /// Defect: publish_on_stream queued its host function before storing the slot's pts, so on

@@ -137,6 +137,12 @@ fn order_after(dev: &Arc<CudaDevice>, copy_on: usize, ready_on: usize) -> PyResu
 /// A frame publisher (the ring in host memory or CUDA VMM; host or, for CUDA rings, device
 /// sources).
 ///
+/// After `os.fork()` (or multiprocessing's "fork" start method) the child inherits this
+/// object, but the publisher stays the parent's: in the child, `close()`, leaving a `with`
+/// block, garbage collection and the exit only let go of the child's copy (no shutdown,
+/// nothing removed, the parent goes on publishing). Do not publish through it in the child:
+/// create a publisher there (another key), or start children with "spawn".
+///
 /// The lock only guards taking the publisher out (close); every call works on a clone of the
 /// Arc, so no thread holds the lock while it waits for the GIL (or the GIL while it waits).
 #[pyclass(module = "cuframes", frozen, subclass, weakref)]
@@ -326,12 +332,10 @@ impl Publisher {
         for (i, (obj, g)) in planes.iter().zip(geometry).enumerate() {
             let bytes = plane_bytes(obj)?;
             let stride = strides.as_ref().map_or(g.row_bytes, |s| s[i]);
-            let need = if g.rows == 0 {
-                0
-            } else {
-                stride * (g.rows - 1) + g.row_bytes
-            };
-            if stride < g.row_bytes || bytes.len() < need {
+            let need = g
+                .span_at(stride)
+                .map_err(|e| PyValueError::new_err(format!("plane {i}: {}", e.message())))?;
+            if bytes.len() < need {
                 return Err(PyValueError::new_err(format!(
                     "plane {i}: {} rows of {} bytes (stride {stride}) need {need} bytes, got {}",
                     g.rows,
@@ -344,7 +348,8 @@ impl Publisher {
         }
         let p = self.get()?;
         let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-        py.allow_threads(|| p.publish_host_planes(&refs, &pitches, pts_ns))
+        // The layout the planes were checked against: a ring replaced meanwhile refuses them.
+        py.allow_threads(|| p.publish_host_frame(&layout, &refs, &pitches, pts_ns))
             .map_err(to_py)
     }
 

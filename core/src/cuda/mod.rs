@@ -37,5 +37,5 @@ pub use copy::{copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count,
 pub use device::CudaDevice;
 pub use driver::{device_count, driver_available, driver_version, release_failures};
 pub use identity::{device_uuid, resolve_device, visible_gpus, GpuUuid, DEVICE_AUTO};
-pub use stream::{launch_host_func, Event, Stream};
+pub use stream::{launch_host_func, Event, Stream, StreamIdentity};
 pub use vmm::{live_mappings, VmmAllocation, VmmImport};

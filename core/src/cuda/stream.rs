@@ -39,6 +39,68 @@ impl std::fmt::Debug for Stream {
     }
 }
 
+/// The driver's special handle of the legacy default stream (null names it too).
+pub const CU_STREAM_LEGACY: usize = 0x1;
+/// The driver's special handle of the calling thread's per-thread default stream.
+pub const CU_STREAM_PER_THREAD: usize = 0x2;
+
+/// The stream a raw `CUstream` handle names where it is used. A created stream is the same
+/// stream wherever its handle goes; the special handles are not: null and
+/// `CU_STREAM_LEGACY` name the legacy default stream of the current context, and
+/// `CU_STREAM_PER_THREAD` the default stream of the current context *and thread*. Two
+/// publications are ordered by their stream only when their identities are equal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamIdentity {
+    /// A stream made by `cuStreamCreate`: its handle.
+    Created(usize),
+    /// The legacy default stream of a context.
+    Legacy { context: usize },
+    /// The per-thread default stream of a context on one thread (a token unique to the
+    /// thread for the process's lifetime: thread ids are reused, streams of dead threads
+    /// may still hold work).
+    PerThread { context: usize, thread: u64 },
+}
+
+impl StreamIdentity {
+    /// What `raw` names on the calling thread (the current context is asked of the driver
+    /// for the special handles only).
+    pub fn of(raw: *mut c_void) -> Result<StreamIdentity> {
+        StreamIdentity::resolve(
+            raw as usize,
+            || super::context::current_context().map(|c| c as usize),
+            thread_token(),
+        )
+    }
+
+    /// `of` with the current context and the thread given.
+    pub fn resolve(
+        raw: usize,
+        context: impl FnOnce() -> Result<usize>,
+        thread: u64,
+    ) -> Result<StreamIdentity> {
+        Ok(match raw {
+            0 | CU_STREAM_LEGACY => StreamIdentity::Legacy {
+                context: context()?,
+            },
+            CU_STREAM_PER_THREAD => StreamIdentity::PerThread {
+                context: context()?,
+                thread,
+            },
+            created => StreamIdentity::Created(created),
+        })
+    }
+}
+
+/// A number of the calling thread that no other thread of the process ever gets.
+pub fn thread_token() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TOKEN.with(|t| *t)
+}
+
 impl Stream {
     /// A new non-blocking stream (`CU_STREAM_NON_BLOCKING`: no implicit ordering with the
     /// legacy default stream) in `dev`'s context.
@@ -294,5 +356,51 @@ mod tests {
         fn check<T: Send + Sync>() {}
         check::<Stream>();
         check::<Event>();
+    }
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    fn of(raw: usize, context: usize, thread: u64) -> StreamIdentity {
+        StreamIdentity::resolve(raw, || Ok(context), thread).unwrap()
+    }
+
+    /// The special handles name a stream per context (legacy) or per context and thread
+    /// (per-thread): the same handle from two threads or contexts is not one stream, and a
+    /// publication on one is not ordered behind work on the other.
+    #[test]
+    fn special_handles_name_a_stream_per_context_and_thread() {
+        let per_thread = CU_STREAM_PER_THREAD;
+        assert_ne!(of(per_thread, 7, 1), of(per_thread, 7, 2));
+        assert_ne!(of(per_thread, 7, 1), of(per_thread, 8, 1));
+        assert_eq!(of(per_thread, 7, 1), of(per_thread, 7, 1));
+        assert_eq!(
+            of(0, 7, 1),
+            of(CU_STREAM_LEGACY, 7, 2),
+            "null is the legacy stream"
+        );
+        assert_ne!(of(0, 7, 1), of(0, 8, 1));
+        assert_ne!(of(0, 7, 1), of(per_thread, 7, 1));
+        assert_eq!(of(0xdead_b000, 7, 1), of(0xdead_b000, 8, 2));
+    }
+
+    #[test]
+    fn thread_tokens_differ_between_threads() {
+        let here = thread_token();
+        assert_eq!(here, thread_token());
+        let there = std::thread::spawn(thread_token).join().unwrap();
+        assert_ne!(here, there);
+    }
+
+    /// The context is asked only for the special handles (a created stream needs no
+    /// driver call), and a failure to ask is an error, not a guess.
+    #[test]
+    fn only_special_handles_ask_for_the_context() {
+        let refuse = || Err(crate::Error::new(crate::ErrorCode::Cuda, "no driver"));
+        assert!(StreamIdentity::resolve(0x1000, refuse, 1).is_ok());
+        assert!(StreamIdentity::resolve(0, refuse, 1).is_err());
+        assert!(StreamIdentity::resolve(CU_STREAM_PER_THREAD, refuse, 1).is_err());
     }
 }

@@ -8,7 +8,7 @@
 //! bookkeeping below, all lock-free, and it owns an `Arc` of what it touches, so it stays sound
 //! whatever the writer does meanwhile (even if the writer is gone).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,9 +62,22 @@ impl Publication {
     /// someone sleeps (or may sleep uncounted). The slot's pts and size were stored before,
     /// while its seq was still invalid.
     pub fn make_visible(&self, slot: usize, seq: u64) {
+        self.store_visible(slot, seq);
+        self.wake_readers();
+    }
+
+    /// The R24 stores of `make_visible`. The writer makes them under its lock: publishers on
+    /// several threads would otherwise store an older seq after a newer one (global_seq
+    /// going backwards, a reacquired slot labelled with its previous frame's seq).
+    pub fn store_visible(&self, slot: usize, seq: u64) {
         self.shm.slot_seq(slot).store(seq, Ordering::Release);
         self.shm.global_seq().store(seq, Ordering::SeqCst);
         self.published.store(seq, Ordering::SeqCst);
+    }
+
+    /// R13/R28: wake the readers after a publication, with a system call only when someone
+    /// sleeps (or may sleep uncounted).
+    pub fn wake_readers(&self) {
         if self.page_readers.load(Ordering::SeqCst) > 0
             || self.shm.waiters().load(Ordering::SeqCst) > 0
         {

@@ -98,8 +98,12 @@ pub(crate) struct WriterState {
     /// The writer's own record of the frame in each slot (0 = none): what STRICT_WAIT waits
     /// on is decided from this, never from the SHM, which others may be able to write.
     slot_seq: [u64; MAX_RING_SIZE],
-    /// The stream the publications still pending were queued on (`publish_on_stream`).
-    pending_stream: usize,
+    /// The stream the last publication was queued on (`publish_on_stream`): one queued on
+    /// the same stream runs after it; on any other, it waits for it first.
+    pending_stream: Option<crate::cuda::StreamIdentity>,
+    /// A newer ring took this one's place ([`FrameWriter::retire`]): nothing more is
+    /// acquired or published here.
+    retired: bool,
 }
 
 /// How long the writer waits for a publication queued on a stream (the GPU work before it)
@@ -117,7 +121,9 @@ pub struct FrameWriter {
     pub policy: Policy,
     pub ack_timeout: Duration,
     pub shm: Arc<FrameShm>,
+    /// Where the frame SHM is: the key's name once installed, a private name before.
     pub shm_name: String,
+    installed: bool,
     _shm_fd: OwnedFd,
     pub slots: Box<dyn SlotStore>,
     writer: Mutex<WriterState>,
@@ -126,6 +132,10 @@ pub struct FrameWriter {
     pub(crate) publication: Arc<Publication>,
     /// CUDA rings: the stream the convenience copies run on.
     copy_stream: Option<crate::cuda::Stream>,
+    /// The writer has started to overwrite published frames (its first lap is over). Set
+    /// before the acquire that first reuses a slot computes who must ACK, so a subscriber
+    /// admitted while it is false (and so started at frame 1) is in that computation.
+    first_lap_over: std::sync::atomic::AtomicBool,
 }
 
 /// The subscribers whose ACK of one frame a STRICT_WAIT publish waits for: a mask of bits
@@ -153,13 +163,25 @@ pub(crate) trait AckAuthority {
     /// Who must ACK frame `seq` before its slot may be rewritten.
     fn required_acks(&self, seq: u64) -> RequiredAcks;
     /// Give up on the bits of `missing` (a subset of `required.mask`) that are still owned
-    /// by the connection `required` names for them (R11, R27).
-    fn declare_dead(&self, required: &RequiredAcks, missing: u64);
+    /// by the connection `required` names for them (R11, R27); returns the bits given up on.
+    /// Called with the waiting ring's writer state held, so it takes no lock above the
+    /// subscriber table (the publisher's lock hierarchy).
+    fn declare_dead(&self, required: &RequiredAcks, missing: u64) -> u64;
+    /// Readers that a ring replacement sent away are still expected back (they subscribe
+    /// to this ring after draining the old one).
+    fn returns_awaited(&self) -> bool;
 }
 
 impl FrameWriter {
-    /// Allocate `config.ring_size` slots and create the frame SHM of `key` with `file_mode`.
-    pub fn create(key: &Key, config: &FrameRingConfig, file_mode: u32) -> Result<FrameWriter> {
+    /// Allocate `config.ring_size` slots and create the frame SHM of `key` with `file_mode`,
+    /// under a private name: nothing is visible at the key's name until
+    /// [`FrameWriter::install`], so a failure here (slots, memory, descriptors) leaves the
+    /// ring in place untouched.
+    pub(crate) fn create_staged(
+        key: &Key,
+        config: &FrameRingConfig,
+        file_mode: u32,
+    ) -> Result<FrameWriter> {
         let layout = config.validate()?;
         let slots: Box<dyn SlotStore> = match config.memory {
             MemoryChoice::Host => Box::new(HostSlots::create(config.ring_size, layout.frame_size)?),
@@ -172,8 +194,8 @@ impl FrameWriter {
             None => None,
         };
         let meta = announced_meta(&layout, config, slots.as_ref());
-        let shm_name = key.frame_shm_name();
-        let (fd, map) = shm::create(&shm_name, FRAME_SHM_SIZE, file_mode)?;
+        let (shm_name, fd, map) =
+            shm::create_staged(&key.frame_shm_name(), FRAME_SHM_SIZE, file_mode)?;
         let shm = match FrameShm::new(map) {
             Ok(s) => Arc::new(s),
             Err(e) => {
@@ -195,6 +217,7 @@ impl FrameWriter {
             policy: config.policy,
             ack_timeout: config.ack_timeout,
             shm_name,
+            installed: false,
             _shm_fd: fd,
             copy_stream,
             slots,
@@ -202,11 +225,24 @@ impl FrameWriter {
                 last_seq: 0,
                 acquired: None,
                 slot_seq: [0; MAX_RING_SIZE],
-                pending_stream: 0,
+                pending_stream: None,
+                retired: false,
             }),
             publication: Publication::new(Arc::clone(&shm)),
             shm,
+            first_lap_over: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Put the frame SHM at the key's name, in one step, over the previous ring's (whose
+    /// readers keep theirs). On error nothing changed: the SHM is still private (and removed
+    /// with the ring).
+    pub(crate) fn install(&mut self, key: &Key) -> Result<()> {
+        let name = key.frame_shm_name();
+        shm::rename_into_place(&self.shm_name, &name)?;
+        self.shm_name = name;
+        self.installed = true;
+        Ok(())
     }
 
     /// The slot that frame `seq` lives in. Always derived from the seq, never taken from a
@@ -241,10 +277,19 @@ impl FrameWriter {
         self.publication.published()
     }
 
+    /// Whether every frame this ring published is still in its slot (no slot reused yet):
+    /// a subscriber admitted now may start at frame 1 (see `first_lap_over`).
+    pub fn first_lap_intact(&self) -> bool {
+        !self.first_lap_over.load(Ordering::SeqCst)
+    }
+
     /// Take the next slot for writing. Under STRICT_WAIT this waits until every subscriber
     /// that must see the frame in that slot has ACKed it, or declares the late ones dead.
     pub(crate) fn acquire(&self, acks: &dyn AckAuthority) -> Result<AcquiredSlot> {
         let mut st = self.lock();
+        if st.retired {
+            return Err(replaced());
+        }
         if st.acquired.is_some() {
             return Err(Error::invalid(
                 "a slot is already acquired: publish it before acquiring another",
@@ -256,7 +301,15 @@ impl FrameWriter {
         // is published (or its stream declared failed) before the slot is invalidated.
         self.wait_published(st.slot_seq[index])?;
         if self.policy == Policy::StrictWait && st.slot_seq[index] != 0 {
+            // A replacement ring keeps its first frames for the old ring's readers, who
+            // come back only once they have drained the old one: its first lap waits for
+            // them (bounded) before overwriting, whichever thread publishes.
+            self.wait_for_returns(acks);
+            self.first_lap_over.store(true, Ordering::SeqCst);
             self.wait_for_acks(index, st.slot_seq[index], acks);
+        }
+        if st.slot_seq[index] != 0 {
+            self.first_lap_over.store(true, Ordering::SeqCst);
         }
         st.slot_seq[index] = 0;
         // R24/R10: invalidate the slot and clear its ACKs before a single byte is written.
@@ -272,6 +325,15 @@ impl FrameWriter {
             address: self.slots.slot_address(index),
             memory_kind: self.slots.kind(),
         })
+    }
+
+    /// Wait, at most the ACK timeout, while readers sent away by a replacement are still
+    /// expected back (the replacement's own wait gives up on them at its deadline).
+    fn wait_for_returns(&self, acks: &dyn AckAuthority) {
+        let start = Instant::now();
+        while acks.returns_awaited() && start.elapsed() < self.ack_timeout {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     fn wait_for_acks(&self, index: usize, old_seq: u64, acks: &dyn AckAuthority) {
@@ -315,7 +377,10 @@ impl FrameWriter {
             }
             let elapsed = start.elapsed();
             if elapsed >= self.ack_timeout {
-                acks.declare_dead(&required, missing);
+                let kicked = acks.declare_dead(&required, missing);
+                for bit in (1..MAX_SUBSCRIBER_SLOTS).filter(|b| kicked & (1u64 << b) != 0) {
+                    self.forget_subscriber(bit);
+                }
                 return counted(true);
             }
             slept = true;
@@ -335,14 +400,15 @@ impl FrameWriter {
     /// The caller has finished writing (for CUDA: its stream was synchronised, §5).
     pub(crate) fn publish(&self, slot: AcquiredSlot, pts_ns: Option<i64>) -> Result<u64> {
         let mut st = self.lock();
-        if st.acquired != Some(slot.seq) {
-            return Err(Error::invalid("publish of a slot that was not acquired"));
-        }
+        check_publishable(&mut st, slot.seq)?;
         // Frames become visible in seq order: the ones still queued on a stream first.
         self.wait_published(st.last_seq)?;
         let k = self.commit(&mut st, &slot, pts_ns);
+        // Visible in seq order whichever threads publish: the stores under the lock, the
+        // wake (a system call when readers sleep) after it.
+        self.publication.store_visible(k, slot.seq);
         drop(st);
-        self.publication.make_visible(k, slot.seq);
+        self.publication.wake_readers();
         Ok(slot.seq)
     }
 
@@ -363,10 +429,11 @@ impl FrameWriter {
         pts_ns: Option<i64>,
     ) -> Result<u64> {
         let mut st = self.lock();
-        if st.acquired != Some(slot.seq) {
-            return Err(Error::invalid("publish of a slot that was not acquired"));
-        }
-        if st.pending_stream != stream as usize {
+        check_publishable(&mut st, slot.seq)?;
+        // Which stream the handle names on this thread: CU_STREAM_PER_THREAD from two
+        // threads, or the legacy stream of two contexts, are different streams.
+        let identity = crate::cuda::StreamIdentity::of(stream)?;
+        if st.pending_stream != Some(identity) {
             self.wait_published(st.last_seq)?;
         }
         let k = self.slot_of(slot.seq);
@@ -378,7 +445,7 @@ impl FrameWriter {
         // SAFETY: our contract is enqueue's.
         unsafe { self.publication.enqueue(stream, k, slot.seq) }?;
         self.record(&mut st, &slot);
-        st.pending_stream = stream as usize;
+        st.pending_stream = Some(identity);
         Ok(slot.seq)
     }
 
@@ -486,10 +553,16 @@ impl FrameWriter {
             .zip(planes.iter().zip(strides))
             .enumerate()
         {
-            if *stride < p.row_bytes || src.len() < stride * (p.rows - 1) + p.row_bytes {
+            let span = p
+                .span_at(*stride)
+                .map_err(|e| Error::invalid(format!("plane {i}: {}", e.message())))?;
+            if src.len() < span {
                 return Err(Error::invalid(format!(
-                    "plane {i}: buffer too small for {} rows of {} bytes",
-                    p.rows, p.row_bytes
+                    "plane {i}: buffer of {} bytes too small for {} rows of {} bytes at \
+                     stride {stride} ({span} bytes)",
+                    src.len(),
+                    p.rows,
+                    p.row_bytes
                 )));
             }
             for row in 0..p.rows {
@@ -656,6 +729,11 @@ impl StreamRef<'_> {
 impl Drop for FrameWriter {
     fn drop(&mut self) {
         self.flush_publications();
+        // A ring never installed leaves no name behind (an installed one's name is the
+        // key's, removed by the publisher's end or taken over by the next ring).
+        if !self.installed {
+            let _ = shm::unlink(&self.shm_name);
+        }
     }
 }
 
@@ -663,15 +741,57 @@ impl FrameWriter {
     /// Wait (bounded) until every publication queued on a stream has run: before the
     /// shutdown flag (readers must see those frames) and before the teardown.
     pub(crate) fn flush_publications(&self) {
-        let last = self.lock().last_seq;
-        if self.wait_published(last).is_err() {
-            eprintln!(
-                "cuframes: {} frame publications still queued on a stream that does not \
+        let st = self.lock();
+        self.flush_locked(&st);
+    }
+
+    fn flush_locked(&self, st: &WriterState) {
+        if self.wait_published(st.last_seq).is_err() {
+            crate::util::diag!(
+                "{} frame publications still queued on a stream that does not \
                  finish; shutting the ring down without them",
                 self.publication.pending()
             );
         }
     }
+
+    /// A newer ring takes this one's place: its publications queued on streams become
+    /// visible, then nothing more is acquired or published here (a slot acquired before
+    /// stays mapped for as long as its holder keeps the ring, and fails to publish). The
+    /// flag and the flush happen under the writer's lock, so no frame is published after
+    /// the flush and before the flag.
+    pub(crate) fn retire(&self) {
+        let mut st = self.lock();
+        self.flush_locked(&st);
+        st.retired = true;
+    }
+
+    /// Whether a newer ring took this one's place.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.lock().retired
+    }
+}
+
+/// The error of a call on a ring that a newer one replaced.
+fn replaced() -> Error {
+    Error::new(
+        ErrorCode::Disconnected,
+        "the frame ring was replaced (a new size or format): a slot acquired before that \
+         is not published; acquire a slot of the new ring",
+    )
+}
+
+/// A publish is of the slot that is out, on a ring still in place; a slot of a replaced
+/// ring is given back (it is not out any more).
+fn check_publishable(st: &mut WriterState, seq: u64) -> Result<()> {
+    if st.acquired != Some(seq) {
+        return Err(Error::invalid("publish of a slot that was not acquired"));
+    }
+    if st.retired {
+        st.acquired = None;
+        return Err(replaced());
+    }
+    Ok(())
 }
 
 /// The meta of a new ring: the layout's, plus what the extension announces (R7 compatible:

@@ -1,5 +1,25 @@
 //! The publisher: owns a key's socket and rings, admits subscribers on a background thread,
 //! and publishes frames (and, with `enable_packets`, packets).
+//!
+//! # Lock hierarchy
+//!
+//! A publisher is used from several threads at once: the host's publishing thread, a control
+//! thread replacing the ring (a size change), a monitoring thread reading the subscriber
+//! table, the server thread admitting and dropping subscribers. Its locks are taken in this
+//! order, outermost first; a thread that holds one takes only locks further down the list:
+//!
+//! 1. [`Inner::frames`] (`RwLock`): written only by `enable_frames`, `replace_frames` and the
+//!    publisher's end; everybody else clones the current ring's `Arc` and lets go of the lock
+//!    at once ([`Inner::ring`], [`Inner::ring_and_generation`]) before taking anything else;
+//! 2. the writer state of one ring (`FrameWriter`'s mutex): a STRICT_WAIT acquire holds it
+//!    for up to the ACK timeout;
+//! 3. [`Inner::table`], the subscriber table (what an ACK wait asks and a kick changes);
+//! 4. leaves, which never take another lock: [`Inner::held`] (the ring of the slot that is
+//!    out), [`Inner::packets`], `KEYS_IN_PROCESS`.
+//!
+//! So whoever needs the ring and the table clones the ring first, and whoever waits for ACKs
+//! holding a ring's writer state never needs the `frames` lock (a kick forgets its bits in
+//! the ring it waits on). `tests/replace_under_load.rs` drives runs these paths against each other.
 
 #[cfg(test)]
 mod ack_model;
@@ -9,7 +29,7 @@ pub mod subscribers;
 
 pub use crate::frames::{AcquiredSlot, FrameRingConfig, MemoryChoice};
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -28,6 +48,7 @@ use crate::frames::{FrameWriter, RequiredAcks};
 use crate::packet::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
 use crate::paths::{self, Key};
 use crate::shm;
+use crate::util::Origin;
 
 /// How a publisher is created.
 #[derive(Debug, Clone)]
@@ -81,8 +102,25 @@ pub struct SubscriberInfo {
     pub dropped_torn: u64,
 }
 
-/// Keys that have a publisher in this process (R6).
-static KEYS_IN_PROCESS: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+/// The slot that is out and the ring it belongs to ([`Inner::held`]).
+pub(crate) struct Held {
+    ring: Arc<FrameWriter>,
+    seq: u64,
+    address: u64,
+}
+
+impl Held {
+    fn is(&self, slot: &AcquiredSlot) -> bool {
+        self.seq == slot.seq && self.address == slot.address
+    }
+}
+
+/// Keys that have a publisher in this process (R6), each with the process that created it: a
+/// child forked from a publishing process inherits the record, and the parent's entries are
+/// not this process's (a create of the same key then meets the parent's live socket).
+static KEYS_IN_PROCESS: Mutex<Option<HashMap<String, Origin>>> = Mutex::new(None);
+/// Signalled when a key leaves `KEYS_IN_PROCESS` (a publisher's end).
+static KEY_RELEASED: std::sync::Condvar = std::sync::Condvar::new();
 
 pub(crate) struct Inner {
     pub key: Key,
@@ -94,15 +132,31 @@ pub(crate) struct Inner {
     /// Bumped with every new frame ring: connections remember the generation they were told
     /// about, so a handshake that straddles a replacement is restarted.
     pub generation: AtomicU64,
+    /// The slot that is out ([`Publisher::acquire`] until its publish or abandon) and its
+    /// ring: it keeps that ring's slots mapped even if a replacement takes the ring away
+    /// meanwhile, so the caller's writes into the slot never hit unmapped memory. Seqs
+    /// start at 1 in every generation, so the slot is known by its seq *and* address (two
+    /// mapped slots never share an address).
+    pub held: Mutex<Option<Held>>,
     /// The packet ring, once `enable_packets` was called.
     pub packets: Mutex<Option<PacketRingWriter>>,
     pub table: Mutex<subscribers::Table>,
     pub stopping: AtomicBool,
     /// Written to wake the server thread (a kick, a new ring, shutdown).
     pub wake_tx: OwnedFd,
+    /// The server thread polls this. Its owner is `Inner`, not the thread: the pipe has a
+    /// reader for as long as anybody can call [`Inner::wake_server`], so a wake after the
+    /// thread has ended never meets a closed pipe (EPIPE, and SIGPIPE, which kills a host
+    /// that keeps the default disposition).
+    pub wake_rx: OwnedFd,
+    /// The process that created the publisher: in a child forked from it, the publisher is
+    /// a copy that must leave the parent's socket, rings and thread alone (`Publisher::drop`).
+    pub origin: Origin,
 }
 
 impl Inner {
+    /// Wake the server thread. Never blocks (the pipe is non-blocking: when it is full a wake
+    /// is pending anyway) and never raises SIGPIPE (`wake_rx` lives as long as `self`).
     pub fn wake_server(&self) {
         let _ = nix::unistd::write(self.wake_tx.as_fd(), &[1u8]);
     }
@@ -113,6 +167,10 @@ impl Inner {
 
     pub fn table(&self) -> std::sync::MutexGuard<'_, subscribers::Table> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Option<Held>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The current frame ring and its generation, read together (a replacement swaps the
@@ -136,21 +194,24 @@ impl AckAuthority for Inner {
         self.table().required_acks(seq)
     }
 
-    fn declare_dead(&self, required: &RequiredAcks, missing: u64) {
+    fn declare_dead(&self, required: &RequiredAcks, missing: u64) -> u64 {
+        // The caller holds its ring's writer state: no `frames` lock here (lock hierarchy).
         let kicked = self.table().kick(required, missing);
-        if let Some(ring) = self.ring() {
-            for bit in subscribers::bits(kicked) {
-                ring.forget_subscriber(bit);
-            }
-        }
         if kicked != 0 {
             self.wake_server();
         }
+        kicked
+    }
+
+    fn returns_awaited(&self) -> bool {
+        self.table().awaiting_returns()
     }
 }
 
 /// A publisher of one key. Dropping it shuts down cleanly (SHUTDOWN to every subscriber,
-/// every socket and SHM object removed).
+/// every socket and SHM object removed). A copy inherited by a child forked from the
+/// creating process is not that publisher: dropping it leaves the parent's publisher, its
+/// socket, rings and subscribers as they are (see `leave_to_parent`).
 pub struct Publisher {
     inner: Arc<Inner>,
     server: Option<JoinHandle<()>>,
@@ -163,8 +224,8 @@ impl Publisher {
         let key = Key::new(key)?;
         {
             let mut keys = KEYS_IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
-            let set = keys.get_or_insert_with(HashSet::new);
-            if !set.insert(key.as_str().to_owned()) {
+            let map = keys.get_or_insert_with(HashMap::new);
+            if map.get(key.as_str()).is_some_and(|o| o.is_here()) {
                 return Err(Error::new(
                     ErrorCode::AlreadyExists,
                     format!(
@@ -172,6 +233,7 @@ impl Publisher {
                     ),
                 ));
             }
+            map.insert(key.as_str().to_owned(), Origin::here());
         }
         match Publisher::create_unregistered(key.clone(), options) {
             Ok(p) => Ok(p),
@@ -204,16 +266,25 @@ impl Publisher {
             socket_path,
             frames: RwLock::new(None),
             generation: AtomicU64::new(0),
+            held: Mutex::new(None),
             packets: Mutex::new(None),
             table: Mutex::new(subscribers::Table::default()),
             stopping: AtomicBool::new(false),
             wake_tx,
+            wake_rx,
+            origin: Origin::here(),
         });
         let server_inner = inner.clone();
         let server = std::thread::Builder::new()
             .name(format!("cuframes-pub-{}", inner.key))
-            .spawn(move || server::run(server_inner, listener, wake_rx))
-            .map_err(|e| Error::new(ErrorCode::Io, format!("spawn server thread: {e}")))?;
+            .spawn(move || server::run(server_inner, listener))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&inner.socket_path);
+                Error::new(
+                    ErrorCode::Io,
+                    format!("cannot start the publisher's server thread: {e}"),
+                )
+            })?;
         Ok(Publisher {
             inner,
             server: Some(server),
@@ -230,6 +301,7 @@ impl Publisher {
 
     /// Add the frame ring (once): allocates the slots and the frame SHM.
     pub fn enable_frames(&self, config: FrameRingConfig) -> Result<()> {
+        self.check_here()?;
         let mut frames = self.inner.frames.write().unwrap_or_else(|p| p.into_inner());
         if frames.is_some() {
             return Err(Error::new(
@@ -237,7 +309,9 @@ impl Publisher {
                 "this publisher already has a frame ring",
             ));
         }
-        *frames = Some(Arc::new(self.create_ring(&config)?));
+        let mut ring = self.create_ring(&config)?;
+        ring.install(&self.inner.key)?;
+        *frames = Some(Arc::new(ring));
         self.inner.generation.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -250,7 +324,7 @@ impl Publisher {
         } else {
             shm::readers_read_only(options.file_mode)
         };
-        FrameWriter::create(&self.inner.key, config, mode)
+        FrameWriter::create_staged(&self.inner.key, config, mode)
     }
 
     /// A new generation of the frame ring (issue #14: a camera switching 1080p to 720p): the
@@ -263,34 +337,39 @@ impl Publisher {
     /// (they are the old ring's readers coming back), so a returning reader misses none of its
     /// frames. Packet subscribers are not affected.
     pub fn replace_frames(&self, config: FrameRingConfig) -> Result<()> {
+        self.check_here()?;
+        if self.inner.ring().is_none() {
+            return Err(Error::new(
+                ErrorCode::NotFound,
+                "this publisher has no frame ring to replace",
+            ));
+        }
+        // The new ring is made first, its SHM under a private name: whatever fails here
+        // (descriptors, memory, a device) leaves the old ring and its readers as they were.
+        let mut ring = self.create_ring(&config)?;
         let fresh = {
             let mut frames = self.inner.frames.write().unwrap_or_else(|p| p.into_inner());
-            let Some(old) = frames.take() else {
+            let Some(old) = frames.clone() else {
                 return Err(Error::new(
                     ErrorCode::NotFound,
                     "this publisher has no frame ring to replace",
                 ));
             };
+            // Renamed over the old ring's SHM in one step: the name is never free for
+            // someone else to take, and a refusal leaves the old ring in place.
+            ring.install(&self.inner.key)?;
             // The old ring's readers stop at its end (its frames still queued on a stream
-            // made visible first); the new ring needs the name.
-            old.flush_publications();
+            // made visible first, nothing published after); they have it mapped still.
+            old.retire();
             old.shm.shutdown_flag().store(1, Ordering::SeqCst);
             crate::futex::wake_all(old.shm.global_seq_word());
-            let _ = shm::unlink(&old.shm_name);
             // The generation moves before the old subscribers are retired: a SUBSCRIBE that
             // the server admits (it checks the generation under the table lock) is either
             // in the table before the retirement, and retired with the others, or of the
             // new generation.
             self.inner.generation.fetch_add(1, Ordering::SeqCst);
             let moved = self.inner.table().retire_frame_subscribers();
-            match self.create_ring(&config) {
-                Ok(ring) => *frames = Some(Arc::new(ring)),
-                Err(e) => {
-                    drop(frames);
-                    self.inner.wake_server();
-                    return Err(e);
-                }
-            }
+            *frames = Some(Arc::new(ring));
             moved
         };
         self.inner.wake_server();
@@ -321,9 +400,32 @@ impl Publisher {
     }
 
     fn ring(&self) -> Result<Arc<FrameWriter>> {
+        self.check_here()?;
         self.inner
             .ring()
             .ok_or_else(|| Error::new(ErrorCode::NotFound, "this publisher has no frame ring"))
+    }
+
+    /// Whether this process created the publisher (false in a child forked from it, whose
+    /// copy must leave the parent's rings and socket alone).
+    pub fn created_here(&self) -> bool {
+        self.inner.origin.is_here()
+    }
+
+    /// What changes the rings is refused in a forked child: they are the parent's.
+    fn check_here(&self) -> Result<()> {
+        if self.created_here() {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::InvalidArg,
+            format!(
+                "the publisher of {:?} belongs to the process that created it (this one was \
+                 forked from it): a child publishes with a publisher of its own, under \
+                 another key",
+                self.inner.key.as_str()
+            ),
+        ))
     }
 
     /// Where the current frame ring's frames waited so far: for ACKs, for publications
@@ -344,32 +446,151 @@ impl Publisher {
             .and_then(|r| r.slots.cuda_device().cloned())
     }
 
-    /// Take the next slot to write (waits for ACKs under STRICT_WAIT).
+    /// Take the next slot of the current ring to write (waits for ACKs under STRICT_WAIT).
+    /// The slot's memory stays mapped until it is published or abandoned, even if the ring
+    /// is replaced meanwhile (then publishing it fails with DISCONNECTED).
     pub fn acquire(&self) -> Result<AcquiredSlot> {
-        let ring = self.ring()?;
-        ring.acquire(&*self.inner)
+        loop {
+            let ring = self.ring()?;
+            // Also a slot of a replaced ring: it stays mapped until given back. (The held
+            // lock is a leaf: let go of it before asking the ring.)
+            let out = self
+                .inner
+                .held()
+                .as_ref()
+                .map(|out| (out.seq, Arc::clone(&out.ring)));
+            if let Some((seq, out_ring)) = out {
+                return Err(Error::invalid(format!(
+                    "the slot of frame {seq} is still out: publish or abandon it before \
+                     acquiring another (one slot at a time{})",
+                    if out_ring.is_retired() {
+                        "; its ring was replaced, so publishing it fails"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+            match ring.acquire(&*self.inner) {
+                Ok(slot) => {
+                    *self.inner.held() = Some(Held {
+                        ring,
+                        seq: slot.seq,
+                        address: slot.address,
+                    });
+                    return Ok(slot);
+                }
+                // Replaced while this waited for ACKs: the new ring is in place once the
+                // replacement lets go of the `frames` lock.
+                Err(_) if ring.is_retired() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The ring `slot` was acquired from: the one kept for it, or else the current one
+    /// (which then refuses a slot it did not hand out).
+    fn ring_of(&self, slot: &AcquiredSlot) -> Result<Arc<FrameWriter>> {
+        self.check_here()?;
+        let mut held = self.inner.held();
+        match held.take() {
+            Some(out) if out.is(slot) => Ok(out.ring),
+            other => {
+                *held = other;
+                drop(held);
+                self.ring()
+            }
+        }
+    }
+
+    /// The ring kept for the slot that is out, if `slot` is it.
+    fn held_ring(&self, slot: &AcquiredSlot) -> Result<Arc<FrameWriter>> {
+        self.check_here()?;
+        match &*self.inner.held() {
+            Some(out) if out.is(slot) => Ok(Arc::clone(&out.ring)),
+            _ => Err(Error::invalid(format!(
+                "slot of frame {} is not the slot that is out",
+                slot.seq
+            ))),
+        }
+    }
+
+    /// The layout of the ring `slot` was acquired from: the geometry its frame has, even if
+    /// another thread replaced the ring since.
+    pub fn slot_layout(&self, slot: &AcquiredSlot) -> Result<crate::format::FrameLayout> {
+        Ok(self.held_ring(slot)?.layout.clone())
+    }
+
+    /// Copy a host frame (planes with their own strides) into an acquired slot, in the
+    /// layout of the slot's own ring ([`Publisher::slot_layout`]).
+    pub fn write_host_planes(
+        &self,
+        slot: &AcquiredSlot,
+        planes: &[&[u8]],
+        strides: &[usize],
+    ) -> Result<()> {
+        self.held_ring(slot)?
+            .write_host_planes(slot, planes, strides)
     }
 
     /// Publish a slot whose contents are complete.
     pub fn publish(&self, slot: AcquiredSlot, pts_ns: Option<i64>) -> Result<u64> {
-        self.ring()?.publish(slot, pts_ns)
+        self.ring_of(&slot)?.publish(slot, pts_ns)
     }
 
     /// Give back a slot without publishing it.
     pub fn abandon(&self, slot: AcquiredSlot) {
-        if let Ok(ring) = self.ring() {
+        if let Ok(ring) = self.ring_of(&slot) {
             ring.abandon(slot);
         }
     }
 
-    /// Convenience for host rings: copy planes (with their strides) and publish.
+    /// Convenience for host rings: copy planes (with their strides) and publish, in the
+    /// layout the ring has when the call starts.
     pub fn publish_host_planes(
         &self,
         planes: &[&[u8]],
         strides: &[usize],
         pts_ns: Option<i64>,
     ) -> Result<u64> {
+        self.publish_host_planes_in(None, planes, strides, pts_ns)
+    }
+
+    /// `publish_host_planes` of a frame laid out as `layout`: refused (FORMAT) when the ring
+    /// has another layout, as after a replacement by another thread, instead of copying the
+    /// frame into the wrong geometry (or reading the caller's buffers past their end).
+    pub fn publish_host_frame(
+        &self,
+        layout: &crate::format::FrameLayout,
+        planes: &[&[u8]],
+        strides: &[usize],
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
+        self.publish_host_planes_in(Some(layout), planes, strides, pts_ns)
+    }
+
+    fn publish_host_planes_in(
+        &self,
+        expected: Option<&crate::format::FrameLayout>,
+        planes: &[&[u8]],
+        strides: &[usize],
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
         let ring = self.ring()?;
+        if let Some(expected) = expected.filter(|l| **l != ring.layout) {
+            return Err(Error::new(
+                ErrorCode::Format,
+                format!(
+                    "the frame ring is {} {}x{} now (replaced), the frame is {} {}x{}: \
+                     read the new layout and publish a frame of it",
+                    ring.layout.format.name(),
+                    ring.layout.width,
+                    ring.layout.height,
+                    expected.format.name(),
+                    expected.width,
+                    expected.height
+                ),
+            ));
+        }
         let slot = ring.acquire(&*self.inner)?;
         if let Err(e) = ring.write_host_planes(&slot, planes, strides) {
             ring.abandon(slot);
@@ -391,7 +612,7 @@ impl Publisher {
         stream: *mut std::ffi::c_void,
         pts_ns: Option<i64>,
     ) -> Result<u64> {
-        let ring = self.ring()?;
+        let ring = self.ring_of(&slot)?;
         // SAFETY: our contract is sync_stream's.
         if let Err(e) = unsafe { ring.sync_stream(stream) } {
             ring.abandon(slot);
@@ -415,7 +636,7 @@ impl Publisher {
         stream: *mut std::ffi::c_void,
         pts_ns: Option<i64>,
     ) -> Result<u64> {
-        let ring = self.ring()?;
+        let ring = self.ring_of(&slot)?;
         let seq = slot.seq;
         // SAFETY: our contract is publish_on_stream's.
         match unsafe { ring.publish_on_stream(slot, stream, pts_ns) } {
@@ -490,6 +711,7 @@ impl Publisher {
     /// Add the packet ring (once): codec (`AV_CODEC_ID_*`), Annex B extradata (may be empty,
     /// then set once with `set_packet_extradata` before the first packet), geometry.
     pub fn enable_packets(&self, config: PacketRingConfig) -> Result<()> {
+        self.check_here()?;
         let mut packets = self.inner.packets();
         if packets.is_some() {
             return Err(Error::new(
@@ -507,6 +729,7 @@ impl Publisher {
 
     /// Set the extradata of the packet ring (once, before the first packet, §10.3).
     pub fn set_packet_extradata(&self, extradata: &[u8]) -> Result<()> {
+        self.check_here()?;
         match self.inner.packets().as_mut() {
             Some(w) => w.set_extradata(extradata),
             None => Err(Error::new(
@@ -518,6 +741,7 @@ impl Publisher {
 
     /// Publish one packet (§10.6 with R8/R29); returns its seq.
     pub fn publish_packet(&self, data: &[u8], pts_ns: i64, dts_ns: i64, flags: u32) -> Result<u64> {
+        self.check_here()?;
         match self.inner.packets().as_mut() {
             Some(w) => w.publish(data, pts_ns, dts_ns, flags),
             None => Err(Error::new(
@@ -539,9 +763,10 @@ impl Publisher {
 
     /// Every admitted subscriber with its lag and counters.
     pub fn subscribers(&self) -> Vec<SubscriberInfo> {
-        let table = self.inner.table();
+        // The ring before the table (lock hierarchy).
         let ring = self.inner.ring();
         let ring = ring.as_deref();
+        let table = self.inner.table();
         table
             .iter()
             .map(|(bit, e)| {
@@ -611,6 +836,10 @@ impl Publisher {
     }
 
     fn shutdown(&mut self) {
+        if !self.inner.origin.is_here() {
+            self.leave_to_parent();
+            return;
+        }
         // Readers sent away by the last ring replacement can only read the new ring's frames
         // once they have subscribed to it, which needs this publisher's socket: give them up
         // to the ring's ack timeout to come back before the socket goes (under DROP_OLDEST
@@ -632,6 +861,8 @@ impl Publisher {
         if let Some(w) = self.inner.packets().as_mut() {
             w.shutdown();
         }
+        #[cfg(feature = "testing")]
+        crate::testing::hooks::before_shutdown_wake(self.inner.key.as_str());
         self.inner.wake_server();
         if let Some(h) = self.server.take() {
             let _ = h.join();
@@ -644,6 +875,31 @@ impl Publisher {
         drop(self.inner.packets().take());
         forget_key(&self.inner.key);
     }
+
+    /// The end of a copy inherited by a child forked from the creating process: the socket,
+    /// the rings, the subscribers and the server thread are the parent's, which goes on
+    /// publishing, so nothing of theirs is touched (no shutdown flag, no SHUTDOWN, no unlink).
+    /// The server thread does not exist here: it is not joined. The rings are not dropped
+    /// either: their teardown waits for publications queued on the parent's CUDA streams and
+    /// frees CUDA memory, and CUDA is unusable after a fork. Their mappings and descriptors
+    /// stay in this process until it exits or execs (they are close-on-exec). No lock that
+    /// another thread of the parent may have held at the fork is waited for: such a lock
+    /// stays locked in the child forever.
+    fn leave_to_parent(&mut self) {
+        if let Some(thread) = self.server.take() {
+            std::mem::forget(thread);
+        }
+        std::mem::forget(Arc::clone(&self.inner));
+        // R6's record is a copy of the parent's: this process does not publish the key.
+        let mut keys = match KEYS_IN_PROCESS.try_lock() {
+            Ok(keys) => Some(keys),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(map) = keys.as_mut().and_then(|k| k.as_mut()) {
+            map.remove(self.inner.key.as_str());
+        }
+    }
 }
 
 impl Drop for Publisher {
@@ -652,10 +908,39 @@ impl Drop for Publisher {
     }
 }
 
+/// This process's record of `key` goes (not an entry a fork inherited: that is the parent's).
 fn forget_key(key: &Key) {
     let mut keys = KEYS_IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(set) = keys.as_mut() {
-        set.remove(key.as_str());
+    if let Some(map) = keys.as_mut() {
+        if map.get(key.as_str()).is_some_and(|o| o.is_here()) {
+            map.remove(key.as_str());
+        }
+    }
+    KEY_RELEASED.notify_all();
+}
+
+/// Wait, at most `timeout`, until this process has no publisher of `key` (one whose last
+/// handle is being dropped on another thread is ending: its end removes the socket and
+/// rings, which takes a moment). True when the key is free here.
+pub fn wait_until_released(key: &str, timeout: Duration) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut keys = KEYS_IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let held = keys
+            .as_ref()
+            .and_then(|m| m.get(key))
+            .is_some_and(|o| o.is_here());
+        let now = std::time::Instant::now();
+        if !held {
+            return true;
+        }
+        if now >= deadline {
+            return false;
+        }
+        keys = KEY_RELEASED
+            .wait_timeout(keys, deadline - now)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
     }
 }
 
@@ -693,8 +978,14 @@ fn ensure_runtime_dir(dir: &std::path::Path) -> Result<()> {
 /// from `bind` itself: Linux creates the socket file with the socket's own inode mode (set
 /// with `fchmod` before `bind`) masked by the umask. The umask belongs to the whole process,
 /// and other threads (an application's) may be creating files, so the `bind` with umask 0
-/// runs in a forked child that only calls `umask`, `bind` and `_exit` (all async-signal-safe)
-/// on the same socket. The path is bound directly, so `/proc/net/unix` names it.
+/// runs in a forked child that only calls `umask`, `bind`, `write` and `_exit` (all
+/// async-signal-safe) on the same socket. The path is bound directly, so `/proc/net/unix`
+/// names it.
+///
+/// The child reports bind's result through a close-on-exec pipe, not through its exit status:
+/// the host's signal dispositions then do not matter. With SIGCHLD ignored the kernel reaps
+/// the child itself and `waitpid` fails with ECHILD; a host's SIGCHLD handler may reap it
+/// first. The `waitpid` here only keeps a zombie from staying where nobody else reaps.
 fn bind_socket(path: &std::path::Path, mode: u32) -> Result<UnixListener> {
     use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, SockaddrLike, UnixAddr};
     use std::os::fd::AsRawFd;
@@ -711,50 +1002,79 @@ fn bind_socket(path: &std::path::Path, mode: u32) -> Result<UnixListener> {
     nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(mode & 0o777))
         .map_err(|e| io("fchmod the socket for", e))?;
     let addr = UnixAddr::new(path).map_err(|e| io("address", e))?;
-    // SAFETY: the child only calls async-signal-safe functions (umask, bind, _exit) on memory
-    // that was set up before the fork (`addr`) and exits without returning into Rust code, as
-    // required after fork in a multithreaded process.
+    let (report_rx, report_tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| io("pipe for the bind of", e))?;
+    let report_fd = report_tx.as_raw_fd();
+    // SAFETY: the child only calls async-signal-safe functions (umask, bind, write, _exit) on
+    // memory and descriptors that were set up before the fork (`addr`, `fd`, `report_fd`) and
+    // exits without returning into Rust code, as required after fork in a multithreaded
+    // process.
     let child = unsafe { libc::fork() };
+    let fork_error = nix::errno::Errno::last();
     if child == 0 {
-        // SAFETY: in the child; see above.
+        // SAFETY: in the child; see above. The parent holds the read end open until it has
+        // read the report, so the write cannot raise SIGPIPE.
         unsafe {
             libc::umask(0);
             let rc = libc::bind(fd.as_raw_fd(), addr.as_ptr().cast(), addr.len());
-            libc::_exit(if rc == 0 {
+            let err: i32 = if rc == 0 {
                 0
             } else {
-                *libc::__errno_location() & 0xFF
-            });
+                *libc::__errno_location()
+            };
+            let report = err.to_ne_bytes();
+            libc::write(report_fd, report.as_ptr().cast(), report.len());
+            libc::_exit(0);
         }
     }
+    // Only the child holds the write end now: a child that ends without reporting ends the
+    // read with EOF.
+    drop(report_tx);
     if child < 0 {
-        return Err(io("fork to bind", nix::errno::Errno::last()));
+        return Err(io("fork to bind", fork_error));
     }
-    let status = loop {
-        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            other => break other.map_err(|e| io("wait for the bind of", e))?,
+    let mut report = [0u8; 4];
+    let mut got = 0;
+    let read = loop {
+        if got == report.len() {
+            break Ok(());
+        }
+        match nix::unistd::read(&report_rx, &mut report[got..]) {
+            Ok(0) => break Ok(()),
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => break Err(e),
         }
     };
-    match status {
-        nix::sys::wait::WaitStatus::Exited(_, 0) => {}
-        nix::sys::wait::WaitStatus::Exited(_, code) if code == libc::EADDRINUSE => {
-            return Err(Error::new(
-                ErrorCode::AlreadyExists,
-                format!("{} is taken by another publisher", path.display()),
-            ))
-        }
-        nix::sys::wait::WaitStatus::Exited(_, code) => {
-            return Err(io("bind", nix::errno::Errno::from_raw(code)))
-        }
-        other => {
+    // ECHILD: already reaped (SIGCHLD ignored, or the host's handler); nothing is lost.
+    while let Err(nix::errno::Errno::EINTR) =
+        nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None)
+    {}
+    read.map_err(|e| io("read the bind result of", e))?;
+    if got < report.len() {
+        // The child ended (killed?) before reporting: the socket is ours exactly when it is
+        // bound, which the socket itself tells.
+        let bound = nix::sys::socket::getsockname::<UnixAddr>(fd.as_raw_fd())
+            .is_ok_and(|a| a.path().is_some_and(|p| !p.as_os_str().is_empty()));
+        if !bound {
             return Err(Error::new(
                 ErrorCode::Io,
                 format!(
-                    "bind {}: the binding child ended with {other:?}",
+                    "bind {}: the binding child ended without reporting a result",
                     path.display()
                 ),
-            ))
+            ));
+        }
+    } else {
+        match i32::from_ne_bytes(report) {
+            0 => {}
+            libc::EADDRINUSE => {
+                return Err(Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!("{} is taken by another publisher", path.display()),
+                ))
+            }
+            code => return Err(io("bind", nix::errno::Errno::from_raw(code))),
         }
     }
     let cleanup = |e: Error| {

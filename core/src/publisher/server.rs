@@ -3,7 +3,7 @@
 //! blocking on a peer. A peer that misbehaves gets an ERROR and is dropped; the others are
 //! not affected.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -67,7 +67,8 @@ struct Conn {
     pid: u32,
 }
 
-pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
+pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener) {
+    let wake_rx = &inner.wake_rx;
     let mut conns: Vec<Conn> = Vec::new();
     let mut next_id = 1u64;
     while !inner.stopping.load(Ordering::SeqCst) {
@@ -101,7 +102,7 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener, wake_rx: OwnedFd) {
         };
         if ready[1] {
             let mut buf = [0u8; 64];
-            while matches!(nix::unistd::read(&wake_rx, &mut buf), Ok(n) if n > 0) {}
+            while matches!(nix::unistd::read(wake_rx, &mut buf), Ok(n) if n > 0) {}
         }
         // Serve existing connections; drop the ones that are done.
         let mut keep = Vec::with_capacity(conns.len());
@@ -408,15 +409,18 @@ fn subscribe(
         return Ok(None);
     };
     // From the writer's own record, not from the SHM (which a legacy peer could write).
-    // A replacement ring (generation > 1) that has not wrapped yet starts its subscribers at
-    // its first frame: they are the old ring's readers coming back (`replace_frames`), and
-    // the frames published before they could return are still in the slots.
+    // A replacement ring (generation > 1) that has not reused a slot yet starts its
+    // subscribers at its first frame: they are the old ring's readers coming back
+    // (`replace_frames`), and the frames published before they could return are still in the
+    // slots. The writer says so from its own record, under this table lock's ordering: its
+    // first reuse marks the lap over before it asks the table who must ACK, so a subscriber
+    // started at frame 1 here is waited for under STRICT_WAIT (and the first lap waits,
+    // bounded, for the readers still away).
     let initial_seq = ring.map_or(0, |r| {
-        let published = r.published_seq();
-        if generation > 1 && published < r.ring_size as u64 {
+        if generation > 1 && r.first_lap_intact() {
             0
         } else {
-            published
+            r.published_seq()
         }
     });
     let ack_page = match ring {
@@ -566,10 +570,14 @@ fn mirror_page_stats(inner: &Inner) {
 }
 
 fn free_bit(inner: &Inner, bit: usize, conn_id: u64) {
+    // The ring before the table (the publisher's lock hierarchy). The server thread is the
+    // one that admits subscribers, so an entry of this connection is of this ring or an
+    // older one (then retired, and its page not counted here).
+    let ring = inner.ring();
     let mut table = inner.table();
     if table.get(bit).is_some_and(|e| e.conn_id == conn_id) {
         let entry = table.remove(bit);
-        if let Some(r) = inner.ring() {
+        if let Some(r) = ring {
             r.shm.clear_subscriber(bit);
             // A retired subscriber's page counted for the old ring, not this one.
             if entry.is_some_and(|e| e.ack_page.is_some() && !e.retired) {

@@ -12,36 +12,50 @@ use crate::wire::{FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC, PRODUCER_PID_OF
 
 /// Remove what a dead predecessor left behind, or fail if it is alive.
 pub fn recover(key: &Key, socket_path: &Path) -> Result<()> {
-    // A socket that accepts connections has a live owner, whatever its SHM says.
-    match UnixStream::connect(socket_path) {
-        Ok(_) => {
-            return Err(Error::new(
-                ErrorCode::AlreadyExists,
-                format!("a live publisher is listening on {}", socket_path.display()),
-            ))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(_) => {
-            // ECONNREFUSED: nobody listens; the path is stale.
-            std::fs::remove_file(socket_path)
-                .or_else(|e| {
-                    if e.kind() == std::io::ErrorKind::NotFound {
-                        Ok(())
-                    } else {
-                        Err(e)
-                    }
-                })
-                .map_err(|e| {
-                    Error::new(
-                        ErrorCode::Permission,
-                        format!("cannot remove stale {}: {e}", socket_path.display()),
-                    )
-                })?;
-        }
+    // A socket that accepts connections has a live owner, whatever its SHM says, unless
+    // the process that listens on it (SO_PEERCRED of a connection names the process that
+    // called listen) is dead: then a process that inherited the socket through fork (a
+    // worker that never exec'd) keeps it open, and the key's publisher is gone.
+    let stale_listener = match UnixStream::connect(socket_path) {
+        Ok(stream) => match listener_pid(&stream) {
+            Some(pid) if !is_alive(pid) => true,
+            _ => {
+                return Err(Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!("a live publisher is listening on {}", socket_path.display()),
+                ))
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        // ECONNREFUSED: nobody listens; the path is stale.
+        Err(_) => true,
+    };
+    if stale_listener {
+        std::fs::remove_file(socket_path)
+            .or_else(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::Permission,
+                    format!("cannot remove stale {}: {e}", socket_path.display()),
+                )
+            })?;
     }
     recover_shm(&key.frame_shm_name(), &[FRAME_MAGIC, LEGACY_FRAME_MAGIC])?;
     recover_shm(&key.packet_shm_name(), &[PACKET_MAGIC])?;
     Ok(())
+}
+
+/// The process that listens on the socket `stream` is connected to (its pid at listen time).
+fn listener_pid(stream: &UnixStream) -> Option<u64> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let pid = getsockopt(stream, PeerCredentials).ok()?.pid();
+    u64::try_from(pid).ok().filter(|&p| p > 0)
 }
 
 /// What is at a key's SHM name, as far as recovery is concerned.
