@@ -74,6 +74,7 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
         print(m["executable"])' | while read -r exe; do cp "$exe" "$out/ffmpeg_frames"; done
+  strip --strip-debug "$out/ffmpeg_frames"
   ls -la "$out"
   set +e
 }
