@@ -300,16 +300,20 @@ impl FrameWriter {
         // The slot's previous frame may still wait for its GPU work (publish_on_stream): it
         // is published (or its stream declared failed) before the slot is invalidated.
         self.wait_published(st.slot_seq[index])?;
-        if self.policy == Policy::StrictWait && st.slot_seq[index] != 0 {
-            // A replacement ring keeps its first frames for the old ring's readers, who
-            // come back only once they have drained the old one: its first lap waits for
-            // them (bounded) before overwriting, whichever thread publishes.
-            self.wait_for_returns(acks);
+        let old_seq = st.slot_seq[index];
+        if old_seq != 0 {
+            let strict = self.policy == Policy::StrictWait;
+            if strict {
+                // A replacement ring keeps its first frames for the old ring's readers, who
+                // come back only once they have drained the old one: its first lap waits
+                // for them (bounded) before overwriting, whichever thread publishes.
+                self.wait_for_returns(acks);
+            }
+            // Before who must ACK is computed (see `first_lap_over`).
             self.first_lap_over.store(true, Ordering::SeqCst);
-            self.wait_for_acks(index, st.slot_seq[index], acks);
-        }
-        if st.slot_seq[index] != 0 {
-            self.first_lap_over.store(true, Ordering::SeqCst);
+            if strict {
+                self.wait_for_acks(index, old_seq, acks);
+            }
         }
         st.slot_seq[index] = 0;
         // R24/R10: invalidate the slot and clear its ACKs before a single byte is written.
