@@ -429,18 +429,9 @@ pub fn rename_into_place(staged: &str, name: &str) -> Result<()> {
         let owner = std::fs::symlink_metadata(&to)
             .map(|m| format!(" ({} is held by uid {})", to.display(), m.uid()))
             .unwrap_or_default();
-        let code = if e.kind() == std::io::ErrorKind::PermissionDenied {
-            ErrorCode::Permission
-        } else {
-            ErrorCode::Io
-        };
-        Error::new(
-            code,
-            format!(
-                "cannot put {} at {}: {e}{owner}",
-                from.display(),
-                to.display()
-            ),
+        Error::os(
+            format!("cannot put {} at {}{owner}", from.display(), to.display()),
+            Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
         )
     })
 }

@@ -86,6 +86,23 @@ fn strict_ring() -> FrameRingConfig {
 
 const PACKET: &[u8] = &[0, 0, 0, 1, 0x65, 0x88, 0x84];
 
+/// The parent's stream: a publisher of frames (STRICT_WAIT) and packets, and a subscriber of
+/// both.
+fn publisher_and_subscriber(env: &TestEnv) -> (Publisher, Subscriber) {
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(strict_ring()).unwrap();
+    p.enable_packets(PacketRingConfig {
+        codec_id: CODEC_ID_H264,
+        extradata: vec![0, 0, 0, 1, 0x67, 0x42],
+        ..Default::default()
+    })
+    .unwrap();
+    let mut opts = env.subscriber_options("parent");
+    opts.want_packets = true;
+    let sub = Subscriber::connect(&env.key, &opts).unwrap();
+    (p, sub)
+}
+
 /// Publish frame and packet `seq` and read both back through `sub`: the parent's stream goes
 /// on, every seq arrives, in order, with its pattern.
 fn publish_and_read(p: &Publisher, sub: &mut Subscriber, seq: u64) {
@@ -115,17 +132,7 @@ fn publish_and_read(p: &Publisher, sub: &mut Subscriber, seq: u64) {
 #[test]
 fn children_dropping_an_inherited_publisher_and_subscriber_leave_the_parent_streaming() {
     let env = TestEnv::new("fork");
-    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
-    p.enable_frames(strict_ring()).unwrap();
-    p.enable_packets(PacketRingConfig {
-        codec_id: CODEC_ID_H264,
-        extradata: vec![0, 0, 0, 1, 0x67, 0x42],
-        ..Default::default()
-    })
-    .unwrap();
-    let mut opts = env.subscriber_options("parent");
-    opts.want_packets = true;
-    let mut sub = Subscriber::connect(&env.key, &opts).unwrap();
+    let (p, mut sub) = publisher_and_subscriber(&env);
     let mut seq = 0;
     for _ in 0..3 {
         seq += 1;
@@ -255,17 +262,7 @@ fn a_child_dropping_an_inherited_packet_writer_leaves_the_ring_open() {
 #[test]
 fn a_child_cannot_publish_through_an_inherited_publisher() {
     let env = TestEnv::new("fork-use");
-    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
-    p.enable_frames(strict_ring()).unwrap();
-    p.enable_packets(PacketRingConfig {
-        codec_id: CODEC_ID_H264,
-        extradata: vec![0, 0, 0, 1, 0x67, 0x42],
-        ..Default::default()
-    })
-    .unwrap();
-    let mut opts = env.subscriber_options("parent");
-    opts.want_packets = true;
-    let mut sub = Subscriber::connect(&env.key, &opts).unwrap();
+    let (p, mut sub) = publisher_and_subscriber(&env);
     publish_and_read(&p, &mut sub, 1);
     let (pub_ptr, options) = (&p as *const Publisher, env.publisher_options());
     let key = env.key.clone();
@@ -317,17 +314,7 @@ fn a_child_cannot_publish_through_an_inherited_publisher() {
 #[test]
 fn a_child_cannot_read_through_an_inherited_subscriber() {
     let env = TestEnv::new("fork-read");
-    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
-    p.enable_frames(strict_ring()).unwrap();
-    p.enable_packets(PacketRingConfig {
-        codec_id: CODEC_ID_H264,
-        extradata: vec![0, 0, 0, 1, 0x67, 0x42],
-        ..Default::default()
-    })
-    .unwrap();
-    let mut opts = env.subscriber_options("parent");
-    opts.want_packets = true;
-    let mut sub = Subscriber::connect(&env.key, &opts).unwrap();
+    let (p, mut sub) = publisher_and_subscriber(&env);
     publish_and_read(&p, &mut sub, 1);
     common::publish_pattern(&p, 2, None).unwrap();
     p.replace_frames(strict_ring())

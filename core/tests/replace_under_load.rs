@@ -10,7 +10,6 @@
 
 use cuframes_test_support as common;
 
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -21,8 +20,6 @@ use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, Policy};
 use cuframes_core::ErrorCode;
-
-const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
 
 /// Run `f` on its own thread; panic naming `what` if it has not returned within `limit`.
 fn within<T: Send + 'static>(
@@ -176,17 +173,7 @@ fn replacements_against_table_readers_and_leaving_subscribers_keep_going() {
 #[test]
 fn a_slot_acquired_before_a_replacement_stays_writable() {
     let env = TestEnv::new("rpl-slot");
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "slot_outlives_ring")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut children = common::Children(vec![child]);
-    let (code, fields, out) = common::wait_for_result(&mut children.0[0]);
+    let (code, fields, out) = common::run_role(common::role_command("slot_outlives_ring", &env));
     assert_eq!(code, Some(0), "the child died: {out}");
     let fields = fields.unwrap_or_else(|| panic!("no RESULT line: {out}"));
     assert_eq!(fields["same_thread"], 1, "{out}");
@@ -196,7 +183,7 @@ fn a_slot_acquired_before_a_replacement_stays_writable() {
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Ok(role) = std::env::var(common::ROLE_ENV) else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
@@ -400,17 +387,7 @@ fn wait_for(mut cond: impl FnMut() -> bool) {
 #[test]
 fn a_failed_replacement_leaves_the_old_ring_in_place() {
     let env = TestEnv::new("rpl-fail");
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "failed_replacement")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut children = common::Children(vec![child]);
-    let (code, fields, out) = common::wait_for_result(&mut children.0[0]);
+    let (code, fields, out) = common::run_role(common::role_command("failed_replacement", &env));
     assert_eq!(code, Some(0), "the child failed: {out}");
     let fields = fields.unwrap_or_else(|| panic!("no RESULT line: {out}"));
     assert_eq!(fields["kept"], 1, "{out}");

@@ -6,39 +6,13 @@
 
 use cuframes_test_support as common;
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::{wait_for_result, wait_until, Children, TestEnv};
+use common::{role_command, run_role, wait_for_result, wait_until, Children, TestEnv, ROLE_ENV};
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::Format;
-
-const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
-
-/// Run `role` in a child; its exit code (None: killed by a signal), RESULT fields and stdout.
-fn run_child(
-    role: &str,
-    env: &TestEnv,
-) -> (
-    Option<i32>,
-    Option<std::collections::HashMap<String, u64>>,
-    String,
-) {
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, role)
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut children = Children(vec![child]);
-    let got = wait_for_result(&mut children.0[0]);
-    drop(children);
-    got
-}
 
 #[test]
 fn child_entry() {
@@ -177,7 +151,7 @@ fn server_thread_runs() -> bool {
 
 fn check_serving_child(role: &str, rounds: u64) {
     let env = TestEnv::new("sig");
-    let (code, fields, out) = run_child(role, &env);
+    let (code, fields, out) = run_role(role_command(role, &env));
     let fields = fields.unwrap_or_else(|| panic!("no RESULT from the child: {out}"));
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(fields["rounds"], rounds);
@@ -208,7 +182,7 @@ fn a_publisher_is_created_under_a_reaping_sigchld_handler() {
 #[test]
 fn waking_an_ended_server_thread_raises_no_sigpipe() {
     let env = TestEnv::new("sigpipe");
-    let (code, fields, out) = run_child("sigpipe_wake", &env);
+    let (code, fields, out) = run_role(role_command("sigpipe_wake", &env));
     assert_eq!(
         code,
         Some(0),
@@ -225,15 +199,9 @@ fn waking_an_ended_server_thread_raises_no_sigpipe() {
 fn a_diagnostic_to_a_closed_stderr_neither_kills_nor_panics() {
     let env = TestEnv::new("diag");
     for role in ["diag_sigpipe_default", "diag_sigpipe_ignored"] {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-            .env(ROLE_ENV, role)
-            .env("CUFRAMES_TEST_KEY", &env.key)
-            .env("CUFRAMES_RUNTIME_DIR", &env.dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut cmd = role_command(role, &env);
+        cmd.stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
         // Nobody reads the child's stderr: its writes there fail with EPIPE.
         drop(child.stderr.take());
         let mut children = Children(vec![child]);
@@ -254,13 +222,8 @@ fn a_diagnostic_to_a_closed_stderr_neither_kills_nor_panics() {
 #[test]
 fn a_publisher_restarts_after_a_crash_while_a_forked_worker_holds_its_socket() {
     let env = TestEnv::new("crashfork");
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "crash_with_forked_worker")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+    let status = role_command("crash_with_forked_worker", &env)
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
         .status()
         .unwrap();
     assert_eq!(

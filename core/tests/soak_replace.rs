@@ -15,7 +15,7 @@
 use cuframes_test_support as common;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,8 +25,6 @@ use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, Policy};
 use cuframes_core::ErrorCode;
-
-const ROLE_ENV: &str = "CUFRAMES_SOAK_ROLE";
 
 /// Sizes the ring cycles through: consecutive generations always differ, so a reader can
 /// tell one generation from the next by its frames' layout.
@@ -270,25 +268,19 @@ fn replacing_the_ring_under_churn_for_a_while() {
 }
 
 fn spawn_reader(env: &TestEnv, role: Role, lifetime: Duration, seed: u64) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, role.name())
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+    common::role_command(role.name(), env)
         .env(
             "CUFRAMES_SOAK_LIFETIME_MS",
             lifetime.as_millis().to_string(),
         )
         .env("CUFRAMES_SOAK_CHILD_SEED", seed.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
         .spawn()
         .unwrap()
 }
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Ok(role) = std::env::var(common::ROLE_ENV) else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();

@@ -48,3 +48,35 @@ pub fn wait_for_result(
         });
     (status.code(), fields, out)
 }
+
+/// The environment variable that names the role a re-executed test binary plays (see
+/// [`role_command`]).
+pub const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
+
+/// This test binary, run again as a child that runs only its `child_entry` test with `role`
+/// in [`ROLE_ENV`] and the test's key and runtime directory in `CUFRAMES_TEST_KEY` and
+/// `CUFRAMES_RUNTIME_DIR` (the child-process tests' convention): stdout piped (for its
+/// `RESULT` line), stderr inherited. Callers add what else the role needs and spawn it.
+pub fn role_command(role: &str, env: &crate::TestEnv) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(ROLE_ENV, role)
+        .env("CUFRAMES_TEST_KEY", &env.key)
+        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit());
+    cmd
+}
+
+/// Run `cmd` (a [`role_command`]) to its end, killed and reaped if the test fails meanwhile:
+/// what [`wait_for_result`] says of it.
+pub fn run_role(
+    mut cmd: std::process::Command,
+) -> (
+    Option<i32>,
+    Option<std::collections::HashMap<String, u64>>,
+    String,
+) {
+    let mut children = Children(vec![cmd.spawn().unwrap()]);
+    wait_for_result(&mut children.0[0])
+}

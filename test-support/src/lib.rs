@@ -20,7 +20,7 @@ mod run_delay;
 mod scene;
 mod wait;
 
-pub use children::{wait_for_result, Children};
+pub use children::{role_command, run_role, wait_for_result, Children, ROLE_ENV};
 pub use cuda::{no_cuda, verify_any, CudaCheck};
 pub use env::TestEnv;
 pub use pattern::{fill_pattern, pattern_byte, planes_for, publish_pattern, verify_frame};
