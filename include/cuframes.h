@@ -519,6 +519,13 @@ typedef struct cuframes_publisher_options {
      *  ACKs or truncate the frame SHM and hurt the others (docs/protocol.md, trust model).
      *  0 (default): refused with CUFRAMES_ERR_PERMISSION, frame SHM not group-writable. */
     uint32_t allow_legacy_subscribers;
+    /** Subscriber slots (of the 31) the processes of one uid may hold at once; more get
+     *  CUFRAMES_ERR_TOO_MANY. The publisher's own uid and root are not counted, so that one
+     *  other service cannot take every slot. 0 = 8 (the default); 31 or more: no cap. */
+    uint32_t max_subscribers_per_uid;
+    /** The same per process (a peer in another PID namespace is counted by its uid only).
+     *  0 = 4 (the default); 31 or more: no cap. */
+    uint32_t max_subscribers_per_pid;
 } cuframes_publisher_options_t;
 
 /** A stream's colour description and sample aspect ratio (frame meta extension, compatible:
@@ -693,7 +700,8 @@ typedef struct cuframes_subscriber_options {
                                               *  naming both UUIDs) */
     uint32_t mode;                       /**< cuframes_subscriber_mode_t */
     uint32_t flags;                      /**< CUFRAMES_SUBSCRIBE_WANTS_*; 0 = frames */
-    uint32_t connect_timeout_ms;         /**< 0 = 5000 */
+    uint32_t connect_timeout_ms;         /**< 0 = 5000; bounds the connect too (a socket
+                                              *  that never accepts: CUFRAMES_ERR_TIMEOUT) */
     int accept_zero_copy_overwrite;      /**< R12: allow ZERO_COPY under DROP_OLDEST */
     uint32_t spin_us;                    /**< before each sleep of next_frame and
                                               next_packet(_into), poll this many µs for a frame
@@ -705,6 +713,25 @@ typedef struct cuframes_subscriber_options {
      *  shifted where needed to keep increasing). 0 (default): the stream ends with
      *  CUFRAMES_ERR_DISCONNECTED. While it waits, reads return CUFRAMES_ERR_TIMEOUT. */
     uint32_t reconnect_ms;
+    /** The largest packet data ring (the publisher's `data_size`, bytes) this subscriber
+     *  maps: every reader maps and populates the whole ring, so a larger one is refused at
+     *  connect with CUFRAMES_ERR_NO_MEMORY. 0 = 256 MiB (the default). */
+    uint32_t max_packet_ring_size;
+    /** The largest packet (bytes) this subscriber reads: a larger one is skipped before any
+     *  buffer is allocated for it (the packet callback of next_packet_into is not called),
+     *  and the stream resumes at the next keyframe, flagged
+     *  CUFRAMES_PACKET_FLAG_DISCONTINUITY. 0 = 64 MiB (the default: an 8K 4:2:0 10-bit
+     *  picture, uncompressed, fits). */
+    uint32_t max_packet_size;
+    /** Accept only a publisher running as this uid (checked with SO_PEERCRED on every
+     *  connection, the first included): another is refused with CUFRAMES_ERR_PERMISSION
+     *  naming both uids. -1 = any (the default; a zeroed struct asks for uid 0): the first
+     *  connection accepts any uid, and every later one (reconnect_ms, a new frame ring) must
+     *  be to a publisher of the uid the first saw. While waiting to reconnect, a publisher of
+     *  another uid is refused and the wait goes on (reads return CUFRAMES_ERR_TIMEOUT saying
+     *  so); if only it answers until the wait runs out, the stream ends with
+     *  CUFRAMES_ERR_PERMISSION. */
+    int64_t publisher_uid;
 } cuframes_subscriber_options_t;
 
 typedef struct cuframes_frame_info {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use cuframes_core::publisher::{
     AcquiredSlot, FrameRingConfig, MemoryChoice, Publisher, PublisherOptions,
+    DEFAULT_MAX_SUBSCRIBERS_PER_PID, DEFAULT_MAX_SUBSCRIBERS_PER_UID,
 };
 use cuframes_core::wire::{Format, MemoryKind, Policy};
 use cuframes_core::{Error, ErrorCode, Result};
@@ -28,6 +29,8 @@ pub struct CPublisherOptions {
     pub allowed_gid: i64,
     pub handshake_timeout_ms: u32,
     pub allow_legacy_subscribers: u32,
+    pub max_subscribers_per_uid: u32,
+    pub max_subscribers_per_pid: u32,
 }
 
 /// Mirrors `cuframes_frame_ring_config_t`.
@@ -95,6 +98,13 @@ unsafe fn options(o: Option<&CPublisherOptions>) -> Result<PublisherOptions> {
             opts.handshake_timeout = Duration::from_millis(o.handshake_timeout_ms as u64);
         }
         opts.allow_legacy_subscribers = o.allow_legacy_subscribers != 0;
+        // 0 = the default (a zeroed struct gets the caps, not "no subscriber at all").
+        if o.max_subscribers_per_uid != 0 {
+            opts.max_subscribers_per_uid = o.max_subscribers_per_uid as usize;
+        }
+        if o.max_subscribers_per_pid != 0 {
+            opts.max_subscribers_per_pid = o.max_subscribers_per_pid as usize;
+        }
     }
     Ok(opts)
 }
@@ -114,6 +124,8 @@ pub unsafe extern "C" fn cuframes_publisher_options_default(opts: *mut CPublishe
             allowed_gid: -1,
             handshake_timeout_ms: 5000,
             allow_legacy_subscribers: 0,
+            max_subscribers_per_uid: DEFAULT_MAX_SUBSCRIBERS_PER_UID as u32,
+            max_subscribers_per_pid: DEFAULT_MAX_SUBSCRIBERS_PER_PID as u32,
         };
     }
 }

@@ -120,6 +120,9 @@ pub struct CSubscriberOptions {
     pub accept_zero_copy_overwrite: c_int,
     pub spin_us: u32,
     pub reconnect_ms: u32,
+    pub max_packet_ring_size: u32,
+    pub max_packet_size: u32,
+    pub publisher_uid: i64,
 }
 
 /// Mirrors `cuframes_frame_info_t`.
@@ -161,6 +164,9 @@ pub unsafe extern "C" fn cuframes_subscriber_options_default(opts: *mut CSubscri
             accept_zero_copy_overwrite: 0,
             spin_us: 0,
             reconnect_ms: 0,
+            max_packet_ring_size: 0,
+            max_packet_size: 0,
+            publisher_uid: -1,
         };
     }
 }
@@ -195,6 +201,15 @@ unsafe fn options(o: Option<&CSubscriberOptions>) -> Result<SubscriberOptions> {
         if o.reconnect_ms != 0 {
             opts.reconnect = Some(Duration::from_millis(o.reconnect_ms as u64));
         }
+        // 0 is the default there too.
+        opts.max_packet_ring_size = u64::from(o.max_packet_ring_size);
+        opts.max_packet_size = u64::from(o.max_packet_size);
+        opts.publisher_uid = match o.publisher_uid {
+            -1 => None,
+            uid => Some(u32::try_from(uid).map_err(|_| {
+                Error::invalid(format!("publisher_uid {uid} is not a uid (or -1 for any)"))
+            })?),
+        };
     }
     Ok(opts)
 }

@@ -513,3 +513,91 @@ fn objects_the_user_may_not_read() {
     assert!(out.contains(&format!("producer pid {pid}")), "{out}");
     assert!(!shm_exists(&format!("cuframes-{}", dead.key)));
 }
+
+/// Issue 29 items 7 and 9 in the tool's output. A ring owned by uid 65534 with a valid
+/// header and producer pid 1 (what a publisher refuses) was shown as an alive publisher;
+/// it is "foreign" now, not alive, with the mismatch in text and JSON (`owner_mismatch`).
+/// And a publisher whose ring lives under its generation name (another uid holds its key's
+/// name) is listed under its key, alive, with the squatter's object among `other_shm`.
+#[test]
+fn fake_owner_rings_are_foreign_and_generation_rings_are_their_keys() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to create an object owned by another uid");
+        return;
+    }
+    let env = TestEnv::new("cli-owner");
+    let frame = format!("cuframes-{}", env.key);
+    // Removes whatever the test planted or left, also on failure.
+    struct Planted(String);
+    impl Drop for Planted {
+        fn drop(&mut self) {
+            let key = Key::new(&self.0).unwrap();
+            for e in std::fs::read_dir("/dev/shm").unwrap().flatten() {
+                let n = e.file_name().into_string().unwrap_or_default();
+                if key.is_frame_shm(&n) || key.is_packet_shm(&n) {
+                    let _ = cuframes_core::shm::unlink(&n);
+                }
+            }
+        }
+    }
+    let _planted = Planted(env.key.clone());
+    {
+        let (_fd, map) = cuframes_core::shm::create(&frame, 7424, 0o644).unwrap();
+        let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
+        shm.initialise(
+            &cuframes_core::format::FrameLayout::new(Format::Nv12, 64, 32)
+                .unwrap()
+                .to_meta(),
+            2,
+            cuframes_core::wire::Policy::DropOldest,
+            cuframes_core::wire::MemoryKind::HostMemfd,
+            1,
+        );
+    }
+    std::os::unix::fs::chown(format!("/dev/shm/{frame}"), Some(65534), None).unwrap();
+
+    let o = run(&env, &["stat", &env.key, "--interval", "0"]);
+    let (out, err) = text(&o);
+    assert!(
+        out.starts_with(&format!("{}: foreign", env.key)),
+        "{out}\n{err}"
+    );
+    assert!(
+        out.contains("owner    mismatch:") && out.contains("pid 1 runs as uid 0"),
+        "{out}"
+    );
+    let o = run(&env, &["stat", &env.key, "--json", "--interval", "0"]);
+    let j = parse_json(&text(&o).0);
+    assert_eq!(j.get("state").str(), "foreign");
+    assert_eq!(j.get("alive"), &V::Bool(false));
+    let mismatch = j.get("owner_mismatch").arr();
+    assert_eq!(mismatch.len(), 1, "{mismatch:?}");
+    assert!(mismatch[0].str().contains("uid 65534"), "{mismatch:?}");
+    let o = run(&env, &["ls", "--interval", "0"]);
+    let (out, _) = text(&o);
+    let line = out.lines().find(|l| l.starts_with(&env.key)).unwrap();
+    assert!(line.contains("foreign"), "{out}");
+
+    // A publisher now takes the key: its ring is under a generation name.
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 80, 32))
+        .unwrap();
+    publish_filler(&p);
+    let ring = p.frame_shm_name().unwrap();
+    assert!(ring.starts_with(&format!("{frame}.")), "{ring}");
+    let o = run(&env, &["stat", &env.key, "--json", "--interval", "0"]);
+    let j = parse_json(&text(&o).0);
+    assert_eq!(j.get("state").str(), "alive", "{j:?}");
+    assert_eq!(j.get("frames").get("shm").str(), format!("/dev/shm/{ring}"));
+    assert_eq!(j.get("owner_mismatch").arr(), &[] as &[V]);
+    let others = j.get("other_shm").arr();
+    assert_eq!(others.len(), 1, "{others:?}");
+    assert_eq!(others[0].get("shm").str(), format!("/dev/shm/{frame}"));
+    assert_eq!(others[0].get("uid").num(), 65534.0);
+    let o = run(&env, &["ls", "--interval", "0"]);
+    let (out, _) = text(&o);
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains(&env.key)).collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].contains("alive"), "{out}");
+}

@@ -178,3 +178,50 @@ fn old_names_are_deprecated_aliases() {
     );
     assert!(t.elapsed() >= Duration::from_millis(500));
 }
+
+/// Issue 29 item 6: a socket at the key's name that never accepts (listening with a backlog
+/// of 0 that is full, as a group member can plant it). Both inputs fail within their
+/// `-handshake_timeout` (plus start-up slack) with an error that says so, instead of hanging
+/// in `connect()` until killed.
+#[test]
+fn both_inputs_give_up_on_a_socket_that_never_accepts() {
+    let Some(ff) = find() else { return };
+    let s = Scratch::new(&ff, "noaccept");
+    for format in ["cuframes", "cuframes_pkt"] {
+        let key = s.key(&format!("{format}-na"));
+        let squat = cuframes_test_support::squat_never_accepting(
+            &s.path(&format!(".squat-{format}")),
+            &s.path(&format!("{key}.sock")),
+        );
+        let log = format!("{format}-noaccept");
+        let t = Instant::now();
+        let (ok, err) = s.ffmpeg(
+            &log,
+            &[
+                "-f",
+                format,
+                "-handshake_timeout",
+                "2",
+                "-read_timeout",
+                "2",
+                "-i",
+                &key,
+                "-f",
+                "null",
+                "-",
+            ],
+            Duration::from_secs(30),
+        );
+        let took = t.elapsed();
+        assert!(
+            !ok,
+            "{format}: succeeded against a socket that never accepts"
+        );
+        assert!(
+            took < Duration::from_secs(10),
+            "{format}: took {took:?} (handshake_timeout 2 s): {err}"
+        );
+        assert!(err.contains("did not accept"), "{format}: {err}");
+        drop(squat);
+    }
+}

@@ -44,6 +44,45 @@ impl Key {
     pub fn packet_shm_name(&self) -> String {
         format!("{SHM_PREFIX}{}{PACKET_SHM_SUFFIX}", self.0)
     }
+
+    /// Whether `name` is this key's frame SHM: its name, or a generation name of it.
+    pub fn is_frame_shm(&self, name: &str) -> bool {
+        split_generation(name).0 == self.frame_shm_name()
+    }
+
+    /// Whether `name` is this key's packet SHM: its name, or a generation name of it.
+    pub fn is_packet_shm(&self, name: &str) -> bool {
+        split_generation(name).0 == self.packet_shm_name()
+    }
+}
+
+/// Separates an SHM name from its generation (`cuframes-cam1.0123456789abcdef`). Keys have
+/// no '.', so a generation name is nobody's key: a ring that another user keeps from its
+/// name (/dev/shm is sticky: a name someone else created first stays theirs) lives under
+/// its generation name, which HELLO_RESP announces (R19), and the staged object that a new
+/// ring is built in before it is renamed to its name has one too.
+pub const GENERATION_SEPARATOR: char = '.';
+/// Hex digits of a generation (64 random bits).
+pub const GENERATION_DIGITS: usize = 16;
+
+/// `<name>.<generation>`: an SHM name under which nobody else can have created an object
+/// first (`generation` is 64 random bits).
+pub fn generation_name(name: &str, generation: u64) -> String {
+    format!("{name}{GENERATION_SEPARATOR}{generation:016x}")
+}
+
+/// `(name, Some(generation))` for a generation name `<name>.<16 lowercase hex digits>`,
+/// `(name, None)` for any other name.
+pub fn split_generation(name: &str) -> (&str, Option<u64>) {
+    if let Some((base, digits)) = name.rsplit_once(GENERATION_SEPARATOR) {
+        let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+        if digits.len() == GENERATION_DIGITS && digits.chars().all(hex) {
+            if let Ok(g) = u64::from_str_radix(digits, 16) {
+                return (base, Some(g));
+            }
+        }
+    }
+    (name, None)
 }
 
 impl std::fmt::Display for Key {
@@ -110,14 +149,18 @@ pub fn socket_path(dir: &Path, key: &Key) -> Result<PathBuf> {
 }
 
 /// Accept an SHM name from the wire (R19): relative to /dev/shm, optional leading '/',
-/// and it must be one of this project's names, so a peer cannot point us at another object.
+/// and it must be one of this project's names (or a generation name of one), so a peer
+/// cannot point us at another object.
 pub fn parse_wire_shm_name(name: &str) -> Result<String> {
     let bare = name.strip_prefix('/').unwrap_or(name);
-    let rest = bare.strip_prefix(SHM_PREFIX).ok_or_else(|| {
-        Error::protocol(format!(
-            "SHM name {name:?} does not start with {SHM_PREFIX:?}"
-        ))
-    })?;
+    let rest = split_generation(bare)
+        .0
+        .strip_prefix(SHM_PREFIX)
+        .ok_or_else(|| {
+            Error::protocol(format!(
+                "SHM name {name:?} does not start with {SHM_PREFIX:?}"
+            ))
+        })?;
     let key = rest.strip_suffix(PACKET_SHM_SUFFIX).unwrap_or(rest);
     validate_key(key)
         .map_err(|e| Error::protocol(format!("SHM name {name:?}: {}", e.message())))?;
@@ -206,5 +249,32 @@ mod tests {
         assert!(parse_wire_shm_name("../etc/passwd").is_err());
         assert!(parse_wire_shm_name("cuframes-a/b").is_err());
         assert!(parse_wire_shm_name("other").is_err());
+        // Generation names: exactly 16 lowercase hex digits after one '.'.
+        for good in [
+            "cuframes-cam1.0123456789abcdef",
+            "/cuframes-cam1-packets.ffffffffffffffff",
+        ] {
+            assert_eq!(
+                parse_wire_shm_name(good).unwrap(),
+                good.trim_start_matches('/')
+            );
+        }
+        for bad in [
+            "cuframes-cam1.0123",
+            "cuframes-cam1.0123456789ABCDEF",
+            "cuframes-cam1..0123456789abcdef",
+            "cuframes-.0123456789abcdef",
+            "cuframes-cam1.0123456789abcdef.0123456789abcdef",
+            "cuframes-cam1.0123456789abcdef-packets",
+        ] {
+            assert!(parse_wire_shm_name(bad).is_err(), "{bad}");
+        }
+        let k = Key::new("cam1").unwrap();
+        assert!(
+            k.is_frame_shm("cuframes-cam1") && k.is_frame_shm("cuframes-cam1.00000000000000ff")
+        );
+        assert!(!k.is_frame_shm("cuframes-cam1-packets") && !k.is_frame_shm("cuframes-cam12"));
+        assert!(k.is_packet_shm("cuframes-cam1-packets.00000000000000ff"));
+        assert!(!k.is_packet_shm("cuframes-cam1.00000000000000ff"));
     }
 }

@@ -407,7 +407,7 @@ pub fn create_staged(name: &str, len: usize, mode: u32) -> Result<(String, Owned
             random = (crate::util::monotonic_ns() as u64 ^ u64::from(std::process::id()) << 32)
                 .to_le_bytes();
         }
-        let staged = format!("{name}.{:016x}", u64::from_le_bytes(random));
+        let staged = crate::paths::generation_name(name, u64::from_le_bytes(random));
         match create(&staged, len, mode) {
             Ok((fd, map)) => return Ok((staged, fd, map)),
             // Someone made that name first: another draw.
@@ -434,6 +434,76 @@ pub fn rename_into_place(staged: &str, name: &str) -> Result<()> {
             Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
         )
     })
+}
+
+/// Where [`place`] left an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// At the name it was meant for.
+    AtName,
+    /// Under its own generation name: another user holds the name (its uid). HELLO_RESP
+    /// announces where the ring is (R19), so readers follow it there.
+    Kept { holder_uid: u32 },
+}
+
+/// Put `/dev/shm/<staged>` at `/dev/shm/<name>` or, when someone else holds `name` (a uid
+/// other than ours: the sticky /dev/shm keeps it theirs), leave it under its own
+/// unguessable name: a name anyone can create first must not stop a publisher. With
+/// `over_ours` an object of ours at `name` (the ring this one replaces) is replaced in one
+/// step ([`rename_into_place`]); without, it is left alone and the answer is
+/// `AlreadyExists` (a first ring never takes another's place). Any other failure is an
+/// error, and nothing moved.
+pub fn place(staged: &str, name: &str, over_ours: bool) -> Result<Placement> {
+    let moved = if over_ours {
+        rename_into_place(staged, name)
+    } else {
+        rename_exclusive(staged, name)
+    };
+    match moved {
+        Ok(()) => Ok(Placement::AtName),
+        Err(e) => match foreign_holder(name) {
+            Some(holder_uid) => Ok(Placement::Kept { holder_uid }),
+            None => Err(e),
+        },
+    }
+}
+
+/// `renameat2(RENAME_NOREPLACE)` of `/dev/shm/<staged>` to `/dev/shm/<name>`: fails with
+/// `AlreadyExists` when anything is at `name`.
+fn rename_exclusive(staged: &str, name: &str) -> Result<()> {
+    let from = CString::new(format!("/dev/shm/{staged}"))
+        .map_err(|_| Error::invalid("SHM name contains NUL"))?;
+    let to = CString::new(format!("/dev/shm/{name}"))
+        .map_err(|_| Error::invalid("SHM name contains NUL"))?;
+    // SAFETY: both paths are NUL-terminated strings that live across the call; the
+    // directory descriptors are AT_FDCWD (the paths are absolute).
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    Err(Error::os(
+        format!("cannot put /dev/shm/{staged} at /dev/shm/{name}"),
+        Errno::last(),
+    ))
+}
+
+/// The uid that holds `/dev/shm/<name>`, when that is not us (whatever it put there: an
+/// object, a FIFO, a link).
+pub fn foreign_holder(name: &str) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::symlink_metadata(std::path::Path::new("/dev/shm").join(name))
+        .ok()?
+        .uid();
+    // SAFETY: geteuid has no preconditions.
+    (uid != unsafe { libc::geteuid() }).then_some(uid)
 }
 
 /// Why [`open_regular`] failed.

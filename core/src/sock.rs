@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -319,10 +320,142 @@ impl Inbox {
     }
 }
 
+/// Connect to the Unix socket at `path`, giving up at `deadline`: a listener that never
+/// accepts (its backlog full, whether by load or by a peer that fills it on purpose) must not
+/// hold up a subscriber, a publisher's create or an operator tool. The socket is made
+/// non-blocking with SOCK_CLOEXEC; on Linux a non-blocking connect to a full backlog fails
+/// with EAGAIN at once (AF_UNIX connects never return EINPROGRESS), so it is tried again after
+/// short sleeps until the deadline, then fails with `ErrorKind::TimedOut` naming the path.
+/// Other failures are the kernel's, as `UnixStream::connect` reports them (NotFound,
+/// ConnectionRefused, PermissionDenied), so callers keep telling them apart. The stream comes
+/// back in blocking mode; callers set the mode they need.
+pub fn connect_within(path: &std::path::Path, deadline: Instant) -> std::io::Result<UnixStream> {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let addr = UnixAddr::new(path).map_err(std::io::Error::from)?;
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(std::io::Error::from)?;
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match connect(fd.as_raw_fd(), &addr) {
+            Ok(()) | Err(Errno::EISCONN) => break,
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => {
+                // The listener's backlog is full: it may accept soon (a busy publisher), or
+                // never. The socket stays unconnected, so the same one is tried again.
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(never_accepted(path, started));
+                }
+                std::thread::sleep(pause.min(left));
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(Errno::EINPROGRESS | Errno::EALREADY) => {
+                // Not what AF_UNIX does on Linux; handled as for other families: wait for
+                // the connect to complete, then read its outcome.
+                if wait_fd(fd.as_fd(), PollFlags::POLLOUT, Some(deadline)).is_err() {
+                    return Err(never_accepted(path, started));
+                }
+                let err = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::SocketError)
+                    .map_err(std::io::Error::from)?;
+                if err != 0 {
+                    return Err(std::io::Error::from_raw_os_error(err));
+                }
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// What [`connect_within`] says of a listener that did not accept in time.
+fn never_accepted(path: &std::path::Path, started: Instant) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "{} did not accept a connection within {} ms (its listener does not accept \
+             connections: its backlog is full)",
+            path.display(),
+            started.elapsed().as_millis()
+        ),
+    )
+}
+
 /// The uid, gid and pid of the process at the other end (SO_PEERCRED).
 pub fn peer_credentials(sock: BorrowedFd<'_>) -> Result<(u32, u32, u32)> {
     let cred =
         nix::sys::socket::getsockopt(&sock.as_fd(), nix::sys::socket::sockopt::PeerCredentials)
             .map_err(|e| Error::os("getsockopt SO_PEERCRED", e))?;
     Ok((cred.uid(), cred.gid(), cred.pid() as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "cuframes-sock-{tag}-{}-{:x}",
+            std::process::id(),
+            crate::util::unique_suffix()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A listener that accepts: connected, in blocking mode, closed on exec.
+    #[test]
+    fn connects_to_a_listener_in_blocking_mode() {
+        let dir = scratch("ok");
+        let path = dir.join("s.sock");
+        let _l = UnixListener::bind(&path).unwrap();
+        let s = connect_within(&path, Instant::now() + Duration::from_secs(5));
+        let _ = std::fs::remove_dir_all(&dir);
+        let s = s.unwrap();
+        let fl = nix::fcntl::fcntl(&s, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+        assert_eq!(fl & libc::O_NONBLOCK, 0);
+        let fd = nix::fcntl::fcntl(&s, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert_ne!(fd & libc::FD_CLOEXEC, 0);
+    }
+
+    /// A listener whose backlog is full never accepts: TimedOut at the deadline, naming the
+    /// path; a connect of std (blocking) waits there for ever.
+    #[test]
+    fn a_full_backlog_times_out_at_the_deadline() {
+        let dir = scratch("full");
+        let path = dir.join("s.sock");
+        let l = UnixListener::bind(&path).unwrap();
+        // SAFETY: listen on a socket we own; a second listen only changes the backlog.
+        assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
+        // Fill it: connections that are never accepted, until one is refused for room.
+        let mut held = Vec::new();
+        let err = loop {
+            match connect_within(&path, Instant::now()) {
+                Ok(s) => held.push(s),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 4096, "the backlog never filled");
+        };
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        let started = Instant::now();
+        let got = connect_within(&path, started + Duration::from_millis(300));
+        let took = started.elapsed();
+        let _ = std::fs::remove_dir_all(&dir);
+        let e = got.expect_err("connected to a full backlog");
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        assert!(
+            took >= Duration::from_millis(290) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
 }

@@ -164,7 +164,7 @@ fn vmm_fds_with_too_few_descriptors_is_refused() {
         let fd = cuframes_core::shm::memfd("x", 16384).unwrap();
         let v = VmmFds {
             fd_count: 2,
-            frame_size_bytes: 16384,
+            frame_size_bytes: 12288,
             vmm_granularity: 4096,
             memory_kind: 1,
         };
@@ -184,7 +184,7 @@ fn unsealed_memfd_slots_are_refused() {
         let b = cuframes_core::shm::memfd("b", 16384).unwrap();
         let v = VmmFds {
             fd_count: 2,
-            frame_size_bytes: 16384,
+            frame_size_bytes: 12288,
             vmm_granularity: 4096,
             memory_kind: 1,
         };
@@ -204,7 +204,7 @@ fn an_unknown_memory_kind_is_a_format_error() {
         let a = cuframes_core::shm::memfd("a", 16384).unwrap();
         let v = VmmFds {
             fd_count: 2,
-            frame_size_bytes: 16384,
+            frame_size_bytes: 12288,
             vmm_granularity: 4096,
             memory_kind: 7,
         };
@@ -248,7 +248,7 @@ fn a_legacy_magic_frame_shm_is_refused() {
             &s,
             VmmFds {
                 fd_count: 2,
-                frame_size_bytes: 16384,
+                frame_size_bytes: 12288,
                 vmm_granularity: 4096,
                 memory_kind: 1,
             },
@@ -336,4 +336,272 @@ fn an_explicit_device_that_is_another_gpu_is_refused_naming_both_uuids() {
             .contains(&cuframes_core::cuda::GpuUuid(other).to_string()),
         "{e}"
     );
+}
+
+/// Serialises the tests that measure this process's peak RSS: what another one allocates
+/// meanwhile would count as theirs.
+static RSS_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A field of /proc/self/status in bytes (`VmRSS`, `VmHWM`).
+fn status_bytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"));
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// How far this process's resident memory rose above where it was while `f` ran (the peak,
+/// VmHWM, reset first through /proc/self/clear_refs): what a refused subscribe mapped and
+/// dropped again still shows.
+fn peak_rss_growth<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak RSS");
+    let before = status_bytes("VmRSS");
+    let out = f();
+    let peak = status_bytes("VmHWM");
+    (out, peak.saturating_sub(before))
+}
+
+/// A sealed, sparse memfd of `len` bytes: costs nothing until someone maps and touches it.
+fn sparse_sealed_memfd(len: u64) -> std::os::fd::OwnedFd {
+    let fd = nix::sys::memfd::memfd_create(
+        c"slot",
+        nix::sys::memfd::MFdFlags::MFD_CLOEXEC | nix::sys::memfd::MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .unwrap();
+    nix::unistd::ftruncate(fd.as_fd(), len as i64).unwrap();
+    nix::fcntl::fcntl(
+        fd.as_fd(),
+        nix::fcntl::FcntlArg::F_ADD_SEALS(
+            nix::fcntl::SealFlag::F_SEAL_SHRINK | nix::fcntl::SealFlag::F_SEAL_GROW,
+        ),
+    )
+    .unwrap();
+    fd
+}
+
+/// Issue #29 item 13: a 64x32 NV12 ring (12 KiB frames) announcing 2 GiB slots on sparse
+/// sealed memfds made the reader map and populate 2 GiB of shmem per slot (4 GiB for this
+/// ring of two). A slot may be no larger than the frame rounded up to a granularity: the
+/// subscribe is refused at once, naming both sizes, before anything is mapped.
+#[test]
+fn slots_far_larger_than_the_frame_are_refused_without_allocating() {
+    let _serial = RSS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let env = TestEnv::new("hp-bigslot");
+    let _shm = valid_frame_shm(&env.key);
+    let key = env.key.clone();
+    let frame = FrameLayout::new(Format::Nv12, 64, 32).unwrap().frame_size;
+    assert!(frame <= 16384, "a small frame: {frame}");
+    const SLOT: u64 = 2 << 30;
+    let (e, grew) = peak_rss_growth(|| {
+        against(&env, move |mut s| {
+            through_subscribe(&mut s, &key);
+            let slots = [sparse_sealed_memfd(SLOT), sparse_sealed_memfd(SLOT)];
+            let v = VmmFds {
+                fd_count: 2,
+                frame_size_bytes: SLOT,
+                vmm_granularity: 4096,
+                memory_kind: 1,
+            };
+            send_fds(&s, v, &[slots[0].as_raw_fd(), slots[1].as_raw_fd()]);
+            // Keep the descriptors open until the subscriber is done with them.
+            let mut b = [0u8; 64];
+            while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+        })
+    });
+    assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
+    assert!(e.message().contains(&SLOT.to_string()), "{e}");
+    assert!(e.message().contains(&frame.to_string()), "{e}");
+    assert!(
+        grew < 32 << 20,
+        "the refused subscribe raised the peak RSS by {} MiB",
+        grew >> 20
+    );
+}
+
+/// A slot memfd smaller than VMM_FDS announces (sealed, so it cannot shrink later) would
+/// fault (SIGBUS) where it ends on the first read: refused at import, naming both sizes.
+#[test]
+fn slot_memfds_smaller_than_announced_are_refused() {
+    let env = TestEnv::new("hp-smallslot");
+    let _shm = valid_frame_shm(&env.key);
+    let key = env.key.clone();
+    let frame = FrameLayout::new(Format::Nv12, 64, 32).unwrap().frame_size as u64;
+    let announced = frame.next_multiple_of(4096);
+    let e = against(&env, move |mut s| {
+        through_subscribe(&mut s, &key);
+        let slots = [
+            sparse_sealed_memfd(announced),
+            sparse_sealed_memfd(announced - 4096),
+        ];
+        let v = VmmFds {
+            fd_count: 2,
+            frame_size_bytes: announced,
+            vmm_granularity: 4096,
+            memory_kind: 1,
+        };
+        send_fds(&s, v, &[slots[0].as_raw_fd(), slots[1].as_raw_fd()]);
+        let mut b = [0u8; 64];
+        while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+    });
+    assert_eq!(e.code(), ErrorCode::Protocol, "{e}");
+    assert!(
+        e.message().contains(&format!(
+            "{} bytes; VMM_FDS announced {announced}",
+            announced - 4096
+        )),
+        "{e}"
+    );
+}
+
+fn packets_only(env: &TestEnv, name: &str) -> cuframes_core::subscriber::SubscriberOptions {
+    let mut o = env.subscriber_options(name);
+    o.want_frames = false;
+    o.want_packets = true;
+    o
+}
+
+fn packet_publisher(env: &TestEnv, data_size: u32) -> cuframes_core::publisher::Publisher {
+    let p = cuframes_core::publisher::Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_packets(cuframes_core::packet::PacketRingConfig {
+        codec_id: CODEC_ID_HEVC,
+        extradata: vec![0, 0, 0, 1, 0x40, 1],
+        ring_slots: 16,
+        data_size,
+    })
+    .unwrap();
+    p
+}
+
+/// Issue #29 item 14: a 1 GiB packet data ring (here a publisher's ring whose header is
+/// forged to 1 GiB over a sparse object, holding a 1 GiB "packet") made every reader map
+/// and populate all of it (`-f cuframes_pkt` reached 3.2 GB with the packet's copies). A
+/// ring larger than `max_packet_ring_size` is refused at subscribe, naming the option,
+/// before its pages are touched; a raised option lets it through.
+#[test]
+fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
+    use cuframes_core::packet::layout::{
+        HDR_DATA_SIZE, HDR_GLOBAL_SEQ, HDR_LAST_KEYFRAME_SEQ, HDR_WRITE_OFFSET, SLOT_DATA_OFFSET,
+        SLOT_DATA_SIZE, SLOT_FLAGS, SLOT_SEQ,
+    };
+    use cuframes_core::wire::packet::{packet_shm_size, packet_slot_offset};
+    use std::sync::atomic::Ordering;
+    let _serial = RSS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let env = TestEnv::new("hp-bigring");
+    let p = packet_publisher(&env, 1 << 16);
+    const GIB: u32 = 1 << 30;
+    let name = format!("cuframes-{}-packets", env.key);
+    {
+        let (fd, _) = cuframes_core::shm::open(&name, 4096, true).unwrap();
+        nix::unistd::ftruncate(fd.as_fd(), packet_shm_size(16, GIB as usize) as i64).unwrap();
+        let (_fd, map) = cuframes_core::shm::open(&name, 4096, true).unwrap();
+        map.atomic_u32(HDR_DATA_SIZE).store(GIB, Ordering::Release);
+        // One keyframe of 1 GiB at seq 1.
+        let slot = packet_slot_offset(1);
+        map.atomic_u64(slot + SLOT_DATA_OFFSET)
+            .store(0, Ordering::Relaxed);
+        map.atomic_u32(slot + SLOT_DATA_SIZE)
+            .store(GIB, Ordering::Relaxed);
+        map.atomic_u32(slot + SLOT_FLAGS)
+            .store(PACKET_FLAG_KEY, Ordering::Relaxed);
+        map.atomic_u64(slot + SLOT_SEQ).store(1, Ordering::Release);
+        map.atomic_u64(HDR_WRITE_OFFSET)
+            .store(u64::from(GIB), Ordering::Release);
+        map.atomic_u64(HDR_LAST_KEYFRAME_SEQ)
+            .store(1, Ordering::Release);
+        map.atomic_u64(HDR_GLOBAL_SEQ).store(1, Ordering::Release);
+    }
+    let (got, grew) = peak_rss_growth(|| {
+        let t = Instant::now();
+        let got = Subscriber::connect(&env.key, &packets_only(&env, "victim"));
+        (got, t.elapsed())
+    });
+    let (got, took) = got;
+    let e = got.err().expect("a 1 GiB packet ring must be refused");
+    assert_eq!(e.code(), ErrorCode::NoMemory, "{e}");
+    assert!(e.message().contains("1073741824 bytes"), "{e}");
+    assert!(e.message().contains("max_packet_ring_size"), "{e}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(
+        grew < 32 << 20,
+        "the refused subscribe raised the peak RSS by {} MiB",
+        grew >> 20
+    );
+    // Raised, the ring is read, and its 1 GiB packet is still bounded by max_packet_size:
+    // skipped without a buffer for it (the ring's own pages are what the option allowed).
+    let mut o = packets_only(&env, "raised");
+    o.max_packet_ring_size = u64::from(GIB);
+    let mut s = Subscriber::connect(&env.key, &o).unwrap();
+    let mut buf = Vec::new();
+    let (e, grew) = peak_rss_growth(|| {
+        s.next_packet(Some(Duration::from_millis(300)), &mut buf)
+            .unwrap_err()
+    });
+    assert_eq!(e.code(), ErrorCode::Timeout, "{e}");
+    assert_eq!(s.packet_stats().unwrap().oversized, 1);
+    assert!(buf.capacity() < 1 << 20, "{} bytes", buf.capacity());
+    assert!(
+        grew < 32 << 20,
+        "reading raised the peak RSS by {} MiB",
+        grew >> 20
+    );
+    drop(s);
+    drop(p);
+}
+
+/// Issue #29 item 14: a packet larger than `max_packet_size` is not copied (no buffer of its
+/// size is allocated): it is skipped as a counted loss, the stream goes on at the next
+/// keyframe flagged DISCONTINUITY. A subscriber that raised the option reads the same
+/// 80 MiB packet bit-exact.
+#[test]
+fn oversized_packets_are_a_counted_loss_and_a_raised_bound_reads_them() {
+    let _serial = RSS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let env = TestEnv::new("hp-bigpkt");
+    let p = packet_publisher(&env, 96 << 20);
+    let mut small = Subscriber::connect(&env.key, &packets_only(&env, "default")).unwrap();
+    let mut o = packets_only(&env, "raised");
+    o.max_packet_size = 96 << 20;
+    let mut big = Subscriber::connect(&env.key, &o).unwrap();
+
+    let large: Vec<u8> = (0..80usize << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    p.publish_packet(&[1; 1000], 0, 0, PACKET_FLAG_KEY).unwrap();
+    p.publish_packet(&large, 1, 1, PACKET_FLAG_KEY).unwrap();
+    p.publish_packet(&[3; 100], 2, 2, 0).unwrap();
+    p.publish_packet(&[4; 1000], 3, 3, PACKET_FLAG_KEY).unwrap();
+
+    let wait = Some(Duration::from_secs(5));
+    let mut buf = Vec::new();
+    assert_eq!(small.next_packet(wait, &mut buf).unwrap().seq, 1);
+    let (info, grew) = peak_rss_growth(|| small.next_packet(wait, &mut buf).unwrap());
+    assert_eq!(
+        info.seq, 4,
+        "the oversized packet and the one after it are lost"
+    );
+    assert!(info.is_discontinuity());
+    assert_eq!(buf, vec![4; 1000]);
+    assert!(buf.capacity() < 1 << 20, "{} bytes", buf.capacity());
+    assert!(
+        grew < 32 << 20,
+        "reading raised the peak RSS by {} MiB",
+        grew >> 20
+    );
+    let stats = small.packet_stats().unwrap();
+    assert_eq!((stats.oversized, stats.overruns), (1, 0));
+
+    let mut got = Vec::new();
+    for (seq, want) in [(1, vec![1; 1000]), (2, large), (3, vec![3; 100])] {
+        let info = big.next_packet(wait, &mut got).unwrap();
+        assert_eq!(info.seq, seq);
+        assert!(!info.is_discontinuity());
+        assert!(got == want, "packet {seq} differs");
+    }
+    assert_eq!(big.packet_stats().unwrap().oversized, 0);
 }

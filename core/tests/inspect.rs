@@ -461,3 +461,173 @@ fn corrupt_objects_are_reported_not_panicked_on() {
     assert!(r.removed.is_empty() && r.kept.len() == 1, "{r:?}");
     assert!(shm_exists(&frame));
 }
+
+/// Every /dev/shm object of `key` (its names and generation names, anyone's), removed when
+/// the test ends, passed or failed (root may unlink other uids' objects).
+struct KeyObjects(String);
+
+impl KeyObjects {
+    fn names(&self) -> Vec<String> {
+        let key = Key::new(&self.0).unwrap();
+        std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| key.is_frame_shm(n) || key.is_packet_shm(n))
+            .collect()
+    }
+}
+
+impl Drop for KeyObjects {
+    fn drop(&mut self) {
+        for n in self.names() {
+            let _ = cuframes_core::shm::unlink(&n);
+        }
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A frame SHM with a valid header naming `pid` as its producer, owned by `uid`.
+fn planted_ring(name: &str, pid: u64, uid: u32) {
+    use std::os::fd::AsFd;
+    let (fd, map) = cuframes_core::shm::create(name, 7424, 0o644).unwrap();
+    let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
+    shm.initialise(
+        &cuframes_core::format::FrameLayout::new(Format::Nv12, 64, 32)
+            .unwrap()
+            .to_meta(),
+        2,
+        Policy::DropOldest,
+        MemoryKind::HostMemfd,
+        u32::try_from(pid).unwrap(),
+    );
+    nix::unistd::fchown(fd.as_fd(), Some(nix::unistd::Uid::from_raw(uid)), None).unwrap();
+}
+
+/// A pid that was just ours and is gone (reaped).
+fn gone_pid() -> u64 {
+    let mut c = Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    u64::from(pid)
+}
+
+/// Issue 29 item 9: a ring owned by a uid outside the group, with a valid header and
+/// producer pid 1, is refused by publishers; the inspector called it an alive publisher
+/// (so did `ls`, `stat` and the exporter's `cuframes_publisher_alive`). Its owner does not
+/// match the uid its producer runs as: "foreign", not alive, and `clean` keeps it.
+#[test]
+fn a_ring_whose_owner_is_not_its_producers_is_foreign() {
+    if !is_root() {
+        eprintln!("SKIPPED (needs root to create an object owned by another uid)");
+        return;
+    }
+    let env = TestEnv::new("insp-fake");
+    let _objects = KeyObjects(env.key.clone());
+    let frame = format!("cuframes-{}", env.key);
+    planted_ring(&frame, 1, 65534);
+    let info = inspect::inspect(&env.dir, &key(&env)).unwrap();
+    assert!(
+        matches!(info.liveness, Liveness::Foreign(_)),
+        "{:?}",
+        info.liveness
+    );
+    assert!(!info.liveness.is_alive());
+    assert_eq!(info.liveness.name(), "foreign");
+    assert_eq!(info.owner_mismatch.len(), 1, "{:?}", info.owner_mismatch);
+    let m = &info.owner_mismatch[0];
+    assert!(
+        m.contains("uid 65534") && m.contains("pid 1 runs as uid 0"),
+        "{m}"
+    );
+    let report = inspect::clean(&env.dir, Some(&[key(&env)]), false).unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert!(shm_exists(&frame));
+
+    // The same against a socket: a listening socket of uid 0 and a ring of uid 65534.
+    let _listener = UnixListener::bind(env.dir.join(format!("{}.sock", env.key))).unwrap();
+    let info = inspect::inspect(&env.dir, &key(&env)).unwrap();
+    assert_eq!(info.liveness.name(), "foreign", "{:?}", info.liveness);
+    assert!(
+        info.owner_mismatch
+            .iter()
+            .any(|m| m.contains("its socket to uid 0")),
+        "{:?}",
+        info.owner_mismatch
+    );
+}
+
+/// Issue 29 item 7: while another uid holds `cuframes-KEY`, a publisher's ring lives under
+/// its generation name `cuframes-KEY.<16 hex>`. The inspector took that for no key at all
+/// (a '.' is not in a key) and showed the squatter's object as KEY's ring. It shows the
+/// publisher's ring now, alive, with the squatter's object among the key's others.
+#[test]
+fn a_generation_named_ring_is_its_keys() {
+    if !is_root() {
+        eprintln!("SKIPPED (needs root to create an object owned by another uid)");
+        return;
+    }
+    let env = TestEnv::new("insp-gen");
+    let _objects = KeyObjects(env.key.clone());
+    let frame = format!("cuframes-{}", env.key);
+    planted_ring(&frame, 1, 65534);
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 80, 32))
+        .unwrap();
+    publish(&p);
+    let ring = p.frame_shm_name().unwrap();
+    assert_ne!(ring, frame);
+    let info = inspect::inspect(&env.dir, &key(&env)).unwrap();
+    assert!(info.liveness.is_alive(), "{:?}", info.liveness);
+    assert!(info.owner_mismatch.is_empty(), "{:?}", info.owner_mismatch);
+    let f = info.frames.as_ref().unwrap();
+    assert_eq!(f.name, ring);
+    assert_eq!(info.frame_snapshot().unwrap().global_seq, 1);
+    let others: Vec<&str> = info.others.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(others, [frame.as_str()]);
+    // Listed once, under its key.
+    let all = inspect::list(&env.dir, None).unwrap();
+    assert_eq!(all.iter().filter(|i| i.key == env.key).count(), 1);
+    assert!(!all.iter().any(|i| i.key.contains('.')));
+    // A live publisher's objects are never cleaned, nor the squatter's.
+    let report = inspect::clean(&env.dir, Some(&[key(&env)]), false).unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert!(shm_exists(&ring) && shm_exists(&frame));
+}
+
+/// `clean` removes a dead publisher's rings under generation names (kept there while
+/// another uid held the key's name, or staged when it died mid-replacement), but never
+/// another uid's object, at the key's name or at a generation name.
+#[test]
+fn clean_removes_dead_generation_rings_of_ours_only() {
+    if !is_root() {
+        eprintln!("SKIPPED (needs root to create an object owned by another uid)");
+        return;
+    }
+    let env = TestEnv::new("insp-gclean");
+    let _objects = KeyObjects(env.key.clone());
+    let frame = format!("cuframes-{}", env.key);
+    let (ours, staged, theirs) = (
+        cuframes_core::paths::generation_name(&frame, 0x1111),
+        cuframes_core::paths::generation_name(&frame, 0x2222),
+        cuframes_core::paths::generation_name(&frame, 0x3333),
+    );
+    planted_ring(&frame, 1, 65534);
+    let dead = gone_pid();
+    planted_ring(&ours, dead, 0);
+    planted_ring(&staged, dead, 0);
+    planted_ring(&theirs, dead, 65534);
+    let info = inspect::inspect(&env.dir, &key(&env)).unwrap();
+    assert!(info.liveness.is_dead(), "{:?}", info.liveness);
+    let report = inspect::clean(&env.dir, Some(&[key(&env)]), false).unwrap();
+    let mut removed: Vec<&str> = report.removed.iter().map(|r| r.path.as_str()).collect();
+    removed.sort_unstable();
+    let mut want = vec![format!("/dev/shm/{ours}"), format!("/dev/shm/{staged}")];
+    want.sort_unstable();
+    assert_eq!(removed, want, "{report:?}");
+    assert!(!shm_exists(&ours) && !shm_exists(&staged));
+    assert!(shm_exists(&frame) && shm_exists(&theirs));
+}

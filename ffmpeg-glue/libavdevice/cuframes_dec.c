@@ -79,6 +79,7 @@ typedef struct CuframesDemuxContext {
     int64_t spin_us;
     char *runtime_dir;
     int reconnect;
+    int64_t publisher_uid;
 
     /* state */
     cuframes_subscriber_t *sub;
@@ -172,6 +173,7 @@ static int connect_subscriber(AVFormatContext *avctx)
     /* A restarted publisher is waited for as long as a missing one at the start. */
     if (s->reconnect)
         o.reconnect_ms = (uint32_t)av_clip64(FFMAX(s->wait_publisher / 1000, 1), 1, UINT32_MAX);
+    o.publisher_uid = s->publisher_uid;
 
     for (;;) {
         ret = cuframes_subscriber_connect(avctx->url, &o, &s->sub);
@@ -611,6 +613,8 @@ static const AVOption options[] = {
       OFFSET(spin_us), AV_OPT_TYPE_DURATION, { .i64 = 0 }, 0, UINT32_MAX, FLAGS },
     { "reconnect", "keep reading across a publisher restart: wait (up to wait_publisher) for the new publisher; timestamps kept increasing",
       OFFSET(reconnect), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, FLAGS },
+    { "publisher_uid", "accept only a publisher running as this uid, on every connection (-1: any; later connections, reconnect or a new ring, must still be to the uid the first saw)",
+      OFFSET(publisher_uid), AV_OPT_TYPE_INT64, { .i64 = -1 }, -1, UINT32_MAX, FLAGS },
     { NULL },
 };
 

@@ -73,6 +73,8 @@ typedef struct CuframesUploadContext {
     int device;
     int wait_subscribers;
     int allow_legacy;
+    int max_subscribers_per_uid;
+    int max_subscribers_per_pid;
     int64_t wait_timeout;
 
     /* state */
@@ -263,6 +265,8 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
 
     cuframes_publisher_options_default(&po);
     po.allow_legacy_subscribers = s->allow_legacy;
+    po.max_subscribers_per_uid  = s->max_subscribers_per_uid;
+    po.max_subscribers_per_pid  = s->max_subscribers_per_pid;
     po.runtime_dir = s->runtime_dir;
     ret = cuframes_publisher_open_shared(s->key, &po, &s->pub);
     if (ret != CUFRAMES_OK)
@@ -485,6 +489,10 @@ static const AVOption cuframes_upload_options[] = {
       OFFSET(device), AV_OPT_TYPE_INT, { .i64 = -1 }, -1, INT_MAX, FLAGS },
     { "allow_legacy", "admit plain protocol v4 subscribers without ACK pages (makes the frame ring writable by the group: see docs/protocol.md, trust model)",
       OFFSET(allow_legacy), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, FLAGS },
+    { "max_subscribers_per_uid", "subscriber slots (of 31) the processes of one uid may hold; the publisher's own uid and root are not counted; 31 = no cap",
+      OFFSET(max_subscribers_per_uid), AV_OPT_TYPE_INT, { .i64 = 8 }, 0, CUFRAMES_MAX_SUBSCRIBERS, FLAGS },
+    { "max_subscribers_per_pid", "subscriber slots (of 31) one process may hold (a process in another PID namespace is counted by its uid only); 31 = no cap",
+      OFFSET(max_subscribers_per_pid), AV_OPT_TYPE_INT, { .i64 = 4 }, 0, CUFRAMES_MAX_SUBSCRIBERS, FLAGS },
     { "wait_subscribers", FF_CUFRAMES_HELP_WAIT_SUBSCRIBERS,
       OFFSET(wait_subscribers), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, CUFRAMES_MAX_SUBSCRIBERS, FLAGS },
     { "wait_timeout", "how long to wait for wait_subscribers, then publish anyway (with a warning)",

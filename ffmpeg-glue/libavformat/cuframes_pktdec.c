@@ -48,6 +48,9 @@ typedef struct CuframesPktDemuxContext {
     AVRational time_base;
     int reconnect;
     int64_t spin_us;
+    int64_t publisher_uid;
+    int64_t max_packet_ring_size;
+    int64_t max_packet_size;
 
     cuframes_subscriber_t *sub;
     AVPacket *pending;
@@ -82,9 +85,12 @@ static int cuframes_pkt_connect(AVFormatContext *s)
     o.flags              = CUFRAMES_SUBSCRIBE_WANTS_PACKETS;
     o.connect_timeout_ms = ff_cuframes_duration_ms(c->handshake_timeout);
     o.spin_us            = (uint32_t)c->spin_us;
+    o.max_packet_ring_size = (uint32_t)c->max_packet_ring_size;
+    o.max_packet_size      = (uint32_t)c->max_packet_size;
     /* A restarted publisher is waited for as long as a missing one at the start. */
     if (c->reconnect)
         o.reconnect_ms = (uint32_t)av_clip64(FFMAX(c->wait_publisher / 1000, 1), 1, UINT32_MAX);
+    o.publisher_uid = c->publisher_uid;
     for (;;) {
         rc = cuframes_subscriber_connect(s->url, &o, &c->sub);
         /* NOT_FOUND: no publisher yet, or one without a packet ring yet. */
@@ -105,7 +111,8 @@ static int cuframes_pkt_connect(AVFormatContext *s)
     return 0;
 }
 
-/* cuframes_packet_buffer_fn: the payload goes straight into the AVPacket (one copy). */
+/* cuframes_packet_buffer_fn: the payload goes straight into the AVPacket (one copy). The
+ * library asks only for packets within max_packet_size (larger ones are skipped before). */
 static uint8_t *cuframes_pkt_buffer(void *opaque, size_t size)
 {
     AVPacket *pkt = opaque;
@@ -276,8 +283,14 @@ static const AVOption options[] = {
       OFFSET(time_base), AV_OPT_TYPE_RATIONAL, { .dbl = 1.0 / 90000 }, 1e-9, 1, D },
     { "reconnect", "keep reading across a publisher restart: wait (up to wait_publisher) for the new publisher, resume at its keyframe (discontinuity), timestamps kept increasing",
       OFFSET(reconnect), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, D },
+    { "publisher_uid", "accept only a publisher running as this uid, on every connection (-1: any; later connections, reconnect or a new ring, must still be to the uid the first saw)",
+      OFFSET(publisher_uid), AV_OPT_TYPE_INT64, { .i64 = -1 }, -1, UINT32_MAX, D },
     { "spin", "before sleeping for a packet, poll this long (lower latency, a busy CPU meanwhile; 0: sleep at once)",
       OFFSET(spin_us), AV_OPT_TYPE_DURATION, { .i64 = 0 }, 0, UINT32_MAX, D },
+    { "max_packet_ring_size", "largest packet data ring to map, in bytes (e.g. 1Gi): a larger one is refused; 0 = 256 MiB",
+      OFFSET(max_packet_ring_size), AV_OPT_TYPE_INT64, { .i64 = 0 }, 0, UINT32_MAX, D },
+    { "max_packet_size", "largest packet to read, in bytes (e.g. 128Mi): a larger one is skipped, the stream resuming at the next keyframe (a discontinuity); 0 = 64 MiB",
+      OFFSET(max_packet_size), AV_OPT_TYPE_INT64, { .i64 = 0 }, 0, UINT32_MAX, D },
     { NULL },
 };
 

@@ -45,6 +45,8 @@ typedef struct CuframesPktMuxContext {
     int wait_subscribers;
     int64_t wait_timeout;
     int64_t gap;
+    int max_subscribers_per_uid;
+    int max_subscribers_per_pid;
 
     cuframes_publisher_t *pub;
     uint32_t codec_id;
@@ -130,6 +132,8 @@ static int cuframes_pkt_init(AVFormatContext *s)
 
     cuframes_publisher_options_default(&po);
     po.runtime_dir = c->runtime_dir;
+    po.max_subscribers_per_uid = c->max_subscribers_per_uid;
+    po.max_subscribers_per_pid = c->max_subscribers_per_pid;
     po.file_mode   = c->file_mode ? strtoul(c->file_mode, &end, 8) : 0;
     if (!c->file_mode || !*c->file_mode || *end || po.file_mode > 0777) {
         av_log(s, AV_LOG_ERROR, "file_mode '%s' is not an octal mode such as 0660\n", c->file_mode);
@@ -263,6 +267,10 @@ static const AVOption options[] = {
       OFFSET(runtime_dir), AV_OPT_TYPE_STRING, { .str = NULL }, 0, 0, E },
     { "file_mode", "permissions of the socket and shared memory, octal",
       OFFSET(file_mode), AV_OPT_TYPE_STRING, { .str = "0660" }, 0, 0, E },
+    { "max_subscribers_per_uid", "subscriber slots (of 31) the processes of one uid may hold; the publisher's own uid and root are not counted; 31 = no cap",
+      OFFSET(max_subscribers_per_uid), AV_OPT_TYPE_INT, { .i64 = 8 }, 0, CUFRAMES_MAX_SUBSCRIBERS, E },
+    { "max_subscribers_per_pid", "subscriber slots (of 31) one process may hold (a process in another PID namespace is counted by its uid only); 31 = no cap",
+      OFFSET(max_subscribers_per_pid), AV_OPT_TYPE_INT, { .i64 = 4 }, 0, CUFRAMES_MAX_SUBSCRIBERS, E },
     { "ring_slots", "packet slots in the ring (1..1024); 0 = library default (64)",
       OFFSET(ring_slots), AV_OPT_TYPE_INT, { .i64 = 0 }, 0, CUFRAMES_MAX_PACKET_RING_SLOTS, E },
     { "data_size", "bytes of the ring's data area, the largest packet that fits; 0 = library default (8 MiB)",

@@ -211,12 +211,16 @@ class Subscriber:
         device: int = -1,
         spin: float = 0.0,
         reconnect: Optional[float] = None,
+        publisher_uid: Optional[int] = None,
     ) -> None:
         """``device``: -1 (default) = the publisher's GPU, found by its UUID; an explicit
         ordinal that is another GPU is refused naming both UUIDs. ``spin``: seconds to poll the
         ring for a frame before each sleep (lower latency at the cost of a busy CPU meanwhile;
         0: sleep at once). ``reconnect``: seconds to wait for a restarted publisher of the key
-        and go on with it (None: the stream ends when the publisher goes)."""
+        and go on with it (None: the stream ends when the publisher goes); a publisher of
+        another uid than the first one's is refused meanwhile. ``publisher_uid``: accept only a
+        publisher running as this uid, on every connection (``cuframes.Error``, PERMISSION,
+        naming both uids); None: any uid at first."""
     def next(self, timeout: Optional[float] = None) -> Optional[Frame]:
         """The next frame, or None after ``timeout`` seconds. At the end of the stream
         ``cuframes.Error`` with code DISCONNECTED."""
@@ -370,7 +374,15 @@ class PacketSubscriber:
         name: str = "python",
         runtime_dir: Optional[str] = None,
         connect_timeout: float = 5.0,
-    ) -> None: ...
+        max_packet_ring_size: Optional[int] = None,
+        max_packet_size: Optional[int] = None,
+        publisher_uid: Optional[int] = None,
+    ) -> None:
+        """``publisher_uid``: accept only a publisher running as this uid (None: any).
+        ``max_packet_ring_size``: the largest data ring (bytes) to map; a larger one is
+        refused (``cuframes.Error``, NO_MEMORY). None: 256 MiB. ``max_packet_size``: the
+        largest packet (bytes) to read; a larger one is skipped and the stream resumes at the
+        next keyframe, flagged as a discontinuity. None: 64 MiB."""
     @property
     def codec(self) -> str:
         """"h264", "hevc", "av1" (or "codec-N")."""

@@ -252,7 +252,8 @@ impl Subscriber {
 impl Subscriber {
     #[new]
     #[pyo3(signature = (key, name="python", mode="copy", runtime_dir=None, connect_timeout=5.0,
-                        accept_zero_copy_overwrite=false, device=-1, spin=0.0, reconnect=None))]
+                        accept_zero_copy_overwrite=false, device=-1, spin=0.0, reconnect=None,
+                        publisher_uid=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -265,6 +266,7 @@ impl Subscriber {
         device: i32,
         spin: f64,
         reconnect: Option<f64>,
+        publisher_uid: Option<u32>,
     ) -> PyResult<Self> {
         let mode = match mode {
             "copy" => SubscriberMode::Copy,
@@ -286,6 +288,7 @@ impl Subscriber {
             accept_zero_copy_overwrite,
             spin: duration("spin", spin)?,
             reconnect: reconnect.map(|s| duration("reconnect", s)).transpose()?,
+            publisher_uid,
             ..SubscriberOptions::default()
         };
         let sub = py

@@ -226,6 +226,11 @@ impl Packet {
 /// Subscribes to a publisher's packets. Iterating yields packets until the publisher shuts
 /// down; `next(timeout)` returns None on timeout.
 ///
+/// `max_packet_ring_size` (bytes; None: 256 MiB) bounds the publisher's data ring this
+/// subscriber maps (a larger one is refused); `max_packet_size` (bytes; None: 64 MiB) the
+/// packets it reads (a larger one is skipped, and the stream resumes at the next keyframe,
+/// flagged as a discontinuity).
+///
 /// After `os.fork()` (or multiprocessing's "fork" start method) the child inherits this
 /// object, but the subscription stays the parent's: in the child, `close()`, garbage
 /// collection and the exit only let go of the child's copy (no UNSUBSCRIBE: the parent goes
@@ -264,21 +269,30 @@ impl PacketSubscriber {
 #[pymethods]
 impl PacketSubscriber {
     #[new]
-    #[pyo3(signature = (key, name="python", runtime_dir=None, connect_timeout=5.0))]
+    #[pyo3(signature = (key, name="python", runtime_dir=None, connect_timeout=5.0,
+                        max_packet_ring_size=None, max_packet_size=None, publisher_uid=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         key: &str,
         name: &str,
         runtime_dir: Option<std::path::PathBuf>,
         connect_timeout: f64,
+        max_packet_ring_size: Option<u64>,
+        max_packet_size: Option<u64>,
+        publisher_uid: Option<u32>,
     ) -> PyResult<Self> {
+        let defaults = SubscriberOptions::default();
         let options = SubscriberOptions {
             runtime_dir,
             name: name.to_string(),
             want_frames: false,
             want_packets: true,
             connect_timeout: duration("connect_timeout", connect_timeout)?,
-            ..SubscriberOptions::default()
+            max_packet_ring_size: max_packet_ring_size.unwrap_or(defaults.max_packet_ring_size),
+            max_packet_size: max_packet_size.unwrap_or(defaults.max_packet_size),
+            publisher_uid,
+            ..defaults
         };
         let (sub, extradata) = py
             .allow_threads(|| {

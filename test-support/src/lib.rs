@@ -6,7 +6,8 @@
 //! - [`Rng`] (replayable), [`RunDelay`] (CPU starvation), [`Children`] (reaped children);
 //! - CUDA: [`no_cuda`], [`CudaCheck`], [`verify_any`];
 //! - [`ffmpeg`]: the FFmpeg end-to-end tests' world (finding the build, children, framemd5);
-//! - [`OperatorScene`]: the live publisher the operator-tool tests read.
+//! - [`OperatorScene`]: the live publisher the operator-tool tests read;
+//! - [`squat_never_accepting`]: a planted socket whose backlog is full.
 //!
 //! Test code only: never a dependency of a production crate.
 
@@ -18,6 +19,7 @@ mod pattern;
 mod rng;
 mod run_delay;
 mod scene;
+mod sockets;
 mod wait;
 
 pub use children::{role_command, run_role, wait_for_result, Children, ROLE_ENV};
@@ -27,4 +29,5 @@ pub use pattern::{fill_pattern, pattern_byte, planes_for, publish_pattern, verif
 pub use rng::Rng;
 pub use run_delay::RunDelay;
 pub use scene::{publish_filler, OperatorScene, WEIRD_NAME};
+pub use sockets::squat_never_accepting;
 pub use wait::wait_until;

@@ -121,7 +121,8 @@ pub struct FrameWriter {
     pub policy: Policy,
     pub ack_timeout: Duration,
     pub shm: Arc<FrameShm>,
-    /// Where the frame SHM is: the key's name once installed, a private name before.
+    /// Where the frame SHM is: the key's name once installed, its generation name before
+    /// (and for good when another user holds the key's name).
     pub shm_name: String,
     installed: bool,
     _shm_fd: OwnedFd,
@@ -170,6 +171,50 @@ pub(crate) trait AckAuthority {
     /// Readers that a ring replacement sent away are still expected back (they subscribe
     /// to this ring after draining the old one).
     fn returns_awaited(&self) -> bool;
+}
+
+/// The budget index of the header's bitmap word (bits are 1..=31).
+const HEADER_WORD: usize = 0;
+
+/// Wake-ups of one ACK wait that ended a sleep early and brought no ACK, per word slept on.
+/// An honest subscriber's page wakes the publisher once per ACK: at most once per frame it
+/// reads before the one waited for (fewer than a ring's worth), and then with its ACK. One
+/// that wakes it more, for nothing, is slept on no more in this wait: the publisher
+/// re-checks that subscriber only once per slice (the other words keep their prompt
+/// wake-ups), so a peer's wake-ups cannot make it spin.
+struct WakeBudget {
+    fruitless: [u32; MAX_SUBSCRIBER_SLOTS],
+    allowed: u32,
+    /// The word the last sleep was on, when it ended before its slice.
+    woken_early: Option<usize>,
+}
+
+impl WakeBudget {
+    fn new(ring_size: usize) -> WakeBudget {
+        WakeBudget {
+            fruitless: [0; MAX_SUBSCRIBER_SLOTS],
+            // A ring's worth of ACKs of earlier frames, and some slack (spurious wake-ups).
+            allowed: ring_size as u32 + 4,
+            woken_early: None,
+        }
+    }
+
+    fn trusts(&self, word: usize) -> bool {
+        self.fruitless[word] < self.allowed
+    }
+
+    fn slept_on(&mut self, word: Option<usize>, early: bool) {
+        self.woken_early = word.filter(|_| early);
+    }
+
+    /// After the re-check that followed a sleep: `progress` = fewer ACKs missing.
+    fn after_check(&mut self, progress: bool) {
+        if let Some(word) = self.woken_early.take() {
+            if !progress {
+                self.fruitless[word] += 1;
+            }
+        }
+    }
 }
 
 impl FrameWriter {
@@ -235,14 +280,30 @@ impl FrameWriter {
     }
 
     /// Put the frame SHM at the key's name, in one step, over the previous ring's (whose
-    /// readers keep theirs). On error nothing changed: the SHM is still private (and removed
-    /// with the ring).
-    pub(crate) fn install(&mut self, key: &Key) -> Result<()> {
+    /// readers keep theirs; without `replacing`, an object of ours there is left alone and
+    /// the answer is `AlreadyExists`). When another user holds that name, the ring keeps its own
+    /// generation name (HELLO_RESP announces it, R19), and is removed with the ring. On
+    /// error nothing changed: the SHM is still private (and removed with the ring).
+    pub(crate) fn install(&mut self, key: &Key, replacing: bool) -> Result<()> {
         let name = key.frame_shm_name();
-        shm::rename_into_place(&self.shm_name, &name)?;
-        self.shm_name = name;
-        self.installed = true;
+        match shm::place(&self.shm_name, &name, replacing)? {
+            shm::Placement::AtName => {
+                self.shm_name = name;
+                self.installed = true;
+            }
+            shm::Placement::Kept { holder_uid } => crate::util::diag!(
+                "/dev/shm/{name} is held by uid {holder_uid}, not by this publisher: the \
+                 frame ring of key {key:?} is /dev/shm/{} instead (subscribers follow \
+                 HELLO_RESP there); remove /dev/shm/{name} as root or uid {holder_uid}",
+                self.shm_name
+            ),
+        }
         Ok(())
+    }
+
+    /// Whether the frame SHM is at the key's name (else under its generation name).
+    pub(crate) fn at_key_name(&self) -> bool {
+        self.installed
     }
 
     /// The slot that frame `seq` lives in. Always derived from the seq, never taken from a
@@ -348,15 +409,23 @@ impl FrameWriter {
                 self.publication.waits.ack_wait(start);
             }
         };
+        // Subscribers can wake the words this sleeps on at will (their own page's counter,
+        // the header's bitmap word), and bump the counter so that a sleep on it returns at
+        // once: each word gets a budget of wake-ups that end a sleep early and bring no
+        // ACK, per wait (see `WakeBudget`); a word past it is slept on no more.
+        let mut budget = WakeBudget::new(self.ring_size);
+        let mut last_missing = u64::MAX;
         loop {
             let required = acks.required_acks(old_seq);
             // The whole 64-bit field, as the subscribers store it (never a 32-bit atomic view
             // of a 64-bit field: mixed-size atomics); its low half is only the futex address.
             let seen = self.shm.slot_ack(index).load(Ordering::Acquire);
             let mut missing = 0u64;
-            // The first page subscriber still missing, with its ACK counter read before its
-            // ACK was looked at: sleeping on that value cannot miss its ACK.
-            let mut wait_on: Option<(&AckPage, u32)> = None;
+            // The first page subscriber still missing whose wake-ups are still trusted, with
+            // its ACK counter read before its ACK was looked at: sleeping on that value
+            // cannot miss its ACK.
+            let mut wait_on: Option<(usize, &AckPage, u32)> = None;
+            let mut header_missing = false;
             for bit in 1..MAX_SUBSCRIBER_SLOTS {
                 if required.mask & (1u64 << bit) == 0 {
                     continue;
@@ -365,12 +434,16 @@ impl FrameWriter {
                     Some(page) => {
                         let count = page.ack_count();
                         let acked = page.has_acked(index, old_seq);
-                        if !acked && wait_on.is_none() {
-                            wait_on = Some((page, count));
+                        if !acked && wait_on.is_none() && budget.trusts(bit) {
+                            wait_on = Some((bit, page, count));
                         }
                         acked
                     }
-                    None => seen & (1u64 << bit) != 0,
+                    None => {
+                        let acked = seen & (1u64 << bit) != 0;
+                        header_missing |= !acked;
+                        acked
+                    }
                 };
                 if !acked {
                     missing |= 1u64 << bit;
@@ -379,6 +452,9 @@ impl FrameWriter {
             if missing == 0 {
                 return counted(slept);
             }
+            // Progress is an ACK of this frame (or a subscriber gone): fewer missing.
+            budget.after_check(last_missing & !missing != 0);
+            last_missing = missing;
             let elapsed = start.elapsed();
             if elapsed >= self.ack_timeout {
                 let kicked = acks.declare_dead(&required, missing);
@@ -392,11 +468,25 @@ impl FrameWriter {
             // after each ACK under STRICT_WAIT; the slice bounds the wait for peers that only
             // poll, and lets removals be noticed.
             let slice = (self.ack_timeout - elapsed).min(Duration::from_millis(5));
-            match wait_on {
-                Some((page, count)) => page.wait_for_ack(count, slice),
+            let asleep = Instant::now();
+            let word = match wait_on {
+                Some((bit, page, count)) => {
+                    page.wait_for_ack(count, slice);
+                    Some(bit)
+                }
                 // Every usable bit (1..31) is in the low half the futex compares.
-                None => futex::wait(self.shm.slot_ack_word(index), seen as u32, Some(slice)),
-            }
+                None if header_missing && budget.trusts(HEADER_WORD) => {
+                    futex::wait(self.shm.slot_ack_word(index), seen as u32, Some(slice));
+                    Some(HEADER_WORD)
+                }
+                // Only words past their budget: a plain sleep of the slice, which nobody
+                // else can cut short.
+                None => {
+                    std::thread::sleep(slice);
+                    None
+                }
+            };
+            budget.slept_on(word, asleep.elapsed() < slice);
         }
     }
 
@@ -733,8 +823,9 @@ impl StreamRef<'_> {
 impl Drop for FrameWriter {
     fn drop(&mut self) {
         self.flush_publications();
-        // A ring never installed leaves no name behind (an installed one's name is the
-        // key's, removed by the publisher's end or taken over by the next ring).
+        // A ring never installed, or kept under its generation name, leaves no name behind
+        // (an installed one's name is the key's, removed by the publisher's end or taken
+        // over by the next ring).
         if !self.installed {
             let _ = shm::unlink(&self.shm_name);
         }

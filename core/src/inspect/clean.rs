@@ -7,8 +7,8 @@
 
 use std::ffi::CString;
 use std::io::ErrorKind;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
@@ -17,13 +17,14 @@ use super::{list, Liveness, PublisherInfo, SocketState};
 use crate::error::{Error, ErrorCode, Result};
 use crate::liveness::{self, Recorded};
 use crate::paths::Key;
+use crate::sock;
 use crate::wire::{PRODUCER_PID_OFFSET, SHM_MAGICS};
 
 /// One object removed (or, with `dry_run`, that would be).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Removal {
     pub key: String,
-    /// "socket", "frame SHM" or "packet SHM".
+    /// "socket", "frame SHM", "packet SHM" or "SHM generation".
     pub what: &'static str,
     pub path: String,
     /// Why the key was judged dead.
@@ -62,6 +63,12 @@ pub fn clean(runtime_dir: &Path, keys: Option<&[Key]>, dry_run: bool) -> Result<
                 ));
                 continue;
             }
+            Liveness::Foreign(r) => {
+                report
+                    .kept
+                    .push((info.key.clone(), format!("not its publisher's: {r}")));
+                continue;
+            }
         };
         if let Some(why) = confirm_socket_dead(&info) {
             report.kept.push((info.key.clone(), why));
@@ -72,6 +79,10 @@ pub fn clean(runtime_dir: &Path, keys: Option<&[Key]>, dry_run: bool) -> Result<
     Ok(report)
 }
 
+/// How long a socket has to accept the confirming connection: a live publisher accepts at
+/// once.
+const CONNECT_WITHIN: Duration = Duration::from_secs(1);
+
 /// `None` when the socket (if any) refuses connections, else why the key must be kept.
 fn confirm_socket_dead(info: &PublisherInfo) -> Option<String> {
     if !matches!(
@@ -80,12 +91,19 @@ fn confirm_socket_dead(info: &PublisherInfo) -> Option<String> {
     ) {
         return None;
     }
-    match UnixStream::connect(&info.socket_path) {
+    // Bounded: a socket whose listener never accepts (its backlog full) must not hang the
+    // tool; it has a live listener, so the key is kept.
+    let deadline = Instant::now() + CONNECT_WITHIN;
+    match sock::connect_within(&info.socket_path, deadline) {
         Ok(_) => Some(format!(
             "alive: {} accepts connections (a publisher outside this network namespace?)",
             info.socket_path.display()
         )),
         Err(e) if matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::NotFound) => None,
+        Err(e) if e.kind() == ErrorKind::TimedOut => Some(format!(
+            "alive: a process listens on {} but does not accept connections ({e})",
+            info.socket_path.display()
+        )),
         Err(e) if e.kind() == ErrorKind::PermissionDenied => Some(format!(
             "cannot tell whether it is alive: {}",
             objects::permission_error(&info.socket_path, "write (w)", "connect to").message()
@@ -114,7 +132,8 @@ fn remove_key(info: &PublisherInfo, reason: &str, dry_run: bool, report: &mut Cl
             .as_ref()
             .map(|o| (o.name.clone(), "packet SHM")),
     ];
-    for (name, what) in objects.into_iter().flatten() {
+    let others = stale_others(info).map(|name| (name, "SHM generation"));
+    for (name, what) in objects.into_iter().flatten().chain(others) {
         let path = objects::shm_path(&name);
         if let Some(pid) = live_owner(&name) {
             report.failed.push((
@@ -171,6 +190,30 @@ fn remove_key(info: &PublisherInfo, reason: &str, dry_run: bool, report: &mut Cl
             }
         }
     }
+}
+
+/// The key's other objects (generation names: a ring staged for a replacement or kept
+/// there while another user held the key's name) that are safe to remove along with a dead
+/// publisher's: one of our magics, a producer that is gone, and the owner of the objects
+/// judged dead (the ring's, else the socket's, else this user): never another uid's, such
+/// as a squatter's object at the key's name or at a generation name.
+fn stale_others(info: &PublisherInfo) -> impl Iterator<Item = String> + '_ {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let publisher_uid = info
+        .frames
+        .as_ref()
+        .and_then(|o| o.meta.as_ref())
+        .or_else(|| info.packets.as_ref().and_then(|o| o.meta.as_ref()))
+        .map(|m| m.uid)
+        .or_else(|| ObjectMeta::of(&info.socket_path).map(|m| m.uid))
+        .unwrap_or(me);
+    info.others.iter().filter_map(move |o| {
+        let generation = crate::paths::split_generation(&o.name).1.is_some();
+        let owner = o.meta.as_ref().map(|m| m.uid);
+        let dead = o.producer_pid.is_some_and(|p| !liveness::is_alive(p));
+        (generation && owner == Some(publisher_uid) && dead).then(|| o.name.clone())
+    })
 }
 
 /// The producer pid of an SHM object, if it is alive right now.

@@ -18,6 +18,7 @@
 pub mod clean;
 pub mod frames;
 pub mod objects;
+pub mod ownership;
 pub mod packets;
 pub mod sockets;
 
@@ -32,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::paths::{validate_key, Key, PACKET_SHM_SUFFIX, SHM_PREFIX};
+use crate::paths::{split_generation, validate_key, Key, PACKET_SHM_SUFFIX, SHM_PREFIX};
 use crate::wire::{FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC};
 
 /// An SHM object without a valid header that is younger than this may be one a publisher is
@@ -42,7 +43,8 @@ pub const CREATION_GRACE: Duration = Duration::from_secs(10);
 /// One SHM object of a publisher: its `stat` and what reading it gave.
 #[derive(Debug, Clone)]
 pub struct ShmObject<T> {
-    /// Name relative to /dev/shm (`cuframes-<key>` or `cuframes-<key>-packets`).
+    /// Name relative to /dev/shm (`cuframes-<key>` or `cuframes-<key>-packets`, or a
+    /// generation name of one: `<name>.<16 hex>`).
     pub name: String,
     pub meta: Option<ObjectMeta>,
     /// The snapshot, or why it could not be taken (`Permission`: not readable by us;
@@ -63,6 +65,10 @@ pub enum Liveness {
     Dead(String),
     /// Cannot tell (an object we may not read, one being created): treated as alive.
     Unknown(String),
+    /// Its ring's owner is not its publisher's: the object's uid differs from the socket's
+    /// owner or from the uid its producer process runs as (what a publisher refuses at
+    /// create; a planted object naming pid 1). Neither alive nor removable by `clean`.
+    Foreign(String),
 }
 
 impl Liveness {
@@ -71,12 +77,16 @@ impl Liveness {
             Liveness::Alive(_) => "alive",
             Liveness::Dead(_) => "dead",
             Liveness::Unknown(_) => "unknown",
+            Liveness::Foreign(_) => "foreign",
         }
     }
 
     pub fn reason(&self) -> &str {
         match self {
-            Liveness::Alive(r) | Liveness::Dead(r) | Liveness::Unknown(r) => r,
+            Liveness::Alive(r)
+            | Liveness::Dead(r)
+            | Liveness::Unknown(r)
+            | Liveness::Foreign(r) => r,
         }
     }
 
@@ -133,8 +143,26 @@ pub struct PublisherInfo {
     pub frames: Option<ShmObject<FrameSnapshot>>,
     pub packets: Option<ShmObject<PacketSnapshot>>,
     pub liveness: Liveness,
+    /// Where the owners do not match (empty when they do): the ring's uid against the
+    /// socket's owner and against the uid its live producer process runs as, one line per
+    /// mismatch. Any makes `liveness` [`Liveness::Foreign`].
+    pub owner_mismatch: Vec<String>,
+    /// The key's other SHM objects: generation names (`cuframes-<key>.<16 hex>`, a ring
+    /// staged for a replacement, or kept there while another user held the key's name) not
+    /// shown as its ring, and the key's own names when its ring is elsewhere (then held by
+    /// someone else).
+    pub others: Vec<OtherObject>,
     /// Filled by [`sample`] (and by callers that compare two snapshots).
     pub rates: Rates,
+}
+
+/// An SHM object of a key that is not the ring shown for it.
+#[derive(Debug, Clone)]
+pub struct OtherObject {
+    pub name: String,
+    pub meta: Option<ObjectMeta>,
+    /// The producer pid recorded in it, when it has one of our magics and we may read it.
+    pub producer_pid: Option<u64>,
 }
 
 impl PublisherInfo {
@@ -180,12 +208,12 @@ impl PublisherInfo {
     }
 }
 
-/// Which SHM objects /dev/shm holds for which key.
+/// Which SHM objects /dev/shm holds for which key (its names and generation names).
 #[derive(Debug, Default, Clone)]
 struct Found {
     socket: bool,
-    frame: Option<String>,
-    packets: Option<String>,
+    frame: Vec<String>,
+    packets: Vec<String>,
 }
 
 /// The keys of `/dev/shm/cuframes-*` objects. `cuframes-X-packets` is the packet ring of
@@ -208,7 +236,8 @@ fn scan_shm(found: &mut BTreeMap<String, Found>) -> Result<()> {
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        let Some(rest) = name.strip_prefix(SHM_PREFIX) else {
+        // A generation name belongs to the key of the name before its '.'.
+        let Some(rest) = split_generation(&name).0.strip_prefix(SHM_PREFIX) else {
             continue;
         };
         let as_frame_key = validate_key(rest).is_ok().then(|| rest.to_owned());
@@ -228,9 +257,9 @@ fn scan_shm(found: &mut BTreeMap<String, Found>) -> Result<()> {
         };
         let f = found.entry(key).or_default();
         if is_packets {
-            f.packets = Some(name);
+            f.packets.push(name);
         } else {
-            f.frame = Some(name);
+            f.frame.push(name);
         }
     }
     Ok(())
@@ -268,6 +297,12 @@ fn scan_runtime_dir(dir: &Path, found: &mut BTreeMap<String, Found>) -> Result<(
 }
 
 fn judge(info: &PublisherInfo) -> Liveness {
+    if !info.owner_mismatch.is_empty() {
+        return Liveness::Foreign(format!(
+            "owner mismatch: {}",
+            info.owner_mismatch.join("; ")
+        ));
+    }
     if let SocketState::Listening { .. } = info.socket {
         return Liveness::Alive(format!("{} is listening", info.socket_path.display()));
     }
@@ -351,16 +386,41 @@ fn build(
 ) -> PublisherInfo {
     let socket_path = runtime_dir.join(format!("{key}.sock"));
     let socket = sockets::socket_state(&socket_path, table);
-    let frames = found.frame.as_ref().map(|name| ShmObject {
-        name: name.clone(),
-        meta: ObjectMeta::of(&objects::shm_path(name)),
-        content: read_frame_shm(name),
-    });
-    let packets = found.packets.as_ref().map(|name| ShmObject {
-        name: name.clone(),
-        meta: ObjectMeta::of(&objects::shm_path(name)),
-        content: read_packet_shm(name),
-    });
+    let socket_uid = ObjectMeta::of(&socket_path).map(|m| m.uid);
+    let mut others = Vec::new();
+    let frames = choose(
+        &found.frame,
+        socket_uid,
+        read_frame_shm,
+        |s| s.producer_pid,
+        &mut others,
+    );
+    let packets = choose(
+        &found.packets,
+        socket_uid,
+        read_packet_shm,
+        |s| s.producer_pid,
+        &mut others,
+    );
+    let mut owner_mismatch = Vec::new();
+    if let Some(o) = &frames {
+        let pid = o.content.as_ref().ok().map(|s| s.producer_pid);
+        owner_mismatch.extend(ownership::mismatch(
+            &o.name,
+            o.meta.as_ref(),
+            pid,
+            socket_uid,
+        ));
+    }
+    if let Some(o) = &packets {
+        let pid = o.content.as_ref().ok().map(|s| s.producer_pid);
+        owner_mismatch.extend(ownership::mismatch(
+            &o.name,
+            o.meta.as_ref(),
+            pid,
+            socket_uid,
+        ));
+    }
     let mut info = PublisherInfo {
         key: key.to_owned(),
         socket_path,
@@ -368,10 +428,57 @@ fn build(
         frames,
         packets,
         liveness: Liveness::Unknown(String::new()),
+        owner_mismatch,
+        others,
         rates: Rates::default(),
     };
     info.liveness = judge(&info);
     info
+}
+
+/// The ring to show among a key's objects of one kind (its name and generation names):
+/// the one whose owners match and whose producer lives (the publisher's current ring, at
+/// its name or, while another user holds that, under its generation name), else one whose
+/// owners match (a dead publisher's), the one at the key's name first, else the newest.
+/// The rest go to `others`.
+fn choose<T>(
+    names: &[String],
+    socket_uid: Option<u32>,
+    read: impl Fn(&str) -> Result<T>,
+    pid_of: impl Fn(&T) -> u64,
+    others: &mut Vec<OtherObject>,
+) -> Option<ShmObject<T>> {
+    let mut candidates: Vec<((bool, bool, bool), ShmObject<T>)> = names
+        .iter()
+        .map(|name| {
+            let meta = ObjectMeta::of(&objects::shm_path(name));
+            let content = read(name);
+            let pid = content.as_ref().ok().map(&pid_of);
+            let matches = ownership::mismatch(name, meta.as_ref(), pid, socket_uid).is_empty();
+            let live = matches && pid.is_some_and(crate::liveness::is_alive);
+            let canonical = split_generation(name).1.is_none();
+            let rank = (live, matches, canonical);
+            (
+                rank,
+                ShmObject {
+                    name: name.clone(),
+                    meta,
+                    content,
+                },
+            )
+        })
+        .collect();
+    // Highest rank, then newest.
+    candidates.sort_by_key(|(rank, o)| (*rank, o.meta.as_ref().map(|m| m.modified)));
+    let chosen = candidates.pop().map(|(_, o)| o);
+    for (_, o) in candidates {
+        others.push(OtherObject {
+            producer_pid: o.content.as_ref().ok().map(&pid_of),
+            name: o.name,
+            meta: o.meta,
+        });
+    }
+    chosen
 }
 
 /// Every publisher of `runtime_dir` (its `*.sock`) and every `/dev/shm/cuframes-*` object

@@ -10,7 +10,7 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use super::{SlotImport, SlotStore};
+use super::{SlotImport, SlotSize, SlotStore};
 use crate::cuda::{CudaDevice, VmmAllocation, VmmImport};
 use crate::error::Result;
 use crate::wire::MemoryKind;
@@ -61,10 +61,13 @@ pub struct CudaImport {
 }
 
 impl CudaImport {
-    /// Import every descriptor on `device` (each closed once imported, §3.7 step 4).
-    pub fn import(device: i32, fds: Vec<OwnedFd>, size: usize) -> Result<CudaImport> {
+    /// Import every descriptor on `device` (each closed once imported, §3.7 step 4), once
+    /// the announced size is known to be what the frame needs at the device's granularity
+    /// ([`SlotSize::checked`]): nothing is imported or mapped before that.
+    pub fn import(device: i32, fds: Vec<OwnedFd>, size: SlotSize) -> Result<CudaImport> {
         crate::cuda::driver_available()?;
         let dev = CudaDevice::open(device)?;
+        let size = size.checked(dev.vmm_granularity()?)?;
         let imports = fds
             .into_iter()
             .map(|fd| VmmImport::import(&dev, fd, size))

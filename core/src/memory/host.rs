@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 
-use super::{SlotImport, SlotStore};
+use super::{SlotImport, SlotSize, SlotStore};
 use crate::error::{Error, ErrorCode, Result};
 use crate::shm::{file_size, page_size, Mapping};
 use crate::wire::MemoryKind;
@@ -101,8 +101,11 @@ pub struct HostImport {
 }
 
 impl HostImport {
-    /// Map every descriptor, after checking that each is a sealed memfd of at least `size`.
-    pub fn import(fds: Vec<OwnedFd>, size: usize) -> Result<HostImport> {
+    /// Map every descriptor, after checking that the announced size is what the frame needs
+    /// ([`SlotSize::checked`], before anything is mapped) and that each is a sealed memfd of
+    /// at least that size (a smaller one would fault, SIGBUS, where it ends).
+    pub fn import(fds: Vec<OwnedFd>, size: SlotSize) -> Result<HostImport> {
+        let size = size.checked(page_size())?;
         let mut maps = Vec::with_capacity(fds.len());
         for fd in fds {
             let seals = fcntl(fd.as_fd(), FcntlArg::F_GET_SEALS).map_err(|e| {
@@ -189,7 +192,15 @@ mod tests {
                 "publisher slot {i}: {resident} of {size} bytes"
             );
         }
-        let import = HostImport::import(slots.export_fds().unwrap(), size).unwrap();
+        let import = HostImport::import(
+            slots.export_fds().unwrap(),
+            SlotSize {
+                announced: size as u64,
+                granularity: slots.granularity(),
+                frame_size: 1920 * 1080 * 3 / 2,
+            },
+        )
+        .unwrap();
         for i in 0..3 {
             let resident = resident_bytes_at(import.slot_address(i));
             assert!(

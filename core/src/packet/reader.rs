@@ -45,6 +45,17 @@
 //!    default the overrun is handled inside `next_packet`, which then returns that keyframe;
 //!    [`PacketRingReader::set_overrun_errors`] makes it return `PacketOverrun` once instead.
 //!
+//! # What a reader allocates
+//!
+//! A publisher chooses the data ring's size and each packet's, and a reader would pay for both:
+//! it maps and populates the whole ring, and copies each packet into a buffer of its size (a
+//! 1 GiB ring holding one 1 GiB packet took an FFmpeg reader to 3.2 GB). [`PacketLimits`]
+//! bounds them: a ring larger than `max_ring_size` is refused at open, before its pages are
+//! touched; a packet larger than `max_packet_size` is skipped before a byte of buffer is asked
+//! for, counted ([`PacketReaderStats::oversized`]) and handled as a loss, like an overrun: the
+//! reader resumes at the next keyframe and flags it DISCONTINUITY (a decoder cannot use the
+//! packets that depend on the skipped one).
+//!
 //! Where to start (§10.8, R26): at open, and with [`PacketRingReader::start_at_last_keyframe`],
 //! the next packet is the newest keyframe; when no keyframe was published yet the reader waits
 //! for the first KEY (packets before it are skipped: a decoder could not use them).
@@ -72,6 +83,58 @@ pub const LIVENESS_INTERVAL: Duration = Duration::from_millis(100);
 /// Overruns one `next_packet` call handles before its deadline applies to re-anchoring.
 const MAX_OVERRUNS_PER_POLL: u32 = 4;
 
+/// The largest packet a reader accepts by default: 64 MiB. The largest access units real
+/// streams carry are intra frames at 8K (7680x4320). A conforming H.264 stream at level 6.2
+/// bounds one to about 25 MB (384 bytes per macroblock over MinCR 2); HEVC and AV1 at their
+/// top levels' rates (800 Mbit/s, HEVC level 6.2 high tier) put an intra frame in the tens of
+/// MB. 64 MiB even holds an incompressible 8K 4:2:0 10-bit picture (59.3 MiB raw), so only
+/// mathematically lossless 4:2:2/4:4:4 at 8K needs more: raise it with
+/// `SubscriberOptions::max_packet_size`.
+pub const DEFAULT_MAX_PACKET_SIZE: u64 = 64 << 20;
+
+/// The largest data ring a reader maps by default: 256 MiB, four packets of the largest size
+/// above, or 2.7 s of the 800 Mbit/s of HEVC level 6.2 high tier (the publisher's default ring
+/// is 8 MiB). Every reader maps and populates the whole ring: raise it with
+/// `SubscriberOptions::max_packet_ring_size` for rings meant to hold more.
+pub const DEFAULT_MAX_PACKET_RING_SIZE: u64 = 256 << 20;
+
+/// What a reader accepts from a publisher (see "What a reader allocates" above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketLimits {
+    /// The largest data ring (`data_size`, in bytes) mapped; a larger one is refused at open.
+    pub max_ring_size: u64,
+    /// The largest packet (bytes) read; a larger one is skipped as a loss.
+    pub max_packet_size: u64,
+}
+
+impl Default for PacketLimits {
+    fn default() -> Self {
+        PacketLimits {
+            max_ring_size: DEFAULT_MAX_PACKET_RING_SIZE,
+            max_packet_size: DEFAULT_MAX_PACKET_SIZE,
+        }
+    }
+}
+
+impl PacketLimits {
+    /// Limits from option values where 0 stands for the default (the C ABI's convention).
+    pub fn or_defaults(max_ring_size: u64, max_packet_size: u64) -> PacketLimits {
+        let d = PacketLimits::default();
+        PacketLimits {
+            max_ring_size: if max_ring_size == 0 {
+                d.max_ring_size
+            } else {
+                max_ring_size
+            },
+            max_packet_size: if max_packet_size == 0 {
+                d.max_packet_size
+            } else {
+                max_packet_size
+            },
+        }
+    }
+}
+
 /// Counters of a reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PacketReaderStats {
@@ -83,6 +146,9 @@ pub struct PacketReaderStats {
     pub overruns: u64,
     /// Seq of the last packet returned (0 before the first).
     pub last_seq: u64,
+    /// Packets skipped because they were larger than `PacketLimits::max_packet_size` (each
+    /// one a loss: the reader resumed at a keyframe flagged DISCONTINUITY). Not in `overruns`.
+    pub oversized: u64,
 }
 
 /// Result of one attempt at reading seq `want`.
@@ -90,6 +156,8 @@ enum Attempt {
     /// The packet and its payload's size.
     Ok(PacketInfo, usize),
     Overrun,
+    /// A packet of this many bytes, more than the reader accepts: not copied.
+    Oversized(u32),
 }
 
 /// One reader of a packet ring (any number may read the same ring).
@@ -110,21 +178,48 @@ pub struct PacketRingReader {
     check_producer_pid: bool,
     /// Poll this long before each futex sleep (zero: sleep at once).
     spin: Duration,
+    /// The largest packet read (`PacketLimits::max_packet_size`, at most `data_size`).
+    max_packet: u32,
     stats: PacketReaderStats,
 }
 
 impl PacketRingReader {
-    /// Map `/dev/shm/<shm_name>` read-only (a leading `/` is accepted, R19) and validate it.
+    /// Map `/dev/shm/<shm_name>` read-only (a leading `/` is accepted, R19) and validate it,
+    /// with the default [`PacketLimits`].
     pub fn open(shm_name: &str) -> Result<PacketRingReader> {
+        Self::open_with(shm_name, PacketLimits::default())
+    }
+
+    /// [`Self::open`] with `limits`: a data ring larger than `max_ring_size` is refused
+    /// (`NoMemory`, before its pages are touched); packets larger than `max_packet_size` are
+    /// skipped.
+    pub fn open_with(shm_name: &str, limits: PacketLimits) -> Result<PacketRingReader> {
         let name = shm_name.strip_prefix('/').unwrap_or(shm_name);
         let (_fd, map) = shm::open(name, PACKET_HEADER_SIZE, false)?;
-        Self::from_mapping(map)
+        Self::from_mapping_with(map, limits)
     }
 
     /// Validate an existing mapping of a whole packet SHM (tests, fuzzing, fd-passing
-    /// transports). The reader never writes through it, even when it is writable.
+    /// transports), with the default [`PacketLimits`]. The reader never writes through it,
+    /// even when it is writable.
     pub fn from_mapping(map: Mapping) -> Result<PacketRingReader> {
+        Self::from_mapping_with(map, PacketLimits::default())
+    }
+
+    /// [`Self::from_mapping`] with `limits`.
+    pub fn from_mapping_with(map: Mapping, limits: PacketLimits) -> Result<PacketRingReader> {
         let (geo, codec_id) = layout::validate_header(&map)?;
+        // Before the pages are populated: a ring is only mapped (address space) until then.
+        if u64::from(geo.data_size) > limits.max_ring_size {
+            return Err(Error::new(
+                ErrorCode::NoMemory,
+                format!(
+                    "the packet ring's data ring is {} bytes, more than this reader maps \
+                     (max_packet_ring_size {}): raise max_packet_ring_size to read this stream",
+                    geo.data_size, limits.max_ring_size
+                ),
+            ));
+        }
         // Map every page now (its size was just validated to be exactly the ring's): the first
         // lap through the ring then costs no page fault per 4 KiB on the latency path. A
         // peer that truncated the object meanwhile gives an error here, not a SIGBUS.
@@ -144,6 +239,11 @@ impl PacketRingReader {
             overrun_errors: false,
             check_producer_pid: true,
             spin: Duration::ZERO,
+            max_packet: limits
+                .max_packet_size
+                .min(u64::from(geo.data_size))
+                .try_into()
+                .unwrap_or(geo.data_size),
             stats: PacketReaderStats::default(),
         };
         reader.start_at_last_keyframe();
@@ -162,6 +262,12 @@ impl PacketRingReader {
     /// Size of the data ring: no packet returned is larger.
     pub fn data_size(&self) -> u32 {
         self.geo.data_size
+    }
+
+    /// The largest packet this reader returns: `PacketLimits::max_packet_size`, at most
+    /// `data_size`. Larger ones are skipped ([`PacketReaderStats::oversized`]).
+    pub fn max_packet_size(&self) -> u32 {
+        self.max_packet
     }
 
     /// The codec extradata as it is now (it may be set after open, before the first packet),
@@ -298,7 +404,8 @@ impl PacketRingReader {
                 continue;
             }
             let want = self.last_seq + 1;
-            match self.try_read(want, out)? {
+            let attempt = self.try_read(want, out)?;
+            match attempt {
                 Attempt::Ok(mut info, len) => {
                     if self.discontinuity {
                         info.flags |= PACKET_FLAG_DISCONTINUITY;
@@ -310,16 +417,14 @@ impl PacketRingReader {
                     self.stats.last_seq = want;
                     return Ok(info);
                 }
-                Attempt::Overrun => {
+                Attempt::Overrun | Attempt::Oversized(_) => {
+                    let lost = match attempt {
+                        Attempt::Oversized(size) => self.skip_oversized(want, size),
+                        _ => self.overrun(want),
+                    };
                     self.re_anchor(want);
                     if self.overrun_errors {
-                        return Err(Error::new(
-                            ErrorCode::PacketOverrun,
-                            format!(
-                                "packet {want} was overwritten before it could be read; \
-                                 resuming at a keyframe"
-                            ),
-                        ));
+                        return Err(Error::new(ErrorCode::PacketOverrun, lost));
                     }
                     // A live writer can lap a slow reader again while it re-anchors; the
                     // deadline bounds that (a poll still gets its re-anchored keyframe).
@@ -328,7 +433,7 @@ impl PacketRingReader {
                         if Instant::now() >= d {
                             return Err(Error::new(
                                 ErrorCode::Timeout,
-                                "timed out re-anchoring after a packet ring overrun",
+                                "timed out re-anchoring after a lost packet (overrun or oversized)",
                             ));
                         }
                     }
@@ -424,8 +529,6 @@ impl PacketRingReader {
         }
     }
 
-    /// R9: after losing `lost`, resume at the newest keyframe if it lies beyond `lost`,
-    /// otherwise wait for a keyframe newer than `lost`.
     /// The first seq in `(after, newest_kf]` still in the ring whose slot is a KEY, read
     /// under the slot seqlock (R29); `newest_kf` when none is found (it is a keyframe).
     fn first_keyframe_after(&self, after: u64, newest_kf: u64, gs: u64) -> u64 {
@@ -445,8 +548,31 @@ impl PacketRingReader {
         newest_kf
     }
 
-    fn re_anchor(&mut self, lost: u64) {
+    /// Count packet `seq` as lapped, and return the words for it.
+    fn overrun(&mut self, seq: u64) -> String {
         self.stats.overruns += 1;
+        format!("packet {seq} was overwritten before it could be read; resuming at a keyframe")
+    }
+
+    /// Count packet `seq` of `size` bytes as skipped for its size, say so on the first one
+    /// (a stream of them says it once: the count is in the stats), and return the words.
+    fn skip_oversized(&mut self, seq: u64, size: u32) -> String {
+        self.stats.oversized += 1;
+        let what = format!(
+            "packet {seq} is {size} bytes, more than this reader accepts (max_packet_size {}): \
+             skipped, resuming at a keyframe; raise max_packet_size to read such packets",
+            self.max_packet
+        );
+        if self.stats.oversized == 1 && !self.overrun_errors {
+            crate::util::diag!("{what}");
+        }
+        what
+    }
+
+    /// R9, after losing `lost` (lapped, or skipped for its size): DISCONTINUITY on the next
+    /// packet; resume at the newest keyframe if it lies beyond `lost`, otherwise wait for a
+    /// keyframe newer than `lost`.
+    fn re_anchor(&mut self, lost: u64) {
         self.discontinuity = true;
         let kf = self.load(HDR_LAST_KEYFRAME_SEQ, Ordering::Acquire);
         if kf > lost && kf != INVALID_SEQ {
@@ -515,6 +641,16 @@ impl PacketRingReader {
             return Ok(Attempt::Overrun);
         }
 
+        // Larger than this reader accepts: skipped before any buffer is asked for it. Only
+        // an unchanged seq makes it this packet's size, not a torn read of a newer one.
+        if size > self.max_packet {
+            fence(Ordering::Acquire);
+            if seq_atomic.load(Ordering::Relaxed) != want {
+                return Ok(Attempt::Overrun);
+            }
+            return Ok(Attempt::Oversized(size));
+        }
+
         // 5. Copy, into the sink's buffer of exactly `len` bytes.
         let len = size as usize;
         let out = sink.buffer(len)?;
@@ -580,5 +716,86 @@ impl std::fmt::Debug for PacketRingReader {
             .field("resync_after", &self.resync_after)
             .field("stats", &self.stats)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+    use crate::packet::tests::writer;
+    use crate::wire::PACKET_FLAG_KEY;
+
+    const POLL: Option<Duration> = Some(Duration::ZERO);
+
+    fn limits(max_ring_size: u64, max_packet_size: u64) -> PacketLimits {
+        PacketLimits {
+            max_ring_size,
+            max_packet_size,
+        }
+    }
+
+    /// Issue #29 item 14: a reader mapped and populated whatever data ring the publisher
+    /// made. One larger than `max_ring_size` is refused at open, naming the option.
+    #[test]
+    fn a_ring_larger_than_the_bound_is_refused_at_open() {
+        let (w, _g) = writer("lim-ring", 4, 1 << 20);
+        let e = PacketRingReader::open_with(w.shm_name(), limits(1 << 19, 1 << 20)).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::NoMemory, "{e}");
+        assert!(e.message().contains("1048576 bytes"), "{e}");
+        assert!(e.message().contains("max_packet_ring_size 524288"), "{e}");
+        // At the bound it is read.
+        let r = PacketRingReader::open_with(w.shm_name(), limits(1 << 20, 1 << 30)).unwrap();
+        assert_eq!(r.max_packet_size(), 1 << 20, "never more than the ring");
+    }
+
+    /// A packet larger than `max_packet_size` is skipped before any buffer is asked for it,
+    /// counted, and the reader resumes at the next keyframe, flagged DISCONTINUITY; with
+    /// overrun errors on it says so once, naming the sizes and the option.
+    #[test]
+    fn an_oversized_packet_is_a_counted_loss() {
+        let (mut w, _g) = writer("lim-pkt", 8, 1 << 16);
+        for errors in [false, true] {
+            let mut r = PacketRingReader::open_with(w.shm_name(), limits(1 << 16, 1000)).unwrap();
+            r.set_overrun_errors(errors);
+            let base = w.stats().packets;
+            w.publish(&[1; 100], 0, 0, PACKET_FLAG_KEY).unwrap();
+            w.publish(&[2; 1001], 1, 1, PACKET_FLAG_KEY).unwrap();
+            w.publish(&[3; 10], 2, 2, 0).unwrap();
+            w.publish(&[4; 1000], 3, 3, PACKET_FLAG_KEY).unwrap();
+            let mut buf = Vec::new();
+            r.start_at(base + 1);
+            assert_eq!(r.next_packet(POLL, &mut buf).unwrap().seq, base + 1);
+            struct NoBuffer;
+            impl PacketSink for NoBuffer {
+                fn buffer(&mut self, len: usize) -> Result<&mut [u8]> {
+                    panic!("a buffer of {len} bytes was asked for");
+                }
+            }
+            if errors {
+                let e = r.next_packet_into(POLL, &mut NoBuffer).unwrap_err();
+                assert_eq!(e.code(), ErrorCode::PacketOverrun, "{e}");
+                let want = format!("packet {} is 1001 bytes", base + 2);
+                assert!(e.message().contains(&want), "{e}");
+                assert!(e.message().contains("max_packet_size 1000"), "{e}");
+            }
+            let info = r.next_packet(POLL, &mut buf).unwrap();
+            assert_eq!(
+                info.seq,
+                base + 4,
+                "the packet after it depends on it: skipped"
+            );
+            assert!(info.is_discontinuity());
+            assert_eq!(buf, vec![4; 1000]);
+            assert_eq!(r.stats().oversized, 1);
+            assert_eq!(r.stats().overruns, 0);
+            assert_eq!(r.stats().packets, 2);
+        }
+    }
+
+    #[test]
+    fn zero_limits_are_the_defaults() {
+        assert_eq!(PacketLimits::or_defaults(0, 0), PacketLimits::default());
+        assert_eq!(PacketLimits::or_defaults(5, 0).max_ring_size, 5);
+        assert_eq!(PacketLimits::or_defaults(0, 7).max_packet_size, 7,);
     }
 }

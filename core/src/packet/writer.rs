@@ -105,15 +105,21 @@ pub struct PacketRingWriter {
 
 impl PacketRingWriter {
     /// Create `/dev/shm/cuframes-<key>-packets` exclusively (the caller has removed a stale
-    /// one; an existing object gives `AlreadyExists`) and initialise it. Readers only read the
+    /// one; an existing object of ours gives `AlreadyExists`) and initialise it. It is built
+    /// under its generation name and renamed into place complete; when another user holds
+    /// the name (the sticky /dev/shm keeps it theirs), it stays under its generation name,
+    /// which HELLO_RESP announces (R19). Readers only read the
     /// packet ring, so it is never writable by anyone but its owner, whatever `file_mode`
     /// grants the group and others: a reader that could write it could also truncate it, and
     /// every mapping of a truncated object faults (SIGBUS in the publisher and every reader).
     pub fn create(key: &Key, config: PacketRingConfig, file_mode: u32) -> Result<PacketRingWriter> {
         let geo =
             layout::validate_config(config.ring_slots, config.data_size, config.extradata.len())?;
-        let name = key.packet_shm_name();
-        let (_fd, map) = shm::create(&name, geo.shm_size(), shm::readers_read_only(file_mode))?;
+        let (name, _fd, map) = shm::create_staged(
+            &key.packet_shm_name(),
+            geo.shm_size(),
+            shm::readers_read_only(file_mode),
+        )?;
         // Every page now, not on the first lap: no page fault on the latency path, and a
         // /dev/shm too small for the ring is an error here instead of a SIGBUS mid-stream.
         // Before the writer exists, whose Drop would write the shutdown flag into the header.
@@ -130,7 +136,7 @@ impl PacketRingWriter {
             ));
         }
         // The object is ours from here: unlink it if anything below fails.
-        let writer = PacketRingWriter {
+        let mut writer = PacketRingWriter {
             map,
             name,
             geo,
@@ -143,6 +149,17 @@ impl PacketRingWriter {
             origin: Origin::here(),
         };
         writer.init(&config.extradata);
+        // On error the writer's Drop removes the staged object.
+        let canonical = key.packet_shm_name();
+        match shm::place(&writer.name, &canonical, false)? {
+            shm::Placement::AtName => writer.name = canonical,
+            shm::Placement::Kept { holder_uid } => crate::util::diag!(
+                "/dev/shm/{canonical} is held by uid {holder_uid}, not by this publisher: the \
+                 packet ring of key {key:?} is /dev/shm/{} instead (subscribers follow \
+                 HELLO_RESP there); remove /dev/shm/{canonical} as root or uid {holder_uid}",
+                writer.name
+            ),
+        }
         Ok(writer)
     }
 

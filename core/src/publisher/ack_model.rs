@@ -293,6 +293,7 @@ impl TableImage {
 fn entry(conn: u8, initial_seq: u8, kicked: bool, retired: bool) -> Entry {
     Entry {
         conn_id: conn.into(),
+        uid: 0,
         pid: 0,
         name: String::new(),
         initial_seq: initial_seq.into(),

@@ -23,6 +23,8 @@
 
 #[cfg(test)]
 mod ack_model;
+mod admission;
+mod rejoin;
 mod server;
 mod stale;
 pub mod subscribers;
@@ -68,7 +70,23 @@ pub struct PublisherOptions {
     /// subscriber can forge ACKs, truncate the object and so hurt every other subscriber and
     /// the publisher (`docs/protocol.md`, trust model). Off by default.
     pub allow_legacy_subscribers: bool,
+    /// Subscriber slots (of the 31, R2) that the processes of one uid may hold at once;
+    /// further subscriptions of that uid get TOO_MANY. The publisher's own uid and root are
+    /// not counted. Default 8: one other service then cannot take the table (it leaves at
+    /// least 23 slots to everybody else, and four colluding uids are needed to fill it),
+    /// while a service that runs a handful of readers fits. Services that run more readers
+    /// under one uid raise it; 31 or more means no cap.
+    pub max_subscribers_per_uid: usize,
+    /// The same per process (a peer in another PID namespace, seen as pid 0, is counted by
+    /// its uid only). Default 4: a process reads a key with one or two connections (frames,
+    /// packets), rarely more; a single runaway process takes no more than that.
+    pub max_subscribers_per_pid: usize,
 }
+
+/// [`PublisherOptions::max_subscribers_per_uid`]'s default (the C ABI's 0).
+pub const DEFAULT_MAX_SUBSCRIBERS_PER_UID: usize = 8;
+/// [`PublisherOptions::max_subscribers_per_pid`]'s default (the C ABI's 0).
+pub const DEFAULT_MAX_SUBSCRIBERS_PER_PID: usize = 4;
 
 impl Default for PublisherOptions {
     fn default() -> Self {
@@ -79,6 +97,8 @@ impl Default for PublisherOptions {
             allowed_gid: None,
             handshake_timeout: Duration::from_secs(5),
             allow_legacy_subscribers: false,
+            max_subscribers_per_uid: DEFAULT_MAX_SUBSCRIBERS_PER_UID,
+            max_subscribers_per_pid: DEFAULT_MAX_SUBSCRIBERS_PER_PID,
         }
     }
 }
@@ -310,7 +330,7 @@ impl Publisher {
             ));
         }
         let mut ring = self.create_ring(&config)?;
-        ring.install(&self.inner.key)?;
+        ring.install(&self.inner.key, false)?;
         *frames = Some(Arc::new(ring));
         self.inner.generation.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -356,8 +376,11 @@ impl Publisher {
                 ));
             };
             // Renamed over the old ring's SHM in one step: the name is never free for
-            // someone else to take, and a refusal leaves the old ring in place.
-            ring.install(&self.inner.key)?;
+            // someone else to take, and a refusal leaves the old ring in place. An old
+            // ring under its generation name (another user held the key's name) is not at
+            // the name: then nothing there is replaced, whoever we are (root could), and
+            // the new ring takes the name only if it is free.
+            ring.install(&self.inner.key, old.at_key_name())?;
             // The old ring's readers stop at its end (its frames still queued on a stream
             // made visible first, nothing published after); they have it mapped still.
             old.retire();
@@ -397,6 +420,20 @@ impl Publisher {
             drop(table);
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// The current frame ring's SHM name (relative to /dev/shm, what HELLO_RESP announces):
+    /// `cuframes-<key>`, or its generation name while another user holds that name.
+    pub fn frame_shm_name(&self) -> Option<String> {
+        self.inner.ring().map(|r| r.shm_name.clone())
+    }
+
+    /// The packet ring's SHM name, like [`Self::frame_shm_name`].
+    pub fn packet_shm_name(&self) -> Option<String> {
+        self.inner
+            .packets()
+            .as_ref()
+            .map(|w| w.shm_name().to_owned())
     }
 
     fn ring(&self) -> Result<Arc<FrameWriter>> {

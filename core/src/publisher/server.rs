@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+use super::admission::{self, PendingVerdict};
+use super::rejoin::Rejoins;
 use super::subscribers::Entry;
 use super::Inner;
 use crate::error::{Error, ErrorCode, Result};
@@ -22,14 +24,6 @@ use crate::tlv::{
 use crate::wire::ack_page::ACK_PAGE_SIZE;
 use crate::wire::*;
 
-/// Connections that have not finished their handshake, at most (protects the fd table
-/// against a flood of idle connections).
-const MAX_PENDING: usize = 64;
-/// ... of them from one process, and from one uid: a flood from one peer then cannot take
-/// the slots of everybody else (first come would let it). A peer in another PID namespace
-/// has pid 0 here and is counted by its uid only.
-const MAX_PENDING_PER_PID: usize = 4;
-const MAX_PENDING_PER_UID: usize = 16;
 /// Connections accepted per turn of the loop, at most: the others wait in the listen queue
 /// while the connections already accepted are served.
 const MAX_ACCEPTS_PER_TURN: usize = 256;
@@ -67,8 +61,28 @@ struct Conn {
     pid: u32,
 }
 
+/// What the server thread keeps besides its connections.
+struct State {
+    /// Uids whose frame subscribers were kicked, held back before they subscribe again.
+    rejoins: Rejoins,
+    /// The publisher's own uid.
+    own_uid: u32,
+}
+
+impl State {
+    /// Root and the publisher's own uid are neither capped nor held back: they could stop
+    /// the publisher anyway, and the host's own readers must always get in.
+    fn exempt(&self, uid: u32) -> bool {
+        uid == 0 || uid == self.own_uid
+    }
+}
+
 pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener) {
     let wake_rx = &inner.wake_rx;
+    let mut state = State {
+        rejoins: Rejoins::default(),
+        own_uid: nix::unistd::geteuid().as_raw(),
+    };
     let mut conns: Vec<Conn> = Vec::new();
     let mut next_id = 1u64;
     while !inner.stopping.load(Ordering::SeqCst) {
@@ -108,14 +122,14 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener) {
         let mut keep = Vec::with_capacity(conns.len());
         for (i, mut c) in conns.into_iter().enumerate() {
             let alive = if ready[i + 2] {
-                serve(&inner, &mut c)
+                serve(&inner, &mut state, &mut c)
             } else {
                 Ok(true)
             };
             let alive = alive
                 .and_then(|a| {
                     if a {
-                        check_deadline_and_kick(&inner, &mut c)
+                        check_deadline_and_kick(&inner, &mut state, &mut c)
                     } else {
                         Ok(false)
                     }
@@ -166,12 +180,25 @@ pub(crate) fn run(inner: Arc<Inner>, listener: UnixListener) {
     }
 }
 
-/// May one more handshake from (`uid`, `pid`) be pending now?
-fn room_for(conns: &[Conn], uid: u32, pid: u32) -> bool {
-    let pending = || conns.iter().filter(|c| !c.phase.admitted());
-    pending().count() < MAX_PENDING
-        && pending().filter(|c| c.uid == uid).count() < MAX_PENDING_PER_UID
-        && (pid == 0 || pending().filter(|c| c.pid == pid).count() < MAX_PENDING_PER_PID)
+/// Make room for one more pending handshake from (`uid`, `pid`) if the rules allow it
+/// (`admission::pending_verdict`): false = refused; an evicted handshake is dropped here.
+fn room_for(inner: &Inner, conns: &mut Vec<Conn>, uid: u32, pid: u32) -> bool {
+    let pending: Vec<(usize, (u32, u32))> = conns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.phase.admitted())
+        .map(|(i, c)| (i, (c.uid, c.pid)))
+        .collect();
+    let peers: Vec<(u32, u32)> = pending.iter().map(|(_, p)| *p).collect();
+    match admission::pending_verdict(&peers, uid, pid) {
+        PendingVerdict::Admit => true,
+        PendingVerdict::Refuse => false,
+        PendingVerdict::Evict(k) => {
+            let victim = conns.remove(pending[k].0);
+            release(inner, &victim); // a pending handshake holds no bit; its socket closes
+            true
+        }
+    }
 }
 
 fn accept_all(inner: &Inner, listener: &UnixListener, conns: &mut Vec<Conn>, next_id: &mut u64) {
@@ -181,7 +208,7 @@ fn accept_all(inner: &Inner, listener: &UnixListener, conns: &mut Vec<Conn>, nex
                 let Ok((uid, gid, pid)) = sock::peer_credentials(stream.as_fd()) else {
                     continue;
                 };
-                if !room_for(conns, uid, pid) || stream.set_nonblocking(true).is_err() {
+                if stream.set_nonblocking(true).is_err() || !room_for(inner, conns, uid, pid) {
                     continue; // dropped: closes the connection
                 }
                 conns.push(Conn {
@@ -206,7 +233,7 @@ fn accept_all(inner: &Inner, listener: &UnixListener, conns: &mut Vec<Conn>, nex
 
 /// Drop peers that stall their handshake; tell subscribers the publisher declared dead, and
 /// keep their bit quarantined until they close.
-fn check_deadline_and_kick(inner: &Inner, c: &mut Conn) -> Result<bool> {
+fn check_deadline_and_kick(inner: &Inner, state: &mut State, c: &mut Conn) -> Result<bool> {
     match c.phase {
         Phase::Active { bit } => {
             if inner.table().get(bit).is_some_and(|e| e.retired) {
@@ -230,6 +257,13 @@ fn check_deadline_and_kick(inner: &Inner, c: &mut Conn) -> Result<bool> {
                     Vec::new(),
                 )?;
                 c.phase = Phase::GivenUp;
+                if !state.exempt(c.uid) {
+                    // Its uid waits before its next frame subscription (`rejoin`).
+                    let ack_timeout = inner
+                        .ring()
+                        .map_or(Duration::from_secs(1), |r| r.ack_timeout);
+                    state.rejoins.kicked(c.uid, Instant::now(), ack_timeout);
+                }
             }
             Ok(true)
         }
@@ -243,7 +277,7 @@ fn check_deadline_and_kick(inner: &Inner, c: &mut Conn) -> Result<bool> {
 }
 
 /// Handle what a peer sent. Ok(false) = close quietly; Err = send ERROR and close.
-fn serve(inner: &Inner, c: &mut Conn) -> Result<bool> {
+fn serve(inner: &Inner, state: &mut State, c: &mut Conn) -> Result<bool> {
     let msgs = match c.inbox.pump(c.stream.as_fd())? {
         Pumped::Closed => return Ok(false),
         Pumped::Messages(m) => m,
@@ -286,7 +320,7 @@ fn serve(inner: &Inner, c: &mut Conn) -> Result<bool> {
                     c.outbox.push(&Message::SubscribeResp(resp), Vec::new())?;
                     return Ok(false);
                 }
-                match subscribe(inner, c, &h, ring.as_deref(), generation)? {
+                match subscribe(inner, state, c, &h, ring.as_deref(), generation)? {
                     Some(bit) => Phase::Active { bit },
                     None => return Ok(false),
                 }
@@ -380,13 +414,32 @@ fn wants_ack_page(h: &HelloReq) -> bool {
 /// Admit the subscriber: a bit, its SHM slot, SUBSCRIBE_RESP and VMM_FDS.
 fn subscribe(
     inner: &Inner,
+    state: &mut State,
     c: &mut Conn,
     h: &HelloReq,
     ring: Option<&crate::frames::FrameWriter>,
     generation: u64,
 ) -> Result<Option<usize>> {
     let (want_frames, want_packets) = wants(h);
+    let exempt = state.exempt(c.uid);
+    if want_frames && !exempt {
+        if let Some(backoff) = state.rejoins.check(c.uid, Instant::now()) {
+            return refuse_subscribe(c, ErrorCode::Timeout, backoff.message(c.uid));
+        }
+    }
     let mut table = inner.table();
+    let options = &inner.options;
+    if let Some(cap) = admission::slot_cap_reached(
+        &table,
+        c.uid,
+        c.pid,
+        exempt,
+        options.max_subscribers_per_uid,
+        options.max_subscribers_per_pid,
+    ) {
+        drop(table);
+        return refuse_subscribe(c, ErrorCode::TooMany, cap.message(c.uid, c.pid));
+    }
     if want_frames && inner.generation.load(Ordering::SeqCst) != generation {
         // A new frame ring is being put in place (see `Publisher::replace_frames`).
         drop(table);
@@ -437,6 +490,7 @@ fn subscribe(
         bit,
         Entry {
             conn_id: c.id,
+            uid: c.uid,
             pid: c.pid,
             name: h.consumer_name.clone(),
             initial_seq,
@@ -499,6 +553,26 @@ fn subscribe(
         return Err(e);
     }
     Ok(Some(bit))
+}
+
+/// Refuse a SUBSCRIBE and say why: an ERROR with the reason first (our subscriber reports
+/// it), then the SUBSCRIBE_RESP with the same code that §4 prescribes (for peers that only
+/// read the result).
+fn refuse_subscribe(c: &mut Conn, code: ErrorCode, why: String) -> Result<Option<usize>> {
+    c.outbox.push(
+        &Message::Error {
+            code: code as i32,
+            message: why,
+        },
+        Vec::new(),
+    )?;
+    let resp = SubscribeResp {
+        result: code as i32,
+        assigned_bit: 0,
+        initial_seq: 0,
+    };
+    c.outbox.push(&Message::SubscribeResp(resp), Vec::new())?;
+    Ok(None)
 }
 
 fn release(inner: &Inner, c: &Conn) {

@@ -3,12 +3,18 @@
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::liveness::{is_alive, recorded_producer, Recorded};
 use crate::paths::Key;
 use crate::shm;
+use crate::sock;
 use crate::wire::{FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC, PRODUCER_PID_OFFSET};
+
+/// How long the key's socket has to accept our connection: a live publisher accepts at
+/// once (its server thread polls the listener), whatever its load.
+const LISTENER_ANSWER: Duration = Duration::from_secs(1);
 
 /// Remove what a dead predecessor left behind, or fail if it is alive.
 pub fn recover(key: &Key, socket_path: &Path) -> Result<()> {
@@ -16,7 +22,10 @@ pub fn recover(key: &Key, socket_path: &Path) -> Result<()> {
     // the process that listens on it (SO_PEERCRED of a connection names the process that
     // called listen) is dead: then a process that inherited the socket through fork (a
     // worker that never exec'd) keeps it open, and the key's publisher is gone.
-    let stale_listener = match UnixStream::connect(socket_path) {
+    // Bounded: a listener that never accepts (its backlog full) is someone's live socket
+    // that does not answer, never one to unlink, and must not hold up this create.
+    let deadline = Instant::now() + LISTENER_ANSWER;
+    let stale_listener = match sock::connect_within(socket_path, deadline) {
         Ok(stream) => match listener_pid(&stream) {
             Some(pid) if !is_alive(pid) => true,
             _ => {
@@ -26,6 +35,16 @@ pub fn recover(key: &Key, socket_path: &Path) -> Result<()> {
                 ))
             }
         },
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            return Err(Error::new(
+                ErrorCode::AlreadyExists,
+                format!(
+                    "a live process listens on {} but does not answer ({e}); it was not \
+                     removed",
+                    socket_path.display()
+                ),
+            ))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
         // ECONNREFUSED: nobody listens; the path is stale.
         Err(_) => true,
@@ -48,6 +67,38 @@ pub fn recover(key: &Key, socket_path: &Path) -> Result<()> {
     }
     recover_shm(&key.frame_shm_name(), &[FRAME_MAGIC, LEGACY_FRAME_MAGIC])?;
     recover_shm(&key.packet_shm_name(), &[PACKET_MAGIC])?;
+    recover_generations(key)
+}
+
+/// A dead predecessor's rings under generation names (kept there while another user held
+/// the key's names, or staged when it died mid-replacement) go too; a live one's makes
+/// create fail as at the key's names. What is not provably ours is left alone, silently:
+/// nobody reads those names but the publisher that announces them.
+fn recover_generations(key: &Key) -> Result<()> {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return Ok(());
+    };
+    let (frame, packets) = (key.frame_shm_name(), key.packet_shm_name());
+    for name in dir
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+    {
+        let magics: &[u32] = match crate::paths::split_generation(&name) {
+            (base, Some(_)) if base == frame => &[FRAME_MAGIC, LEGACY_FRAME_MAGIC],
+            (base, Some(_)) if base == packets => &[PACKET_MAGIC],
+            _ => continue,
+        };
+        match judge(&name, magics) {
+            Ok(Leftover::Dead) => shm::unlink(&name)?,
+            Ok(Leftover::Alive(pid)) => {
+                return Err(Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!("/dev/shm/{name} belongs to live process {pid}"),
+                ))
+            }
+            Ok(Leftover::Nothing | Leftover::Foreign(_)) | Err(_) => {}
+        }
+    }
     Ok(())
 }
 
@@ -67,6 +118,9 @@ enum Leftover {
     Dead,
     /// Its producer, a process of the object's owner, is alive.
     Alive(u64),
+    /// Another uid holds the name (whatever it put there): never touched. It cannot stop
+    /// us either: our ring then lives under its generation name (`shm::place`).
+    Foreign(u32),
 }
 
 /// Judge `/dev/shm/<name>` without trusting anything another user could have put there: a
@@ -86,6 +140,11 @@ fn judge(name: &str, magics: &[u32]) -> Result<Leftover> {
             format!("{path} {why}; it was not removed (remove it by hand if it is stale)"),
         ))
     };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Ok(Leftover::Foreign(meta.uid()));
+    }
     if !meta.file_type().is_file() {
         let kind = if meta.file_type().is_symlink() {
             "a symlink"
@@ -95,14 +154,6 @@ fn judge(name: &str, magics: &[u32]) -> Result<Leftover> {
             "not a regular file"
         };
         return keep(format!("is {kind}"));
-    }
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    if meta.uid() != me {
-        return keep(format!(
-            "belongs to uid {}, not to this publisher's uid {me}",
-            meta.uid()
-        ));
     }
     if (meta.len() as usize) < PRODUCER_PID_OFFSET + 8 {
         // Ours, but shorter than a header: a predecessor died while creating it.
@@ -142,6 +193,13 @@ fn recover_shm(name: &str, magics: &[u32]) -> Result<()> {
             format!("/dev/shm/{name} belongs to live process {pid}"),
         )),
         Leftover::Dead => shm::unlink(name),
+        Leftover::Foreign(uid) => {
+            crate::util::diag!(
+                "/dev/shm/{name} belongs to uid {uid}, not to this publisher: it is left \
+                 alone, and this publisher's ring takes its own generation name instead"
+            );
+            Ok(())
+        }
     }
 }
 
@@ -200,8 +258,8 @@ mod tests {
     }
 
     /// Finding: an object of another uid with the right magic and producer_pid 1 blocked the
-    /// key (ALREADY_EXISTS "live process 1"); it is another user's, so it is kept, and the
-    /// error says whose it is.
+    /// key (ALREADY_EXISTS "live process 1"); it is another user's, so it is kept, and it
+    /// no longer blocks the key either (issue 29 item 7: the ring takes its generation name).
     #[test]
     fn an_object_of_another_uid_is_never_touched() {
         // SAFETY: geteuid has no preconditions.
@@ -215,10 +273,13 @@ mod tests {
         map.atomic_u64(PRODUCER_PID_OFFSET)
             .store(1, Ordering::Release);
         nix::unistd::fchown(&fd, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
-        let e = recover_shm(&n, &[FRAME_MAGIC]).err().unwrap();
-        assert!(std::path::Path::new(&format!("/dev/shm/{n}")).exists());
+        let verdict = judge(&n, &[FRAME_MAGIC]);
+        let recovered = recover_shm(&n, &[FRAME_MAGIC]);
+        let kept = std::path::Path::new(&format!("/dev/shm/{n}")).exists();
         shm::unlink(&n).unwrap();
-        assert!(e.message().contains("uid 65534"), "{}", e.message());
+        assert_eq!(verdict.unwrap(), Leftover::Foreign(65534));
+        recovered.unwrap();
+        assert!(kept);
     }
 
     /// The disagreement one liveness function ended: recovery counted a zombie predecessor

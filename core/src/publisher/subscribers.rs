@@ -26,6 +26,8 @@ pub fn bits(mask: u64) -> impl Iterator<Item = usize> {
 pub struct Entry {
     /// Which server connection owns this bit.
     pub conn_id: u64,
+    /// The connection's peer (SO_PEERCRED): what the slot caps count (`admission`).
+    pub uid: u32,
     pub pid: u32,
     pub name: String,
     /// `global_seq` when it subscribed: it reads, and must ACK, only later frames (R26).
@@ -169,6 +171,7 @@ mod tests {
     fn entry(conn_id: u64, initial_seq: u64) -> Entry {
         Entry {
             conn_id,
+            uid: 1000,
             pid: 1,
             name: format!("conn{conn_id}"),
             initial_seq,

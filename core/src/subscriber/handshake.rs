@@ -19,6 +19,8 @@ use crate::wire::*;
 /// What the handshake established.
 pub struct Established {
     pub stream: UnixStream,
+    /// The uid of the process listening on the socket (SO_PEERCRED of our connection).
+    pub publisher_uid: u32,
     pub hello: HelloResp,
     pub subscribed: SubscribeResp,
     /// Present when frames were asked for: the layout, the VMM_FDS message and its fds.
@@ -32,16 +34,27 @@ pub struct Established {
     pub cuda_device: Option<i32>,
 }
 
-/// Connect to `socket_path` and run the handshake before `deadline`.
+/// The publisher a subscriber accepts: the one listening as this uid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expected {
+    pub uid: u32,
+    /// Where the uid comes from: the `publisher_uid` option, or (pinned) the publisher this
+    /// subscriber connected to first.
+    pub pinned: bool,
+}
+
+/// Connect to `socket_path` and run the handshake before `deadline`, with the publisher
+/// listening as `expected`'s uid when one is given.
 pub fn run(
     key: &Key,
     socket_path: &Path,
     hello: &HelloReq,
     want_frames: bool,
+    expected: Option<Expected>,
     deadline: Instant,
 ) -> Result<Established> {
     loop {
-        match attempt(key, socket_path, hello, want_frames, deadline) {
+        match attempt(key, socket_path, hello, want_frames, expected, deadline) {
             // The ring HELLO_RESP described was replaced before SUBSCRIBE: the next attempt
             // meets the new one (a replacement is no reason to fail a connect).
             Err(e) if e.message() == RING_REPLACED && Instant::now() < deadline => continue,
@@ -50,19 +63,123 @@ pub fn run(
     }
 }
 
+/// The frame SHM that HELLO_RESP named (the key's name, or the generation name a ring
+/// keeps while another user holds that), opened with the one hardened open, and only if
+/// the publisher at the other end of `sock` (SO_PEERCRED) owns it: a name in /dev/shm is
+/// anyone's to create first. A generation name that is gone was a replaced ring's: the
+/// handshake starts over (as for a ring replaced under a SUBSCRIBE).
+fn open_frame_shm(
+    sock: std::os::fd::BorrowedFd<'_>,
+    name: &str,
+    writable: bool,
+) -> Result<(OwnedFd, Mapping)> {
+    let (fd, map) = match crate::shm::open(name, FRAME_SHM_SIZE, writable) {
+        Err(e)
+            if e.code() == ErrorCode::NotFound
+                && crate::paths::split_generation(name).1.is_some() =>
+        {
+            return Err(Error::new(ErrorCode::Disconnected, RING_REPLACED))
+        }
+        other => other?,
+    };
+    match refuse_unless_publishers(sock, fd.as_fd(), name) {
+        // Another uid's object under a generation name: the publisher's ring of that name
+        // was replaced and removed, and someone who saw the name (any group member can read
+        // HELLO_RESP or list /dev/shm) made it again. The ring HELLO_RESP described is gone
+        // as much as when the name is free: the handshake starts over and meets the new ring
+        // (refusing for good would let that user end every reader that connects during a
+        // replacement).
+        Err(e)
+            if e.code() == ErrorCode::Permission
+                && crate::paths::split_generation(name).1.is_some() =>
+        {
+            Err(Error::new(ErrorCode::Disconnected, RING_REPLACED))
+        }
+        other => other.map(|()| (fd, map)),
+    }
+}
+
+/// PERMISSION unless the SHM object open as `fd` (`/dev/shm/<name>`) belongs to the
+/// publisher at the other end of `sock` (SO_PEERCRED, which no peer can forge): checked on
+/// the object opened (fstat), not on the name, so it cannot change in between. For every
+/// ring a subscriber maps, frames and packets alike.
+pub(crate) fn refuse_unless_publishers(
+    sock: std::os::fd::BorrowedFd<'_>,
+    fd: std::os::fd::BorrowedFd<'_>,
+    name: &str,
+) -> Result<()> {
+    let (publisher_uid, _, _) = sock::peer_credentials(sock)?;
+    let owner = nix::sys::stat::fstat(fd)
+        .map_err(|e| Error::os(format!("fstat /dev/shm/{name}"), e))?
+        .st_uid;
+    if owner != publisher_uid {
+        return Err(Error::new(
+            ErrorCode::Permission,
+            format!(
+                "/dev/shm/{name} belongs to uid {owner}, not to the publisher (uid \
+                 {publisher_uid}): refused"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Why an attempt is made again: the publisher refused SUBSCRIBE because its frame ring is
 /// not the one its HELLO_RESP described any more.
 const RING_REPLACED: &str =
     "publisher refused SUBSCRIBE: its frame ring was replaced during the handshake";
+
+/// The start of the error [`check_identity`] returns: how a caller tells a publisher of the
+/// wrong uid from one that refused us.
+const IMPOSTOR: &str = "refused the process listening on";
+
+/// True for the error of a connection refused because the process listening on the key's
+/// socket runs as another uid than the expected one.
+pub fn is_impostor(e: &Error) -> bool {
+    e.code() == ErrorCode::Permission && e.message().starts_with(IMPOSTOR)
+}
+
+/// Refuse a listener of another uid than `expected`'s, before anything is sent to it (not
+/// even our HELLO): whoever can create names in the runtime directory can bind the key's
+/// socket while its publisher is away, and SO_PEERCRED names the uid that called listen,
+/// which no peer can forge.
+fn check_identity(
+    stream: &UnixStream,
+    socket_path: &Path,
+    expected: Option<Expected>,
+) -> Result<u32> {
+    let (uid, _gid, pid) = sock::peer_credentials(stream.as_fd())?;
+    match expected {
+        Some(want) if want.uid != uid => {
+            let why = if want.pinned {
+                "the uid of the publisher this subscriber connected to first: another user \
+                 may have taken the key while its publisher was away"
+            } else {
+                "the publisher_uid option"
+            };
+            Err(Error::new(
+                ErrorCode::Permission,
+                format!(
+                    "{IMPOSTOR} {} (pid {pid}): it runs as uid {uid}, uid {} was expected \
+                     ({why})",
+                    socket_path.display(),
+                    want.uid
+                ),
+            ))
+        }
+        _ => Ok(uid),
+    }
+}
 
 fn attempt(
     key: &Key,
     socket_path: &Path,
     hello: &HelloReq,
     want_frames: bool,
+    expected: Option<Expected>,
     deadline: Instant,
 ) -> Result<Established> {
-    let stream = UnixStream::connect(socket_path).map_err(|e| match e.kind() {
+    let stream = sock::connect_within(socket_path, deadline).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Error::new(
             ErrorCode::NotFound,
             format!(
@@ -77,6 +194,10 @@ fn attempt(
                 socket_path.display()
             ),
         ),
+        std::io::ErrorKind::TimedOut => Error::new(
+            ErrorCode::Timeout,
+            format!("no publisher for key {key:?} answers in time: {e}"),
+        ),
         std::io::ErrorKind::PermissionDenied => Error::new(
             ErrorCode::Permission,
             format!(
@@ -89,6 +210,7 @@ fn attempt(
             format!("connect {}: {e}", socket_path.display()),
         ),
     })?;
+    let publisher_uid = check_identity(&stream, socket_path, expected)?;
     let fd = stream.as_fd();
     sock::send(fd, &Message::HelloReq(hello.clone()), &[])?;
     let resp = match expect(fd, deadline, "HELLO_RESP")? {
@@ -112,13 +234,14 @@ fn attempt(
             )));
         }
         let name = parse_wire_shm_name(&resp.shm_path)?;
-        if name != key.frame_shm_name() {
+        if !key.is_frame_shm(&name) {
             return Err(Error::protocol(format!(
-                "HELLO_RESP names SHM {name:?}; key {key:?} must use {:?}",
+                "HELLO_RESP names SHM {name:?}; key {key:?} must use {:?} (or a generation \
+                 name of it)",
                 key.frame_shm_name()
             )));
         }
-        Some(FrameLayout::from_meta(&resp.meta)?)
+        Some((FrameLayout::from_meta(&resp.meta)?, name))
     } else {
         None
     };
@@ -133,22 +256,23 @@ fn attempt(
     };
     let ack_pages = hello.subscribe_flags & SUBSCRIBE_ACK_PAGE != 0
         && resp.publisher_flags & PUBLISHER_ACK_PAGES != 0;
-    // The frame SHM by its name, before SUBSCRIBE: every generation of a replaced ring has
-    // the same name (R19), and the publisher admits a SUBSCRIBE only for the generation its
+    // The frame SHM by the name HELLO_RESP gave, before SUBSCRIBE: every generation of a
+    // replaced ring has the key's name (R19; or its own while another user holds that,
+    // gone once replaced, which starts the handshake over), and the publisher admits a SUBSCRIBE only for the generation its
     // HELLO_RESP described. Opened now, the object is that generation or a later one, which
     // SUBSCRIBE then refuses; opened after SUBSCRIBE (as before), a replacement in between
     // gave us the next generation's header beside the slots VMM_FDS sent for this one:
     // refused when the geometry changed (the reader went on to the newest ring, missing
     // the frames of the one it was admitted to), undetected when it did not.
-    let frame_shm = if layout.is_some() {
-        Some(crate::shm::open(
-            &key.frame_shm_name(),
-            FRAME_SHM_SIZE,
-            !ack_pages,
-        )?)
-    } else {
-        None
+    #[cfg(feature = "testing")]
+    if layout.is_some() {
+        crate::testing::hooks::before_frame_shm_open(key.as_str());
+    }
+    let frame_shm = match &layout {
+        Some((_, name)) => Some(open_frame_shm(fd, name, !ack_pages)?),
+        None => None,
     };
+    let layout = layout.map(|(layout, _)| layout);
     #[cfg(feature = "testing")]
     crate::testing::hooks::before_subscribe(key.as_str());
     sock::send(
@@ -214,6 +338,7 @@ fn attempt(
     };
     Ok(Established {
         stream,
+        publisher_uid,
         hello: resp,
         subscribed,
         frames,

@@ -22,7 +22,8 @@ use crate::frames::ack_page::AckPage;
 use crate::frames::layout::FrameShm;
 use crate::frames::reader::{FrameReader, RingView};
 use crate::memory::host::HostImport;
-use crate::memory::SlotImport;
+use crate::memory::{SlotImport, SlotSize};
+use crate::packet::reader::PacketLimits;
 use crate::packet::{PacketInfo, PacketReaderStats, PacketRingReader};
 use crate::paths::{self, Key};
 use crate::sock::{self, Inbox, Pumped};
@@ -71,6 +72,24 @@ pub struct SubscriberOptions {
     /// DISCONTINUITY), timestamps shifted where needed to stay increasing. None (default): the
     /// stream ends with DISCONNECTED. Not after the publisher gave up on this subscriber.
     pub reconnect: Option<Duration>,
+    /// Accept only a publisher that runs as this uid (SO_PEERCRED of the connection, which
+    /// no peer can forge), on every connection including the first: a publisher of another
+    /// uid is refused with PERMISSION before anything is sent to it. None (default): the
+    /// first connection accepts any uid, and every later one (`reconnect`, a new frame ring)
+    /// must come from the uid the first saw, so that nobody who can create names in the
+    /// runtime directory takes the key over while its publisher is away.
+    pub publisher_uid: Option<u32>,
+    /// The largest packet data ring (the publisher's `data_size`, bytes) this subscriber maps:
+    /// every reader maps and populates the whole ring, so a larger one is refused at
+    /// subscribe (`NoMemory`, naming this option). 0: the default,
+    /// [`crate::packet::reader::DEFAULT_MAX_PACKET_RING_SIZE`] (256 MiB).
+    pub max_packet_ring_size: u64,
+    /// The largest packet (bytes) this subscriber reads: a larger one is skipped before any
+    /// buffer is allocated for it, counted (`PacketReaderStats::oversized`) and handled as a
+    /// loss (the stream resumes at the next keyframe, flagged DISCONTINUITY). 0: the default,
+    /// [`crate::packet::reader::DEFAULT_MAX_PACKET_SIZE`] (64 MiB, an incompressible 8K
+    /// 4:2:0 10-bit picture).
+    pub max_packet_size: u64,
 }
 
 impl Default for SubscriberOptions {
@@ -87,6 +106,9 @@ impl Default for SubscriberOptions {
             plain_v4_acks: false,
             spin: Duration::ZERO,
             reconnect: None,
+            publisher_uid: None,
+            max_packet_ring_size: crate::packet::reader::DEFAULT_MAX_PACKET_RING_SIZE,
+            max_packet_size: crate::packet::reader::DEFAULT_MAX_PACKET_SIZE,
         }
     }
 }
@@ -128,6 +150,12 @@ pub struct Subscriber {
     restarts: u64,
     /// A new connection being waited for (a new ring, or a restarted publisher).
     reopening: Option<Reopen>,
+    /// The uid the publisher ran as at the first connection: every later connection must be
+    /// to a publisher of this uid (see `SubscriberOptions::publisher_uid`).
+    publisher_uid: u32,
+    /// The last listener of another uid refused during the current wait (a reconnect or a new
+    /// ring): said while waiting, and the end of the stream if the wait runs out.
+    refused: Option<Error>,
     /// Timestamps kept increasing across restarts, per timeline.
     frame_times: Continuity,
     packet_times: Continuity,
@@ -182,6 +210,16 @@ const POLL_WHILE_SPINNING: Duration = Duration::from_micros(100);
 
 impl Subscriber {
     pub fn connect(key: &str, options: &SubscriberOptions) -> Result<Subscriber> {
+        Subscriber::connect_to(key, options, None)
+    }
+
+    /// Connect, accepting only a publisher of `pinned`'s uid when given (a reconnect), and of
+    /// the `publisher_uid` option's when set.
+    fn connect_to(
+        key: &str,
+        options: &SubscriberOptions,
+        pinned: Option<u32>,
+    ) -> Result<Subscriber> {
         let key = Key::new(key)?;
         if !options.want_frames && !options.want_packets {
             return Err(Error::invalid("subscribe to frames, packets, or both"));
@@ -207,7 +245,21 @@ impl Subscriber {
             subscribe_flags: flags,
         };
         let deadline = Instant::now() + options.connect_timeout;
-        let est = handshake::run(&key, &socket_path, &hello, options.want_frames, deadline)?;
+        // The option is checked on the first connection, so a pinned uid never differs from
+        // it; the option names the reason in the error where it is set.
+        let expected = match (options.publisher_uid, pinned) {
+            (Some(uid), _) => Some(handshake::Expected { uid, pinned: false }),
+            (None, Some(uid)) => Some(handshake::Expected { uid, pinned: true }),
+            (None, None) => None,
+        };
+        let est = handshake::run(
+            &key,
+            &socket_path,
+            &hello,
+            options.want_frames,
+            expected,
+            deadline,
+        )?;
         #[cfg(feature = "testing")]
         crate::testing::hooks::after_handshake(key.as_str());
         let bit = est.subscribed.assigned_bit as usize;
@@ -220,14 +272,18 @@ impl Subscriber {
                 let page = est.ack_page.map(AckPage::import).transpose()?;
                 let shm = FrameShm::new(map)?;
                 shm.validate(est.hello.ring_size as usize, &est.hello.meta)?;
+                // What each slot may be: the frame's size (R17), rounded up (R20).
+                let size = SlotSize {
+                    announced: vmm.frame_size_bytes,
+                    granularity: vmm.vmm_granularity,
+                    frame_size: layout.frame_size,
+                };
                 let slots: Box<dyn SlotImport> = match MemoryKind::from_u32(vmm.memory_kind) {
-                    Some(MemoryKind::HostMemfd) => {
-                        Box::new(HostImport::import(fds, vmm.frame_size_bytes as usize)?)
-                    }
+                    Some(MemoryKind::HostMemfd) => Box::new(HostImport::import(fds, size)?),
                     Some(MemoryKind::CudaVmm) => crate::memory::import_cuda_slots(
                         est.cuda_device.unwrap_or(options.cuda_device.max(0)),
                         fds,
-                        vmm.frame_size_bytes as usize,
+                        size,
                     )?,
                     None => {
                         return Err(Error::new(
@@ -287,13 +343,21 @@ impl Subscriber {
                     Error::new(ErrorCode::NotFound, "the publisher has no packet ring")
                 })?;
             let name = paths::parse_wire_shm_name(&p.packet_shm_path)?;
-            if name != key.packet_shm_name() {
+            if !key.is_packet_shm(&name) {
                 return Err(Error::protocol(format!(
-                    "HELLO_RESP names packet SHM {name:?}; key {key:?} must use {:?}",
+                    "HELLO_RESP names packet SHM {name:?}; key {key:?} must use {:?} (or a \
+                     generation name of it)",
                     key.packet_shm_name()
                 )));
             }
-            let mut reader = PacketRingReader::open(&name)?;
+            let limits =
+                PacketLimits::or_defaults(options.max_packet_ring_size, options.max_packet_size);
+            // Opened only if the publisher owns it, like the frame SHM (`handshake`): a
+            // name in /dev/shm is anyone's to create first.
+            let (shm_fd, map) =
+                crate::shm::open(&name, crate::wire::packet::PACKET_HEADER_SIZE, false)?;
+            handshake::refuse_unless_publishers(est.stream.as_fd(), shm_fd.as_fd(), &name)?;
+            let mut reader = PacketRingReader::from_mapping_with(map, limits)?;
             if reader.codec_id() != p.codec_id {
                 return Err(Error::protocol(format!(
                     "packet SHM codec {} differs from HELLO_RESP's {}",
@@ -334,6 +398,8 @@ impl Subscriber {
             generations: 0,
             restarts: 0,
             reopening: None,
+            publisher_uid: est.publisher_uid,
+            refused: None,
             frame_times: Continuity::default(),
             packet_times: Continuity::default(),
             packet_gap: false,
@@ -349,6 +415,19 @@ impl Subscriber {
         if let Some(p) = self.packets.as_mut() {
             p.set_spin(spin);
         }
+    }
+
+    /// The uid the publisher runs as (SO_PEERCRED at the first connection; every later one
+    /// is to a publisher of the same uid).
+    pub fn publisher_uid(&self) -> u32 {
+        self.publisher_uid
+    }
+
+    /// True for the error that ends a timeline for good: DISCONNECTED, or the PERMISSION of a
+    /// wait for the publisher that only an impostor answered.
+    fn is_end(&self, e: &Error) -> bool {
+        e.code() == ErrorCode::Disconnected
+            || (self.reopens_over && e.code() == ErrorCode::Permission)
     }
 
     /// How many times this subscriber followed a restarted publisher (`reconnect`).
@@ -397,53 +476,66 @@ impl Subscriber {
             opts.connect_timeout = left
                 .min(self.options.connect_timeout)
                 .max(Duration::from_millis(10));
-            match Subscriber::connect(self.key.as_str(), &opts) {
+            let e = match Subscriber::connect_to(self.key.as_str(), &opts, Some(self.publisher_uid))
+            {
                 Ok(s) => break s,
-                // No publisher (yet), a stale socket, one without the rings asked for yet, or
-                // one mid-replacement: wait for it.
-                Err(e)
-                    if matches!(
-                        e.code(),
-                        ErrorCode::Disconnected
-                            | ErrorCode::NotFound
-                            | ErrorCode::Format
-                            | ErrorCode::Timeout
-                            | ErrorCode::Io
-                    ) && Instant::now() < plan.until =>
-                {
-                    if Instant::now() >= stop {
-                        return Ok(Reopened::NotYet);
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
+                Err(e) => e,
+            };
+            // A listener of another uid is not our publisher, and is never subscribed to. It
+            // does not end the wait: the key's socket can only be taken while the publisher is
+            // away, ours can come back once the impostor leaves, and until then the reader
+            // waits as it would for an absent publisher. The refusal is what reads return
+            // while waiting, and the end of the stream (PERMISSION) if the wait runs out.
+            let impostor = handshake::is_impostor(&e);
+            if impostor {
+                if self.refused.is_none() {
+                    // Once per wait on stderr too: a reader that only sees TIMEOUTs (a tool
+                    // that retries them) still tells its operator why.
+                    crate::util::diag!("cuframes: {}: {}", self.key.as_str(), e.message());
                 }
-                Err(e) => {
-                    self.reopening = None;
-                    let what = if plan.restart {
-                        "the publisher did not come back in time"
-                    } else {
-                        "cannot follow the publisher's new frame ring"
-                    };
-                    let retryable = matches!(
-                        e.code(),
-                        ErrorCode::Disconnected
-                            | ErrorCode::NotFound
-                            | ErrorCode::Format
-                            | ErrorCode::Timeout
-                            | ErrorCode::Io
-                    );
-                    if !retryable {
-                        return Err(Error::new(e.code(), format!("{what}: {}", e.message())));
-                    }
-                    // The wait is over: the stream ends as a stream ends (DISCONNECTED), for
-                    // good (no further wait on the next call), once what is left is read.
-                    let end =
-                        Error::new(ErrorCode::Disconnected, format!("{what} ({})", e.message()));
-                    self.closing = Some(end);
-                    self.reopens_over = true;
-                    self.new_ring = false;
-                    return Ok(Reopened::No);
-                }
+                self.refused = Some(e.clone());
             }
+            // No publisher (yet), a stale socket, one without the rings asked for yet, or one
+            // mid-replacement: wait for it.
+            let retryable = impostor
+                || matches!(
+                    e.code(),
+                    ErrorCode::Disconnected
+                        | ErrorCode::NotFound
+                        | ErrorCode::Format
+                        | ErrorCode::Timeout
+                        | ErrorCode::Io
+                );
+            if retryable && Instant::now() < plan.until {
+                if Instant::now() >= stop {
+                    return Ok(Reopened::NotYet);
+                }
+                // An impostor is asked again less often: each attempt is a connection to it.
+                let pause = if impostor { 100 } else { 10 };
+                std::thread::sleep(Duration::from_millis(pause));
+                continue;
+            }
+            self.reopening = None;
+            let what = if plan.restart {
+                "the publisher did not come back in time"
+            } else {
+                "cannot follow the publisher's new frame ring"
+            };
+            let refused = self.refused.take();
+            if !retryable {
+                return Err(Error::new(e.code(), format!("{what}: {}", e.message())));
+            }
+            // The wait is over: the stream ends as a stream ends (DISCONNECTED, or PERMISSION
+            // when only an impostor answered), for good (no further wait on the next call),
+            // once what is left is read.
+            let end = match refused {
+                Some(r) => Error::new(ErrorCode::Permission, format!("{what}: {}", r.message())),
+                None => Error::new(ErrorCode::Disconnected, format!("{what} ({})", e.message())),
+            };
+            self.closing = Some(end);
+            self.reopens_over = true;
+            self.new_ring = false;
+            return Ok(Reopened::No);
         };
         // The old connection and rings go with `fresh`: its drop revokes the old ring's ACKs.
         // The old socket is closed by the publisher (or dead): no UNSUBSCRIBE on it.
@@ -482,6 +574,7 @@ impl Subscriber {
         self.given_up = None;
         self.new_ring = false;
         self.reopening = None;
+        self.refused = None;
         Ok(Reopened::Yes)
     }
 
@@ -571,7 +664,10 @@ impl Subscriber {
             Reopened::Yes => Ok(()),
             Reopened::NotYet => Err(Error::new(
                 ErrorCode::Timeout,
-                "waiting for the publisher to come back",
+                match &self.refused {
+                    Some(r) => format!("waiting for the publisher to come back ({})", r.message()),
+                    None => String::from("waiting for the publisher to come back"),
+                },
             )),
             Reopened::No => Err(self
                 .closing
@@ -716,7 +812,7 @@ impl Subscriber {
                 // The old ring is drained (Empty above): follow a new ring or a restarted
                 // publisher, or end, for good: nothing published after the end is delivered.
                 if let Err(e) = self.reopen_or_end(deadline) {
-                    if e.code() == ErrorCode::Disconnected {
+                    if self.is_end(&e) {
                         self.frames_ended = Some(e.clone());
                     }
                     return Err(e);
@@ -859,7 +955,7 @@ impl Subscriber {
         let deadline = timeout.map(|t| Instant::now() + t);
         let got = self.read_packet(deadline, out);
         if let Err(e) = &got {
-            if e.code() == ErrorCode::Disconnected {
+            if self.is_end(e) {
                 self.packets_ended = Some(e.clone());
             }
         }

@@ -68,3 +68,19 @@ pub fn set_before_subscribe(key: &str, f: impl FnOnce() + Send + 'static) {
 pub(crate) fn before_subscribe(key: &str) {
     run_pending(&BEFORE_SUBSCRIBE, key);
 }
+
+/// At most one pending hook, for one key, as [`AFTER_HANDSHAKE`].
+static BEFORE_FRAME_SHM_OPEN: Mutex<Option<(String, Hook)>> = Mutex::new(None);
+
+/// Run `f` once, in the next `Subscriber::connect` of this process to `key`, after HELLO_RESP
+/// and right before the frame SHM it names is opened: where a replacement removes that
+/// ring's generation name and another user creates it again.
+pub fn set_before_frame_shm_open(key: &str, f: impl FnOnce() + Send + 'static) {
+    *BEFORE_FRAME_SHM_OPEN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = Some((key.to_owned(), Box::new(f)));
+}
+
+pub(crate) fn before_frame_shm_open(key: &str) {
+    run_pending(&BEFORE_FRAME_SHM_OPEN, key);
+}

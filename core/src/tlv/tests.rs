@@ -703,7 +703,14 @@ fn consumer_name_limits() {
 
 #[test]
 fn shm_path_limits() {
-    for good in ["", "/", "cuframes-cam1", "/cuframes-cam1", "A_z-09"] {
+    for good in [
+        "",
+        "/",
+        "cuframes-cam1",
+        "/cuframes-cam1",
+        "A_z-09",
+        "cuframes-cam1.0123456789abcdef",
+    ] {
         let m = Message::HelloResp(hello_resp(good, Some(packets(good))));
         assert_eq!(decode(&enc(&m)).unwrap(), m);
     }
@@ -715,7 +722,19 @@ fn shm_path_limits() {
     assert_eq!(decode(&enc(&m)).unwrap(), m);
 
     let long = "a".repeat(MAX_SHM_PATH_LEN + 1);
-    let bad_chars = ["a/b", "//a", "a.b", "a b", "../x", "a\0", "é", "a/"];
+    let bad_chars = [
+        "a/b",
+        "//a",
+        "a.b",
+        "a b",
+        "../x",
+        "a\0",
+        "é",
+        "a/",
+        "a.0123456789ABCDEF",
+        "a..0123456789abcdef",
+        "a/.0123456789abcdef",
+    ];
     for bad in bad_chars.iter().copied().chain([long.as_str()]) {
         // In shm_path.
         let m = Message::HelloResp(hello_resp(bad, None));

@@ -187,9 +187,29 @@ pub fn info_json(i: &PublisherInfo) -> J {
             "subscriber_count",
             i.subscriber_count().map_or(J::Null, |n| J::u(n as u64)),
         ),
+        (
+            "owner_mismatch",
+            J::Arr(i.owner_mismatch.iter().map(|m| J::Str(m.clone())).collect()),
+        ),
         ("socket", socket),
         ("frames", frames),
         ("packets", packets),
+        (
+            "other_shm",
+            J::Arr(i.others.iter().map(other_json).collect()),
+        ),
+    ])
+}
+
+/// One of the key's other SHM objects (a generation name, or its name held by another uid).
+fn other_json(o: &cuframes_core::inspect::OtherObject) -> J {
+    J::Obj(vec![
+        ("shm", J::Str(format!("/dev/shm/{}", o.name))),
+        (
+            "uid",
+            o.meta.as_ref().map_or(J::Null, |m| J::u(u64::from(m.uid))),
+        ),
+        ("producer_pid", o.producer_pid.map_or(J::Null, J::u)),
     ])
 }
 

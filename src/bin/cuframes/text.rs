@@ -143,6 +143,18 @@ pub fn stat_text(i: &PublisherInfo) -> String {
         }
         Some(ShmObject { content: Ok(p), .. }) => packets_text(&mut s, p, &i.rates),
     }
+    for m in &i.owner_mismatch {
+        let _ = writeln!(s, "  owner    mismatch: {m}");
+    }
+    for o in &i.others {
+        let uid = o.meta.as_ref().map_or("?".into(), |m| m.uid.to_string());
+        let pid = o.producer_pid.map_or("-".into(), pid_text);
+        let _ = writeln!(
+            s,
+            "  other    /dev/shm/{}  uid {uid}  producer pid {pid}",
+            o.name
+        );
+    }
     s
 }
 

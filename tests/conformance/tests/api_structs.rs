@@ -46,7 +46,9 @@ fn publisher_structs() {
             allowed_uid,
             allowed_gid,
             handshake_timeout_ms,
-            allow_legacy_subscribers
+            allow_legacy_subscribers,
+            max_subscribers_per_uid,
+            max_subscribers_per_pid
         }
     );
     same_layout!(
@@ -117,7 +119,10 @@ fn subscriber_structs() {
             connect_timeout_ms,
             accept_zero_copy_overwrite,
             spin_us,
-            reconnect_ms
+            reconnect_ms,
+            max_packet_ring_size,
+            max_packet_size,
+            publisher_uid
         }
     );
     same_layout!(
