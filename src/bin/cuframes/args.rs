@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use cuframes_core::paths::{self, Key};
 
+use crate::exporter::Options;
+
 pub const USAGE: &str = "\
 cuframes: see, watch and clean cuframes publishers
 
@@ -12,7 +14,7 @@ Usage:
   cuframes [--runtime-dir DIR] ls [--json] [--interval SECONDS]
   cuframes [--runtime-dir DIR] stat KEY [--watch [SECONDS]] [--json] [--interval SECONDS]
   cuframes [--runtime-dir DIR] clean [--dry-run] [--json] [KEY...]
-  cuframes [--runtime-dir DIR] exporter --listen ADDRESS:PORT [KEY...]
+  cuframes [--runtime-dir DIR] exporter --listen ADDRESS:PORT [EXPORTER OPTIONS] [KEY...]
   cuframes --help
 
 Commands:
@@ -27,7 +29,8 @@ Commands:
           given), never a live one's; --dry-run only says what would be removed
   exporter  serve what stat --json says about every publisher (only KEYs when given) as
           Prometheus metrics at http://ADDRESS:PORT/metrics until stopped; port 0 picks a
-          free one. The first line on stdout says where it listens
+          free one. The first line on stdout says where it listens; an error that stops
+          it exits with status 1
 
 Options:
   --runtime-dir DIR   socket directory (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)
@@ -36,6 +39,27 @@ Options:
   -h, --help          this text
   --                  the end of the options: what follows is a KEY even if it starts with
                       '-' (cuframes stat -- -cam1)
+
+Exporter options (the limits that keep one client, or many planted rings, from
+stopping or slowing the scrapes of others):
+  --max-connections N       connections open at once; one more takes the place of the
+                            connection idle the longest, or is answered 503 and closed
+                            at once when all are inside a request (default 32)
+  --timeout SECONDS         the longest wait on a client: for a request's headers (also
+                            between two requests of a connection) and for a response it
+                            does not read (default 5)
+  --max-connection-age SECONDS
+                            a connection takes no new request after this and is closed
+                            (default 30)
+  --max-rings N             publishers (keys) read and shown per scrape, those with a
+                            socket in the runtime directory first, then by key; the rest
+                            are counted in cuframes_exporter_rings_omitted (default 256)
+  --max-subscribers N       subscribers shown per scrape, over all publishers; the rest
+                            are counted in cuframes_exporter_subscribers_omitted
+                            (default 1024)
+  --reuse SECONDS           a scrape that arrives within SECONDS of the start of the last
+                            render gets that render (0: only scrapes that waited for it);
+                            many scrapers then cost one render (default 1)
 
 Exit status: 0 success, 1 an error (or objects that could not be read or removed), 2 usage.
 ";
@@ -58,10 +82,7 @@ pub enum Command {
         json: bool,
         keys: Vec<Key>,
     },
-    Exporter {
-        listen: String,
-        keys: Vec<Key>,
-    },
+    Exporter(Options),
 }
 
 pub struct Args {
@@ -74,6 +95,58 @@ pub fn seconds(v: &str, what: &str) -> std::result::Result<Duration, String> {
         Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
         _ => Err(format!("{what} wants a number of seconds, not {v:?}")),
     }
+}
+
+/// A count for `what`, at least 1.
+fn count(v: &str, what: &str) -> std::result::Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "{what} wants a whole number of at least 1, not {v:?}"
+        )),
+    }
+}
+
+/// The exporter's options that take a value: `Ok(false)` when `a` is none of them.
+fn exporter_option(
+    opts: &mut Options,
+    a: &str,
+    value: Option<&String>,
+) -> std::result::Result<bool, String> {
+    let (name, v) = match a.split_once('=') {
+        Some((n, v)) => (n, Some(v)),
+        None => (a, value.map(String::as_str)),
+    };
+    let known = [
+        "--max-connections",
+        "--timeout",
+        "--max-connection-age",
+        "--max-rings",
+        "--max-subscribers",
+        "--reuse",
+    ];
+    if !known.contains(&name) {
+        return Ok(false);
+    }
+    let v = v.ok_or_else(|| format!("{name} needs a value"))?;
+    match name {
+        "--max-connections" => opts.max_connections = count(v, name)?,
+        "--max-rings" => opts.max_rings = count(v, name)?,
+        "--max-subscribers" => opts.max_subscribers = count(v, name)?,
+        "--reuse" => opts.reuse = seconds(v, name)?,
+        _ => {
+            let s = seconds(v, name)?;
+            if s < Duration::from_millis(100) {
+                return Err(format!("{name} needs at least 0.1 seconds"));
+            }
+            if name == "--timeout" {
+                opts.timeout = s;
+            } else {
+                opts.max_connection_age = s;
+            }
+        }
+    }
+    Ok(true)
 }
 
 pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
@@ -113,6 +186,7 @@ pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
     let mut dry_run = false;
     let mut watch = None;
     let mut listen = None;
+    let mut exporter = Options::new(String::new());
     let mut i = 0;
     while i < rest.len() {
         let a = rest[i].as_str();
@@ -152,6 +226,11 @@ pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
             _ if a.starts_with("--listen=") && sub == "exporter" => {
                 listen = Some(a["--listen=".len()..].to_owned());
             }
+            _ if sub == "exporter" && exporter_option(&mut exporter, a, rest.get(i + 1))? => {
+                if !a.contains('=') {
+                    i += 1;
+                }
+            }
             _ if a.starts_with('-') => return Err(format!("{sub}: unknown option {a}")),
             _ => positional.push(a.to_owned()),
         }
@@ -188,13 +267,13 @@ pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
             if json {
                 return Err("exporter: unknown option --json".into());
             }
-            Command::Exporter {
-                listen: listen.ok_or("exporter needs --listen ADDRESS:PORT (127.0.0.1:9464)")?,
-                keys: positional
-                    .iter()
-                    .map(|k| to_key(k))
-                    .collect::<std::result::Result<_, _>>()?,
-            }
+            exporter.listen =
+                listen.ok_or("exporter needs --listen ADDRESS:PORT (127.0.0.1:9464)")?;
+            exporter.keys = positional
+                .iter()
+                .map(|k| to_key(k))
+                .collect::<std::result::Result<_, _>>()?;
+            Command::Exporter(exporter)
         }
         other => {
             return Err(format!(
@@ -253,19 +332,53 @@ mod tests {
             .unwrap()
             .command
         {
-            Command::Exporter { listen, keys } => {
-                assert_eq!(listen, "127.0.0.1:0");
-                assert_eq!(keys.len(), 2);
+            Command::Exporter(o) => {
+                assert_eq!(o.listen, "127.0.0.1:0");
+                assert_eq!(o.keys.len(), 2);
+                assert_eq!(o.max_connections, Options::DEFAULT_MAX_CONNECTIONS);
+                assert_eq!(o.max_rings, Options::DEFAULT_MAX_RINGS);
             }
             other => panic!("{other:?}"),
         }
         match a(&["exporter", "--listen=[::1]:9464"]).unwrap().command {
-            Command::Exporter { listen, keys } => {
-                assert_eq!(listen, "[::1]:9464");
-                assert!(keys.is_empty());
+            Command::Exporter(o) => {
+                assert_eq!(o.listen, "[::1]:9464");
+                assert!(o.keys.is_empty());
             }
             other => panic!("{other:?}"),
         }
+        match a(&[
+            "exporter",
+            "--listen=x:1",
+            "--max-connections",
+            "4",
+            "--timeout=2.5",
+            "--max-connection-age",
+            "9",
+            "--max-rings=7",
+            "--max-subscribers",
+            "8",
+            "--reuse",
+            "0",
+            "k",
+        ])
+        .unwrap()
+        .command
+        {
+            Command::Exporter(o) => {
+                assert_eq!(o.max_connections, 4);
+                assert_eq!(o.timeout, Duration::from_millis(2500));
+                assert_eq!(o.max_connection_age, Duration::from_secs(9));
+                assert_eq!((o.max_rings, o.max_subscribers), (7, 8));
+                assert_eq!(o.reuse, Duration::ZERO);
+                assert_eq!(o.keys.len(), 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(a(&["exporter", "--listen", "x:1", "--max-rings", "0"]).is_err());
+        assert!(a(&["exporter", "--listen", "x:1", "--timeout", "0"]).is_err());
+        assert!(a(&["exporter", "--listen", "x:1", "--max-connections"]).is_err());
+        assert!(a(&["stat", "k", "--max-rings", "3"]).is_err());
         assert!(a(&["exporter"]).is_err());
         assert!(a(&["exporter", "--listen"]).is_err());
         assert!(a(&["exporter", "--listen", "x:1", "--interval", "1"]).is_err());

@@ -54,7 +54,7 @@ fn main() -> ExitCode {
             json,
             keys,
         } => clean(&args.runtime_dir, &keys, dry_run, json),
-        Command::Exporter { listen, keys } => exporter(&args.runtime_dir, &listen, &keys),
+        Command::Exporter(opts) => exporter(&args.runtime_dir, &opts),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
