@@ -42,7 +42,8 @@ scripts/test-patch-ffmpeg.sh 9.0
 # SHM objects that exist before the run are not ours to judge.
 shm_before=$(ls /dev/shm | grep -E '^cuframes-' || true)
 echo "== cargo test (release: the stress tests push millions of packets)"
-cargo test --workspace --release -- --test-threads=2 2>&1 | tee /tmp/cuframes-test.log
+# --no-fail-fast: one failing test binary never hides the results of the others.
+cargo test --workspace --release --no-fail-fast -- --test-threads=2 2>&1 | tee /tmp/cuframes-test.log
 echo "== the FFmpeg tests again, against FFmpeg 7.1"
 CUFRAMES_FFMPEG="$PWD/build/ffmpeg-7.1/bin/ffmpeg" cargo test --release --test ffmpeg_frames \
   --test ffmpeg_pkt --test ffmpeg_options -- --test-threads=2 2>&1 | tee /tmp/cuframes-test-7.1.log

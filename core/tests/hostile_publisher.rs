@@ -16,6 +16,15 @@ use cuframes_core::wire::frame::FRAME_SHM_SIZE;
 use cuframes_core::wire::*;
 use cuframes_core::ErrorCode;
 
+/// One test of this file at a time. Some map and populate a gigabyte (a hostile ring that a
+/// raised option admits) and measure this process's peak RSS; run beside them, a scripted
+/// handshake with a 500 ms timeout can stall past it, and any allocation of a neighbour
+/// counts in the peak they measure.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Serve one connection with `script` on a thread; returns the subscriber's result.
 fn against(
     env: &TestEnv,
@@ -73,6 +82,7 @@ fn good_hello(key: &str) -> HelloResp {
 
 #[test]
 fn hello_pointing_at_another_key_is_refused() {
+    let _serial = serial();
     let env = TestEnv::new("hp1");
     let e = against(&env, |mut s| {
         read_msg(&mut s);
@@ -85,6 +95,7 @@ fn hello_pointing_at_another_key_is_refused() {
 
 #[test]
 fn inconsistent_frame_meta_is_refused() {
+    let _serial = serial();
     let env = TestEnv::new("hp2");
     let key = env.key.clone();
     let e = against(&env, move |mut s| {
@@ -98,6 +109,7 @@ fn inconsistent_frame_meta_is_refused() {
 
 #[test]
 fn a_silent_publisher_times_out() {
+    let _serial = serial();
     let env = TestEnv::new("hp3");
     let e = against(&env, |mut s| {
         read_msg(&mut s);
@@ -112,6 +124,7 @@ fn a_silent_publisher_times_out() {
 
 #[test]
 fn garbage_instead_of_hello_resp_is_a_protocol_error() {
+    let _serial = serial();
     let env = TestEnv::new("hp4");
     let e = against(&env, |mut s| {
         read_msg(&mut s);
@@ -156,6 +169,7 @@ fn send_fds(s: &UnixStream, v: VmmFds, fds: &[std::os::fd::RawFd]) {
 
 #[test]
 fn vmm_fds_with_too_few_descriptors_is_refused() {
+    let _serial = serial();
     let env = TestEnv::new("hp5");
     let _shm = valid_frame_shm(&env.key);
     let key = env.key.clone();
@@ -175,6 +189,7 @@ fn vmm_fds_with_too_few_descriptors_is_refused() {
 
 #[test]
 fn unsealed_memfd_slots_are_refused() {
+    let _serial = serial();
     let env = TestEnv::new("hp6");
     let _shm = valid_frame_shm(&env.key);
     let key = env.key.clone();
@@ -196,6 +211,7 @@ fn unsealed_memfd_slots_are_refused() {
 
 #[test]
 fn an_unknown_memory_kind_is_a_format_error() {
+    let _serial = serial();
     let env = TestEnv::new("hp7");
     let _shm = valid_frame_shm(&env.key);
     let key = env.key.clone();
@@ -215,6 +231,7 @@ fn an_unknown_memory_kind_is_a_format_error() {
 
 #[test]
 fn a_legacy_magic_frame_shm_is_refused() {
+    let _serial = serial();
     let env = TestEnv::new("hp8");
     // A v1–v3 style SHM under the key's name, from a "publisher" that is this process.
     let (_fd, map) =
@@ -266,6 +283,7 @@ fn a_legacy_magic_frame_shm_is_refused() {
 /// visible at all (or, on a GPU machine, none has this made-up UUID).
 #[test]
 fn a_publisher_on_an_unknown_gpu_is_refused_naming_its_uuid() {
+    let _serial = serial();
     use cuframes_core::wire::meta_ext::MetaExt;
     let env = TestEnv::new("hp-uuid");
     let key = env.key.clone();
@@ -302,6 +320,7 @@ fn a_publisher_on_an_unknown_gpu_is_refused_naming_its_uuid() {
 /// (needs a GPU to have a device 0 with a UUID; prints SKIPPED otherwise).
 #[test]
 fn an_explicit_device_that_is_another_gpu_is_refused_naming_both_uuids() {
+    let _serial = serial();
     use cuframes_core::wire::meta_ext::MetaExt;
     let Ok(Some(mine)) = cuframes_core::cuda::visible_gpus().map(|v| v.first().copied()) else {
         eprintln!("SKIPPED: no CUDA device visible");
@@ -392,6 +411,7 @@ fn sparse_sealed_memfd(len: u64) -> std::os::fd::OwnedFd {
 /// subscribe is refused at once, naming both sizes, before anything is mapped.
 #[test]
 fn slots_far_larger_than_the_frame_are_refused_without_allocating() {
+    let _serial = serial();
     let _serial = RSS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let env = TestEnv::new("hp-bigslot");
     let _shm = valid_frame_shm(&env.key);
@@ -429,6 +449,7 @@ fn slots_far_larger_than_the_frame_are_refused_without_allocating() {
 /// fault (SIGBUS) where it ends on the first read: refused at import, naming both sizes.
 #[test]
 fn slot_memfds_smaller_than_announced_are_refused() {
+    let _serial = serial();
     let env = TestEnv::new("hp-smallslot");
     let _shm = valid_frame_shm(&env.key);
     let key = env.key.clone();
@@ -486,6 +507,7 @@ fn packet_publisher(env: &TestEnv, data_size: u32) -> cuframes_core::publisher::
 /// before its pages are touched; a raised option lets it through.
 #[test]
 fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
+    let _serial = serial();
     use cuframes_core::packet::layout::{
         HDR_DATA_SIZE, HDR_GLOBAL_SEQ, HDR_LAST_KEYFRAME_SEQ, HDR_WRITE_OFFSET, SLOT_DATA_OFFSET,
         SLOT_DATA_SIZE, SLOT_FLAGS, SLOT_SEQ,
@@ -561,6 +583,7 @@ fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
 /// 80 MiB packet bit-exact.
 #[test]
 fn oversized_packets_are_a_counted_loss_and_a_raised_bound_reads_them() {
+    let _serial = serial();
     let _serial = RSS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let env = TestEnv::new("hp-bigpkt");
     let p = packet_publisher(&env, 96 << 20);

@@ -40,5 +40,20 @@ impl Drop for TestEnv {
         let _ = std::fs::remove_dir_all(&self.dir);
         let _ = cuframes_core::shm::unlink(&format!("cuframes-{}", self.key));
         let _ = cuframes_core::shm::unlink(&format!("cuframes-{}-packets", self.key));
+        // Generation names (`cuframes-KEY.<16 hex>`, a ring whose plain name someone else
+        // held) are the key's too.
+        let Ok(key) = cuframes_core::Key::new(&self.key) else {
+            return;
+        };
+        for entry in std::fs::read_dir("/dev/shm")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if key.is_frame_shm(&name) || key.is_packet_shm(&name) {
+                let _ = cuframes_core::shm::unlink(&name);
+            }
+        }
     }
 }
