@@ -167,3 +167,74 @@ fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
     drop(f);
     drop(s);
 }
+
+/// The same race at the key's own name, in a reconnecting reader's wait: the publisher it
+/// waited for came back and announced `cuframes-K`, and between HELLO_RESP and the open
+/// another user's object is at that name (the publisher went again, or its ring moved; here
+/// the publisher's object is moved aside and put back 200 ms later). The wait goes on and
+/// meets the publisher's ring. Before, the foreign object's PERMISSION was not retried and
+/// ended the reader's stream for good.
+#[test]
+fn a_reconnecting_reader_waits_out_a_foreign_object_at_the_key_name() {
+    use cuframes_core::publisher::FrameRingConfig;
+    use cuframes_core::wire::Format;
+    if !is_root() {
+        eprintln!("SKIPPED (needs root to make an object owned by another uid)");
+        return;
+    }
+    let env = TestEnv::new("rt-keyrace");
+    let _objects = KeyObjects(env.key.clone());
+    let ring = FrameRingConfig::new(Format::Nv12, 80, 32);
+    let first = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    first.enable_frames(ring.clone()).unwrap();
+    let mut opts = env.subscriber_options("waiter");
+    opts.reconnect = Some(Duration::from_secs(10));
+    let mut s = Subscriber::connect(&env.key, &opts).unwrap();
+    let (seq, planes) = common::publish_pattern(&first, 1, None).unwrap();
+    let f = s.next_frame(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!((f.seq, common::verify_frame(&f, &planes)), (seq, true));
+    drop(f);
+    drop(first);
+
+    let second = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    second.enable_frames(ring).unwrap();
+    let name = second.frame_shm_name().unwrap();
+    assert_eq!(name, format!("cuframes-{}", env.key));
+    let aside = format!("{name}.0000000000000000");
+    let (hook_name, hook_aside) = (name.clone(), aside.clone());
+    let restorer = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let hook_restorer = std::sync::Arc::clone(&restorer);
+    cuframes_core::testing::hooks::set_before_frame_shm_open(&env.key, move || {
+        let path = |n: &str| format!("/dev/shm/{n}");
+        std::fs::rename(path(&hook_name), path(&hook_aside)).unwrap();
+        plant_frame_shm(&hook_name);
+        *hook_restorer.lock().unwrap() = Some(std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            cuframes_core::shm::unlink(&hook_name).unwrap();
+            std::fs::rename(path(&hook_aside), path(&hook_name)).unwrap();
+        }));
+    });
+    // A frame counts for a reader that subscribed before it: publish until one arrives.
+    let until = std::time::Instant::now() + Duration::from_secs(8);
+    let mut published = std::collections::HashMap::new();
+    let f = loop {
+        let (seq, planes) =
+            common::publish_pattern(&second, published.len() as u64 + 1, None).unwrap();
+        published.insert(seq, planes);
+        match s.next_frame(Some(Duration::from_millis(50))) {
+            Ok(f) => break f,
+            Err(e) if e.code() == ErrorCode::Timeout && std::time::Instant::now() < until => {}
+            Err(e) => panic!("the reader waits the foreign object out: {e}"),
+        }
+    };
+    assert!(
+        common::verify_frame(&f, &published[&f.seq]),
+        "seq {}",
+        f.seq
+    );
+    assert_eq!(s.restarts(), 1);
+    drop(f);
+    let restorer = restorer.lock().unwrap().take();
+    restorer.expect("the hook ran").join().unwrap();
+    assert!(!std::path::Path::new(&format!("/dev/shm/{aside}")).exists());
+}

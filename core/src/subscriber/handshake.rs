@@ -116,12 +116,23 @@ pub(crate) fn refuse_unless_publishers(
         return Err(Error::new(
             ErrorCode::Permission,
             format!(
-                "/dev/shm/{name} belongs to uid {owner}, not to the publisher (uid \
-                 {publisher_uid}): refused"
+                "{FOREIGN_OBJECT} /dev/shm/{name}: it belongs to uid {owner}, not to the \
+                 publisher (uid {publisher_uid})"
             ),
         ));
     }
     Ok(())
+}
+
+const FOREIGN_OBJECT: &str = "refused the SHM object";
+
+/// True for the error of a ring refused because its SHM object belongs to another uid than
+/// the publisher's ([`refuse_unless_publishers`]): someone else holds the name the
+/// publisher announced, which a publisher that is itself verified (SO_PEERCRED) only
+/// announces while its own object is there, so it is a race with a publisher that went or
+/// replaced its ring in between.
+pub fn is_foreign_object(e: &Error) -> bool {
+    e.code() == ErrorCode::Permission && e.message().starts_with(FOREIGN_OBJECT)
 }
 
 /// Why an attempt is made again: the publisher refused SUBSCRIBE because its frame ring is

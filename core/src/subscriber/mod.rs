@@ -496,8 +496,11 @@ impl Subscriber {
                 self.refused = Some(e.clone());
             }
             // No publisher (yet), a stale socket, one without the rings asked for yet, or one
-            // mid-replacement: wait for it.
+            // mid-replacement: wait for it. So for a ring whose name another uid took between
+            // HELLO_RESP and the open (the publisher we waited for went again, or replaced
+            // the ring): the next attempt meets the publisher's ring or its absence.
             let retryable = impostor
+                || handshake::is_foreign_object(&e)
                 || matches!(
                     e.code(),
                     ErrorCode::Disconnected
