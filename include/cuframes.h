@@ -812,6 +812,8 @@ typedef struct cuframes_packet_stats {
     uint64_t packets, bytes;
     uint64_t overruns; /**< times the reader was lapped and re-anchored on a keyframe (R9) */
     uint64_t last_seq;
+    uint64_t oversized; /**< packets skipped for exceeding the subscriber's max_packet_size (each
+                             a loss: the reader resumes at the next keyframe, DISCONTINUITY) */
 } cuframes_packet_stats_t;
 
 void cuframes_packet_ring_config_default(cuframes_packet_ring_config_t *cfg);

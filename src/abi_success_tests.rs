@@ -202,6 +202,8 @@ fn successful_calls_leave_the_last_error_untouched() {
         sopts.name = name.as_ptr();
         sopts.mode = SubscriberMode::Copy as u32;
         sopts.flags = SUBSCRIBE_WANTS_FRAMES | SUBSCRIBE_WANTS_PACKETS;
+        // Packets above 256 bytes are skipped (and counted in the stats, checked below).
+        sopts.max_packet_size = 256;
         let mut s = null_mut();
         ok(
             "cuframes_subscriber_connect",
@@ -369,11 +371,30 @@ fn successful_calls_leave_the_last_error_untouched() {
         );
         assert_eq!(pinfo.size, 128);
         assert_eq!(into, SAMPLE_H264[..128]);
+        // A keyframe over max_packet_size: skipped, counted, and the next keyframe is read
+        // flagged DISCONTINUITY.
+        for size in [300usize, 64] {
+            ok(
+                "cuframes_publisher_publish_packet",
+                cuframes_publisher_publish_packet(p, SAMPLE_H264.as_ptr(), size, 0, 0, 1, &mut pseq)
+                    as i64,
+            );
+        }
+        ok(
+            "cuframes_subscriber_next_packet (after an oversized one)",
+            cuframes_subscriber_next_packet(s, 5000, &mut data, &mut pinfo) as i64,
+        );
+        assert_eq!((pinfo.seq, pinfo.size), (pseq, 64));
+        assert_ne!(
+            pinfo.flags & cuframes_core::wire::PACKET_FLAG_DISCONTINUITY,
+            0
+        );
         let mut kstats = std::mem::zeroed::<CPacketStats>();
         ok(
             "cuframes_subscriber_packet_stats",
             cuframes_subscriber_packet_stats(s, &mut kstats) as i64,
         );
+        assert_eq!((kstats.packets, kstats.oversized), (3, 1));
 
         // A new ring generation (the subscriber follows it on its next read).
         fcfg.width = 32;

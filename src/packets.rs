@@ -38,6 +38,7 @@ pub struct CPacketStats {
     pub bytes: u64,
     pub overruns: u64,
     pub last_seq: u64,
+    pub oversized: u64,
 }
 
 /// Defaults: codec 0 (set it), 64 slots, 8 MiB data ring, no extradata.
@@ -332,6 +333,7 @@ pub unsafe extern "C" fn cuframes_subscriber_packet_stats(
             bytes: st.bytes,
             overruns: st.overruns,
             last_seq: st.last_seq,
+            oversized: st.oversized,
         };
         Ok(())
     })

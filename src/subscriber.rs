@@ -593,6 +593,7 @@ mod tests {
                 bytes: 0,
                 overruns: 0,
                 last_seq: 0,
+                oversized: 0,
             };
             // SAFETY: a live handle (the other thread's reading calls run meanwhile, which
             // cuframes.h allows); live out-pointers.

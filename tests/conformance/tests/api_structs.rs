@@ -175,7 +175,8 @@ fn packet_structs() {
             packets,
             bytes,
             overruns,
-            last_seq
+            last_seq,
+            oversized
         }
     );
 }
