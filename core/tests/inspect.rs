@@ -620,6 +620,14 @@ fn clean_removes_dead_generation_rings_of_ours_only() {
     planted_ring(&ours, dead, 0);
     planted_ring(&staged, dead, 0);
     planted_ring(&theirs, dead, 65534);
+    // The other uid's object is the newest: only who owns what may decide what is cleaned.
+    let newer = std::time::SystemTime::now() + Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(format!("/dev/shm/{theirs}"))
+        .unwrap()
+        .set_modified(newer)
+        .unwrap();
     let info = inspect::inspect(&env.dir, &key(&env)).unwrap();
     assert!(info.liveness.is_dead(), "{:?}", info.liveness);
     let report = inspect::clean(&env.dir, Some(&[key(&env)]), false).unwrap();

@@ -436,10 +436,17 @@ fn build(
     info
 }
 
+/// How a candidate ring ranks in [`choose`]: (producer alive, owners match, the tool's
+/// user's, at the key's name), compared in that order.
+type Rank = (bool, bool, bool, bool);
+
 /// The ring to show among a key's objects of one kind (its name and generation names):
 /// the one whose owners match and whose producer lives (the publisher's current ring, at
 /// its name or, while another user holds that, under its generation name), else one whose
-/// owners match (a dead publisher's), the one at the key's name first, else the newest.
+/// owners match (a dead publisher's), one of the user running the tool first (without a
+/// socket nothing else tells a dead publisher's objects from a planted one's, and `clean`
+/// removes the chosen ring's owner's objects only), then the one at the key's name, then
+/// the newest, then by name (one answer however close their times).
 /// The rest go to `others`.
 fn choose<T>(
     names: &[String],
@@ -448,7 +455,8 @@ fn choose<T>(
     pid_of: impl Fn(&T) -> u64,
     others: &mut Vec<OtherObject>,
 ) -> Option<ShmObject<T>> {
-    let mut candidates: Vec<((bool, bool, bool), ShmObject<T>)> = names
+    let euid = nix::unistd::geteuid().as_raw();
+    let mut candidates: Vec<(Rank, ShmObject<T>)> = names
         .iter()
         .map(|name| {
             let meta = ObjectMeta::of(&objects::shm_path(name));
@@ -456,8 +464,9 @@ fn choose<T>(
             let pid = content.as_ref().ok().map(&pid_of);
             let matches = ownership::mismatch(name, meta.as_ref(), pid, socket_uid).is_empty();
             let live = matches && pid.is_some_and(crate::liveness::is_alive);
+            let mine = meta.as_ref().is_some_and(|m| m.uid == euid);
             let canonical = split_generation(name).1.is_none();
-            let rank = (live, matches, canonical);
+            let rank = (live, matches, mine, canonical);
             (
                 rank,
                 ShmObject {
@@ -468,8 +477,11 @@ fn choose<T>(
             )
         })
         .collect();
-    // Highest rank, then newest.
-    candidates.sort_by_key(|(rank, o)| (*rank, o.meta.as_ref().map(|m| m.modified)));
+    // Highest rank, then newest, then the last name.
+    candidates.sort_by(|(ra, a), (rb, b)| {
+        let key = |o: &ShmObject<T>| o.meta.as_ref().map(|m| m.modified);
+        (ra, key(a), &a.name).cmp(&(rb, key(b), &b.name))
+    });
     let chosen = candidates.pop().map(|(_, o)| o);
     for (_, o) in candidates {
         others.push(OtherObject {
