@@ -102,6 +102,7 @@ fn child_entry() {
         "hoarder" => hoarder(&key, &dir),
         "pender" => pender(&dir.join(format!("{key}.sock"))),
         "rejoiner" | "waker" => rejoiner(&dir.join(format!("{key}.sock")), role == "waker"),
+        "header_waker" => header_waker(&key, &dir),
         other => panic!("unknown role {other}"),
     }
 }
@@ -313,6 +314,64 @@ fn rejoiner(socket: &std::path::Path, wake: bool) {
     std::io::stdout().flush().unwrap();
 }
 
+/// A plain v4 frame subscriber (its ACKs go to the slots' header bitmaps) that never ACKs
+/// and, for `CUFRAMES_ATTACK_SECS`, wakes every slot's header ACK word as fast as it can
+/// (FUTEX_WAKE needs only a mapping, and the frame SHM is readable to the group). Then it
+/// reports and holds its subscriber until stdin closes.
+fn header_waker(key: &str, dir: &std::path::Path) {
+    use cuframes_core::wire::frame::FRAME_SHM_SIZE;
+    use cuframes_core::wire::MAX_RING_SIZE;
+    let secs: u64 = std::env::var("CUFRAMES_ATTACK_SECS")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let opts = SubscriberOptions {
+        runtime_dir: Some(dir.to_owned()),
+        name: "header-waker".into(),
+        mode: SubscriberMode::Copy,
+        plain_v4_acks: true,
+        ..Default::default()
+    };
+    let sub = Subscriber::connect(key, &opts).unwrap();
+    let name = cuframes_core::paths::Key::new(key)
+        .unwrap()
+        .frame_shm_name();
+    let shm = std::fs::File::open(format!("/dev/shm/{name}")).unwrap();
+    // SAFETY: a fresh read-only shared mapping of the frame SHM (FRAME_SHM_SIZE bytes, which
+    // the publisher never shrinks); unmapped below.
+    let header = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            FRAME_SHM_SIZE,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            shm.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(header, libc::MAP_FAILED);
+    // The low half of each slot's `ack_bitmap` (slots at 0x100, 64 bytes each, the bitmap at
+    // 0x10): the word a publisher sleeps on for header ACKs.
+    let words: Vec<usize> = (0..MAX_RING_SIZE)
+        .map(|k| header as usize + 0x100 + 64 * k + 0x10)
+        .collect();
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut wakes = 0u64;
+    while Instant::now() < until {
+        for &w in &words {
+            // SAFETY: FUTEX_WAKE only uses the address (inside our mapping) as a key.
+            unsafe { libc::syscall(libc::SYS_futex, w, libc::FUTEX_WAKE, i32::MAX) };
+        }
+        wakes += 1;
+    }
+    // SAFETY: our own mapping, not used after this.
+    unsafe { libc::munmap(header, FRAME_SHM_SIZE) };
+    println!("RESULT wakes={wakes}");
+    std::io::stdout().flush().unwrap();
+    hold_until_stdin_closes();
+    drop(sub);
+}
+
 // ---------------------------------------------------------------------------------------
 // Item 10: slots.
 
@@ -457,7 +516,15 @@ fn strict_publisher(
     env: &TestEnv,
     ack_timeout: Duration,
 ) -> (Publisher, Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
-    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    strict_publisher_with(env, ack_timeout, env.publisher_options())
+}
+
+fn strict_publisher_with(
+    env: &TestEnv,
+    ack_timeout: Duration,
+    options: PublisherOptions,
+) -> (Publisher, Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
+    let p = Publisher::create(&env.key, options).unwrap();
     let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 32);
     cfg.policy = Policy::StrictWait;
     cfg.ring_size = 4;
@@ -567,5 +634,52 @@ fn a_page_that_wakes_the_publisher_for_nothing_costs_it_little_cpu() {
     assert!(
         cpu < Duration::from_millis(250),
         "a page's wake-ups cost the publishing thread {cpu:?} of CPU in {span:?}"
+    );
+}
+
+/// The same for a plain v4 subscriber, whose ACKs the publisher waits for on the slot's
+/// header bitmap word: one that never ACKs and wakes that word for nothing is slept on only
+/// a few times per wait too (a mutant that kept sleeping on the header word spun for the
+/// whole ack timeout).
+#[test]
+fn a_header_acking_subscriber_that_wakes_the_publisher_for_nothing_costs_it_little_cpu() {
+    if !can_act_as_others() {
+        println!("SKIPPED: needs root and setpriv");
+        return;
+    }
+    let env = TestEnv::new("hwaker");
+    // One wait takes most of the span: a publisher that sleeps on the woken word spins
+    // through all of it.
+    let ack_timeout = Duration::from_secs(3);
+    let options = PublisherOptions {
+        allow_legacy_subscribers: true,
+        ..env.publisher_options()
+    };
+    let (p, stop, reader) = strict_publisher_with(&env, ack_timeout, options);
+    let mut kids = Children(Vec::new());
+    let span = Duration::from_secs(5);
+    let mut out = spawn(
+        &mut kids,
+        role_as(
+            "header_waker",
+            &env,
+            UIDS[3],
+            &[("CUFRAMES_ATTACK_SECS", span.as_secs().to_string())],
+        ),
+    );
+    let (frames, cpu) = publish_for(&p, span);
+    let (r, _) = read_result(&mut out);
+    stop.store(true, Ordering::SeqCst);
+    reader.join().unwrap();
+    println!("{frames} frames in {span:?}, publishing thread CPU {cpu:?}; the waker: {r:?}");
+    assert!(r["wakes"] > 0, "the attack did not run: {r:?}");
+    // At most one frame per 5 ms: 1000 in the span without a wait, 400 with one ack timeout.
+    assert!(
+        frames < 700,
+        "the publisher never waited for the waker's ACK: {frames} frames"
+    );
+    assert!(
+        cpu < Duration::from_millis(250),
+        "a header word's wake-ups cost the publishing thread {cpu:?} of CPU in {span:?}"
     );
 }

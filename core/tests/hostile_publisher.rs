@@ -628,3 +628,84 @@ fn oversized_packets_are_a_counted_loss_and_a_raised_bound_reads_them() {
     }
     assert_eq!(big.packet_stats().unwrap().oversized, 0);
 }
+
+/// The re-executed children of this binary (`common::role_command`) run here.
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(common::ROLE_ENV) else {
+        return;
+    };
+    match role.as_str() {
+        "oversized_reader" => {
+            oversized_reader(std::env::var("CUFRAMES_OVERRUN_ERRORS").unwrap() == "1")
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Three oversized keyframes, each read as it comes (so each is tried, skipped and counted),
+/// then one the reader accepts; the reader's diagnostics go to this process's stderr.
+fn oversized_reader(errors: bool) {
+    use cuframes_core::packet::reader::PacketLimits;
+    use cuframes_core::packet::PacketRingReader;
+    let env = TestEnv::new("hp-diag-child");
+    let p = packet_publisher(&env, 1 << 16);
+    let limits = PacketLimits {
+        max_ring_size: 1 << 16,
+        max_packet_size: 1000,
+    };
+    let mut r = PacketRingReader::open_with(&p.packet_shm_name().unwrap(), limits).unwrap();
+    r.set_overrun_errors(errors);
+    let (poll, mut buf, mut refused) = (Some(Duration::ZERO), Vec::new(), 0);
+    for (i, size) in [1001usize, 1002, 1003].into_iter().enumerate() {
+        p.publish_packet(&vec![9; size], i as i64, i as i64, PACKET_FLAG_KEY)
+            .unwrap();
+        match r.next_packet(poll, &mut buf) {
+            Err(e) if e.code() == ErrorCode::PacketOverrun => refused += 1,
+            Err(e) if e.code() == ErrorCode::Timeout => {}
+            other => panic!("an oversized packet was read: {other:?}"),
+        }
+    }
+    p.publish_packet(&[4; 1000], 3, 3, PACKET_FLAG_KEY).unwrap();
+    let info = r.next_packet(poll, &mut buf).unwrap();
+    assert!(info.is_discontinuity());
+    println!(
+        "RESULT oversized={} refused={refused} read={}",
+        r.stats().oversized,
+        buf.len()
+    );
+}
+
+/// "A stream of them says it once": without overrun errors the reader says on stderr that
+/// it skipped a packet for its size on the first one only (the count is in the stats);
+/// with them on the error says it, and stderr nothing.
+#[test]
+fn a_stream_of_oversized_packets_is_reported_once() {
+    let _serial = serial();
+    let env = TestEnv::new("hp-diag");
+    for errors in [false, true] {
+        let mut cmd = common::role_command("oversized_reader", &env);
+        cmd.env("CUFRAMES_OVERRUN_ERRORS", if errors { "1" } else { "0" })
+            .stderr(std::process::Stdio::piped());
+        let out = cmd.output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        let refused = if errors { 3 } else { 0 };
+        assert!(
+            stdout.contains(&format!("RESULT oversized=3 refused={refused} read=1000")),
+            "{stdout}\n{stderr}"
+        );
+        let said = stderr
+            .lines()
+            .filter(|l| l.contains("more than this reader accepts"))
+            .count();
+        assert_eq!(
+            said,
+            usize::from(!errors),
+            "overrun errors {errors}: {stderr}"
+        );
+    }
+}

@@ -923,3 +923,53 @@ fn check_plane_count(layout: &FrameLayout, planes: usize, strides: usize) -> Res
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A word is slept on until it has ended `ring_size + 4` sleeps early without bringing
+    /// an ACK, in one wait; the other words keep their own budgets.
+    #[test]
+    fn a_word_is_trusted_until_its_fruitless_early_wake_ups_reach_the_budget() {
+        let page = 3;
+        let mut b = WakeBudget::new(4);
+        for i in 0..8 {
+            assert!(b.trusts(page), "after {i} fruitless early wake-ups");
+            b.slept_on(Some(page), true);
+            b.after_check(false);
+        }
+        assert!(!b.trusts(page), "past its budget of ring_size + 4");
+        assert!(
+            b.trusts(HEADER_WORD) && b.trusts(page + 1),
+            "the others keep theirs"
+        );
+    }
+
+    /// Only a sleep cut short that brought no ACK counts, and once: an early wake-up with
+    /// progress, a sleep of the whole slice and a plain sleep (no word) are what an honest
+    /// subscriber causes.
+    #[test]
+    fn only_early_wake_ups_without_progress_count_against_a_word() {
+        let page = 3;
+        let mut b = WakeBudget::new(0);
+        for _ in 0..10 {
+            b.slept_on(Some(page), true);
+            b.after_check(true);
+            b.slept_on(Some(page), false);
+            b.after_check(false);
+            b.slept_on(None, true);
+            b.after_check(false);
+        }
+        assert!(b.trusts(page));
+        for _ in 0..3 {
+            b.slept_on(Some(page), true);
+            b.after_check(false);
+            b.after_check(false);
+        }
+        assert!(
+            b.trusts(page),
+            "three sleeps, each counted once, of a budget of four"
+        );
+    }
+}

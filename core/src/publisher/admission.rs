@@ -150,4 +150,17 @@ mod tests {
         assert_eq!(pending_verdict(&two_each, 500, 9), PendingVerdict::Evict(0));
         assert_eq!(pending_verdict(&two_each, 3, 9), PendingVerdict::Refuse);
     }
+
+    #[test]
+    fn the_place_given_up_is_the_biggest_holders_also_when_another_uid_is_older() {
+        // The oldest handshake is of a uid holding one place, the next ones of a uid holding
+        // 15; the biggest holders (16 each) come after them: the first of those gives up
+        // its oldest place, not the owner of the oldest handshake or a smaller holder.
+        let mut pending = vec![(1u32, 1u32)];
+        for (uid, n) in [(2u32, 15u32), (3, 16), (4, 16), (5, 16)] {
+            pending.extend((0..n).map(|i| (uid, 100 * uid + i)));
+        }
+        assert_eq!(pending.len(), MAX_PENDING);
+        assert_eq!(pending_verdict(&pending, 9, 9), PendingVerdict::Evict(16));
+    }
 }

@@ -187,4 +187,46 @@ mod tests {
             "never below one timeout"
         );
     }
+
+    /// "Forgotten after twice its longest wait": at exactly 2 × cap after its last kick a
+    /// uid starts over; a moment earlier it is still remembered (its next kick doubles).
+    #[test]
+    fn a_uid_is_forgotten_exactly_twice_its_cap_after_its_last_kick() {
+        let two_caps = cap_for(T) * 2;
+        for (after, wait, kicks) in [
+            (two_caps - Duration::from_nanos(1), 2 * T, 2),
+            (two_caps, T, 1),
+        ] {
+            let mut r = Rejoins::default();
+            let t0 = Instant::now();
+            r.kicked(7, t0, T);
+            r.kicked(7, t0 + after, T);
+            let b = r.check(7, t0 + after).unwrap();
+            assert_eq!(
+                (b.wait, b.kicks),
+                (wait, kicks),
+                "kicked again {after:?} later"
+            );
+        }
+    }
+
+    /// The map of kicked uids is bounded: the oldest kicked is forgotten only when
+    /// [`MAX_UIDS`] are remembered, never while there is room.
+    #[test]
+    fn kicked_uids_are_forgotten_oldest_first_only_past_the_bound() {
+        let mut r = Rejoins::default();
+        let t0 = Instant::now();
+        let at = |i: u32| t0 + Duration::from_micros(u64::from(i));
+        for uid in 0..MAX_UIDS as u32 {
+            r.kicked(uid, at(uid), T);
+        }
+        let now = at(MAX_UIDS as u32);
+        assert!(
+            (0..MAX_UIDS as u32).all(|uid| r.check(uid, now).is_some()),
+            "every kicked uid is held back while there is room"
+        );
+        r.kicked(5000, now, T);
+        assert_eq!(r.check(0, now), None, "the oldest kicked uid is forgotten");
+        assert!(r.check(1, now).is_some() && r.check(5000, now).is_some());
+    }
 }
