@@ -2,9 +2,9 @@
 //! `cuframes` (python/cuframes/__init__.py). Built by maturin as an abi3 wheel (CPython >= 3.9).
 //!
 //! Ownership of frames (the rule the whole module keeps): a Python `Frame` owns the core
-//! frame through a shared [`frames::FrameShared`]. Every export of a plane (a DLPack capsule,
+//! frame through a shared [`export::FrameShared`]. Every export of a plane (a DLPack capsule,
 //! or a plane whose `__array_interface__` / `__cuda_array_interface__` was read) holds an
-//! [`frames::ExportGuard`] on it. `Frame.release()` forbids new exports at once, and the core
+//! [`export::ExportGuard`] on it. `Frame.release()` forbids new exports at once, and the core
 //! frame is released (ACKed) when the last export is gone: memory that an imported array
 //! still points at stays mapped and is not handed back to the publisher under it.
 
@@ -12,11 +12,17 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod dlpack;
-mod frames;
-mod packets;
+mod export;
+mod frame;
+mod packet;
+mod packet_publisher;
+mod packet_subscriber;
+mod plane;
 mod publisher;
 mod rgb;
 mod source;
+mod stream;
+mod subscriber;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -127,14 +133,14 @@ fn host_copy_count() -> u64 {
 #[pymodule]
 fn _cuframes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", m.py().get_type::<Error>())?;
-    m.add_class::<frames::Subscriber>()?;
-    m.add_class::<frames::Frame>()?;
-    m.add_class::<frames::Plane>()?;
+    m.add_class::<subscriber::Subscriber>()?;
+    m.add_class::<frame::Frame>()?;
+    m.add_class::<plane::Plane>()?;
     m.add_class::<rgb::Tensor>()?;
     m.add_class::<publisher::Publisher>()?;
-    m.add_class::<packets::PacketPublisher>()?;
-    m.add_class::<packets::PacketSubscriber>()?;
-    m.add_class::<packets::Packet>()?;
+    m.add_class::<packet_publisher::PacketPublisher>()?;
+    m.add_class::<packet_subscriber::PacketSubscriber>()?;
+    m.add_class::<packet::Packet>()?;
     let codes = pyo3::types::PyDict::new(m.py());
     for c in cuframes_core::ErrorCode::ALL {
         codes.set_item(c.name(), c as i32)?;

@@ -14,8 +14,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyTuple};
 
-use crate::frames::stream_handle;
 use crate::source::{device_plane, is_device_source};
+use crate::stream::stream_handle;
 use crate::{duration, error, lock, to_py};
 
 /// A core publisher of `key` with its ring enabled by `enable`, made without the GIL (creating

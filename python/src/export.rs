@@ -1,0 +1,147 @@
+//! A frame's shared state and its exports: the rule of lib.rs (released when the last
+//! export is gone) lives here.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cuframes_core::cuda::{Event, Stream};
+use cuframes_core::subscriber::Frame as CoreFrame;
+use cuframes_core::wire::MemoryKind;
+use cuframes_core::ErrorCode;
+use pyo3::prelude::*;
+
+use crate::{error, lock};
+
+/// A frame's state, shared by the Python `Frame`, its exports and the capsule deleters
+/// (which may run on any thread, without the GIL).
+pub struct FrameShared {
+    pub(crate) state: Mutex<FrameState>,
+    /// Set when the subscriber that delivered the frame is closed.
+    pub(crate) subscriber_closed: Arc<AtomicBool>,
+}
+
+pub(crate) struct FrameState {
+    /// The core frame, until it is released.
+    pub(crate) frame: Option<CoreFrame>,
+    /// Live exports (capsules, pinned planes).
+    pub(crate) exports: usize,
+    /// `release()` was called (or the Python frame is gone): no new exports.
+    pub(crate) released: bool,
+    /// Events behind the `to_rgb` conversions queued from this frame: the release waits for
+    /// them (they may run on a stream the release is not told about).
+    pub(crate) conversions: Vec<Arc<Event>>,
+}
+
+/// What releasing a frame needs once nothing exports it any more.
+pub(crate) struct Releasable {
+    frame: CoreFrame,
+    conversions: Vec<Arc<Event>>,
+}
+
+impl Releasable {
+    /// Releases the core frame after the conversions queued from it; with `stream` (a CUDA
+    /// frame's reader stream), after the work queued there too.
+    pub(crate) fn release(self, stream: Option<usize>) {
+        let Releasable { frame, conversions } = self;
+        let cuda = frame.memory_kind() == MemoryKind::CudaVmm;
+        match (stream, frame.cuda_device().cloned()) {
+            (Some(s), Some(dev)) if cuda && frame.is_zero_copy() => {
+                // The ACK follows `s`: make `s` wait for the conversions first (on the GPU).
+                // SAFETY: Frame.release(stream)'s contract: a live stream of the frame's
+                // device; borrowed, not destroyed.
+                let st = unsafe { Stream::from_raw_with_device(&dev, s as *mut std::ffi::c_void) };
+                for e in &conversions {
+                    if st.wait_event(e).is_err() {
+                        let _ = e.synchronize();
+                    }
+                }
+                // SAFETY: as above.
+                unsafe { frame.release_after_stream(s as *mut std::ffi::c_void) }
+            }
+            (s, _) => {
+                // A zero-copy CUDA frame's release waits for its device's primary context,
+                // where the conversions run; a copy's buffer goes back to the subscriber's pool
+                // at once, so wait for them here.
+                if !frame.is_zero_copy() {
+                    for e in &conversions {
+                        let _ = e.synchronize();
+                    }
+                }
+                match s {
+                    // SAFETY: as above.
+                    Some(s) if cuda => unsafe {
+                        frame.release_after_stream(s as *mut std::ffi::c_void)
+                    },
+                    _ => frame.release(),
+                }
+            }
+        }
+    }
+}
+
+/// One live export of a frame: while it lives the frame is not released.
+pub struct ExportGuard(pub(crate) Arc<FrameShared>);
+
+impl Drop for ExportGuard {
+    fn drop(&mut self) {
+        let last = {
+            let mut s = lock(&self.0.state);
+            s.exports -= 1;
+            if s.exports == 0 && s.released {
+                s.take()
+            } else {
+                None
+            }
+        };
+        // Released by the last export: ACKed now (for a CUDA ring after the device's
+        // primary context finished its work, see the core's Frame::release).
+        if let Some(f) = last {
+            f.release(None);
+        }
+    }
+}
+
+impl FrameState {
+    fn take(&mut self) -> Option<Releasable> {
+        Some(Releasable {
+            frame: self.frame.take()?,
+            conversions: std::mem::take(&mut self.conversions),
+        })
+    }
+}
+
+impl FrameShared {
+    pub(crate) fn check_usable(&self, s: &FrameState) -> PyResult<()> {
+        if s.released || s.frame.is_none() {
+            return Err(error(
+                ErrorCode::InvalidArg,
+                "the frame was released: its planes can no longer be exported",
+            ));
+        }
+        if self.subscriber_closed.load(Ordering::Acquire) {
+            return Err(error(
+                ErrorCode::Disconnected,
+                "the frame's subscriber is closed: its planes can no longer be exported",
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn export(self: &Arc<Self>) -> PyResult<ExportGuard> {
+        let mut s = lock(&self.state);
+        self.check_usable(&s)?;
+        s.exports += 1;
+        Ok(ExportGuard(self.clone()))
+    }
+
+    /// Mark released; the core frame if nothing exports it any more.
+    pub(crate) fn mark_released(&self) -> Option<Releasable> {
+        let mut s = lock(&self.state);
+        s.released = true;
+        if s.exports == 0 {
+            s.take()
+        } else {
+            None
+        }
+    }
+}
