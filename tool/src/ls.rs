@@ -6,27 +6,28 @@ use std::time::Duration;
 use anyhow::Result;
 use cuframes_core::inspect;
 
-use crate::core_err;
+use crate::console::Console;
 use crate::json::{info_json, J};
 use crate::text::{frames_summary, packets_summary, rate, short_error, socket_short, table};
 
-pub fn ls(dir: &Path, json: bool, interval: Duration) -> Result<bool> {
-    let infos = inspect::sample(dir, None, interval).map_err(core_err)?;
+pub fn ls(c: &mut Console<'_>, dir: &Path, json: bool, interval: Duration) -> Result<bool> {
+    let infos = c.sample(dir, None, interval)?;
     let clean = infos.iter().all(|i| i.errors().is_empty());
     if json {
         let j = J::Obj(vec![
             ("runtime_dir", J::Str(dir.display().to_string())),
             ("publishers", J::Arr(infos.iter().map(info_json).collect())),
         ]);
-        println!("{}", j.render());
+        writeln!(c.out, "{}", j.render())?;
         return Ok(clean);
     }
     if infos.is_empty() {
-        println!(
+        writeln!(
+            c.out,
             "no publishers in {} and no cuframes objects in {}",
             dir.display(),
             inspect::SHM_DIR
-        );
+        )?;
         return Ok(true);
     }
     let mut rows = vec![[
@@ -64,10 +65,10 @@ pub fn ls(dir: &Path, json: bool, interval: Duration) -> Result<bool> {
             rate(i.rates.packet_bytes_per_sec, 1e6),
         ]);
     }
-    print!("{}", table(&rows));
+    write!(c.out, "{}", table(&rows))?;
     for i in &infos {
         for e in i.errors() {
-            eprintln!("{}: {}", i.key, e.message());
+            writeln!(c.err, "{}: {}", i.key, e.message())?;
         }
     }
     Ok(clean)

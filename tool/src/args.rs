@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use cuframes_core::paths::{self, Key};
 
-use crate::exporter::Options;
+use crate::exporter_options::Options;
 
 pub const USAGE: &str = "\
 cuframes: see, watch and clean cuframes publishers
@@ -147,6 +147,20 @@ fn exporter_option(
         }
     }
     Ok(true)
+}
+
+/// The command asked for (`ls`, `exporter`, ...), read as [`parse_args`] reads it: the first
+/// argument that is not `--runtime-dir` or its value.
+pub fn subcommand(raw: &[String]) -> Option<&str> {
+    let mut it = raw.iter();
+    while let Some(a) = it.next() {
+        if a == "--runtime-dir" {
+            it.next();
+        } else if !a.starts_with("--runtime-dir=") {
+            return Some(a);
+        }
+    }
+    None
 }
 
 pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
@@ -295,6 +309,18 @@ mod tests {
     fn arguments() {
         let a = |v: &[&str]| parse_args(v.iter().map(|s| s.to_string()).collect());
         assert!(matches!(a(&[]).unwrap().command, Command::Help));
+        let sub = |v: &[&str]| {
+            subcommand(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>()).map(str::to_owned)
+        };
+        assert_eq!(
+            sub(&["--runtime-dir", "/x", "exporter"]).as_deref(),
+            Some("exporter")
+        );
+        assert_eq!(
+            sub(&["--runtime-dir=/x", "ls", "--json"]).as_deref(),
+            Some("ls")
+        );
+        assert_eq!(sub(&["--runtime-dir", "/x"]), None);
         let s = a(&["stat", "cam1", "--watch", "2", "--runtime-dir", "/x"]).unwrap();
         assert_eq!(s.runtime_dir, PathBuf::from("/x"));
         match s.command {

@@ -1,6 +1,5 @@
 //! `cuframes stat KEY [--watch]`: one publisher in detail, once or redrawn.
 
-use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
@@ -9,13 +8,19 @@ use cuframes_core::inspect::{self, PublisherInfo};
 use cuframes_core::paths::Key;
 use cuframes_core::Error;
 
+use crate::console::Console;
 use crate::core_err;
 use crate::json::{info_json, J};
 use crate::text::stat_text;
 
-pub fn stat(dir: &Path, key: &Key, json: bool, interval: Duration) -> Result<bool> {
-    let infos =
-        inspect::sample(dir, Some(std::slice::from_ref(key)), interval).map_err(core_err)?;
+pub fn stat(
+    c: &mut Console<'_>,
+    dir: &Path,
+    key: &Key,
+    json: bool,
+    interval: Duration,
+) -> Result<bool> {
+    let infos = c.sample(dir, Some(std::slice::from_ref(key)), interval)?;
     let Some(info) = infos.into_iter().next() else {
         // Let inspect() say what is missing.
         return Err(core_err(inspect::inspect(dir, key).err().unwrap_or_else(
@@ -28,18 +33,19 @@ pub fn stat(dir: &Path, key: &Key, json: bool, interval: Duration) -> Result<boo
         )));
     };
     if json {
-        println!("{}", info_json(&info).render());
+        writeln!(c.out, "{}", info_json(&info).render())?;
     } else {
-        print!("{}", stat_text(&info));
+        write!(c.out, "{}", stat_text(&info))?;
     }
     let errors = info.errors();
     for e in &errors {
-        eprintln!("cuframes: {}", e.message());
+        writeln!(c.err, "cuframes: {}", e.message())?;
     }
     Ok(errors.is_empty())
 }
 
 pub fn watch(
+    c: &mut Console<'_>,
     dir: &Path,
     key: &Key,
     json: bool,
@@ -47,10 +53,7 @@ pub fn watch(
     interval: Duration,
 ) -> Result<bool> {
     let keys = std::slice::from_ref(key);
-    let mut prev: Option<PublisherInfo> = inspect::sample(dir, Some(keys), interval.min(every))
-        .map_err(core_err)?
-        .pop();
-    let mut stdout = std::io::stdout();
+    let mut prev: Option<PublisherInfo> = c.sample(dir, Some(keys), interval.min(every))?.pop();
     let mut first = true;
     loop {
         let cur = if first {
@@ -78,16 +81,16 @@ pub fn watch(
             (None, false) => format!("no publisher {key} (waiting)\n"),
         };
         if json {
-            stdout.write_all(text.as_bytes())?;
+            c.out.write_all(text.as_bytes())?;
         } else {
             // Clear the screen and go home, then draw: the redraw is in place.
             write!(
-                stdout,
+                c.out,
                 "\x1b[H\x1b[2J{text}\n(every {:.1}s, Ctrl-C to stop)\n",
                 every.as_secs_f64()
             )?;
         }
-        stdout.flush()?;
-        std::thread::sleep(every);
+        c.out.flush()?;
+        c.pause(every)?;
     }
 }
