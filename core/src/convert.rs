@@ -28,6 +28,10 @@ use crate::error::{Error, Result};
 use crate::format::FrameLayout;
 use crate::wire::Format;
 
+mod host;
+#[cfg(test)]
+mod reference;
+
 /// The YCbCr matrix of the source (ISO/IEC 23091-2 MatrixCoefficients 5/6, 1 and 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColorMatrix {
@@ -167,18 +171,6 @@ impl Coefficients {
             },
         })
     }
-
-    /// R, G, B of one pixel from its samples, unclamped (as the kernel computes it).
-    fn rgb(&self, y: f32, u: f32, v: f32) -> [f32; 3] {
-        let yy = (y - self.y_offset) / self.y_range;
-        let uu = (u - self.c_offset) / self.c_range;
-        let vv = (v - self.c_offset) / self.c_range;
-        [
-            yy + self.r_v * vv,
-            yy - self.g_u * uu - self.g_v * vv,
-            yy + self.b_u * uu,
-        ]
-    }
 }
 
 /// Bytes of the RGB image of a `width` x `height` frame.
@@ -207,79 +199,20 @@ pub fn to_rgb_host(src: &[u8], layout: &FrameLayout, spec: &RgbSpec, out: &mut [
             layout.frame_size
         )));
     }
-    let planes = layout.planes();
-    // Row `y` of plane `i` (the layout was validated: every row lies inside frame_size).
-    let row = |i: usize, y: usize| -> &[u8] {
-        let p = planes[i];
-        &src[p.offset + y * p.pitch..p.offset + y * p.pitch + p.row_bytes]
-    };
-    let load16 =
-        |r: &[u8], x: usize| f32::from(u16::from_ne_bytes([r[2 * x], r[2 * x + 1]]) >> k.shift);
-    for y in 0..h {
-        for x in 0..w {
-            let rgb = match k.kind {
-                SourceKind::Rgba | SourceKind::Bgra => {
-                    let px = &row(0, y)[4 * x..4 * x + 4];
-                    let (r, b) = if k.kind == SourceKind::Rgba {
-                        (px[0], px[2])
-                    } else {
-                        (px[2], px[0])
-                    };
-                    [
-                        f32::from(r) / 255.0,
-                        f32::from(px[1]) / 255.0,
-                        f32::from(b) / 255.0,
-                    ]
-                }
-                SourceKind::SemiPlanar8 => {
-                    let c = row(1, y >> 1);
-                    k.rgb(
-                        f32::from(row(0, y)[x]),
-                        f32::from(c[2 * (x >> 1)]),
-                        f32::from(c[2 * (x >> 1) + 1]),
-                    )
-                }
-                SourceKind::SemiPlanar16 => {
-                    let c = row(1, y >> 1);
-                    k.rgb(
-                        load16(row(0, y), x),
-                        load16(c, 2 * (x >> 1)),
-                        load16(c, 2 * (x >> 1) + 1),
-                    )
-                }
-                SourceKind::Planar420 | SourceKind::Planar444 => {
-                    let (cx, cy) = if k.kind == SourceKind::Planar420 {
-                        (x >> 1, y >> 1)
-                    } else {
-                        (x, y)
-                    };
-                    k.rgb(
-                        f32::from(row(0, y)[x]),
-                        f32::from(row(1, cy)[cx]),
-                        f32::from(row(2, cy)[cx]),
-                    )
-                }
-            };
-            for (c, value) in rgb.into_iter().enumerate() {
-                let i = match spec.layout {
-                    RgbLayout::Chw => (c * h + y) * w + x,
-                    RgbLayout::Hwc => (y * w + x) * 3 + c,
-                };
-                store(out, spec.dtype, k.out_scale, i, value);
-            }
-        }
-    }
+    host::convert(src, layout, spec, &k, out);
     Ok(())
 }
 
-/// Element `i` of the output, clamped and converted as the kernel's `cf_store`.
-fn store(out: &mut [u8], dtype: RgbDtype, out_scale: f32, i: usize, value: f32) {
-    let v = value.clamp(0.0, 1.0);
-    match dtype {
-        RgbDtype::U8 => out[i] = (v * out_scale + 0.5).floor() as u8,
-        RgbDtype::F16 => out[2 * i..2 * i + 2].copy_from_slice(&f32_to_f16(v).to_ne_bytes()),
-        RgbDtype::F32 => out[4 * i..4 * i + 4].copy_from_slice(&v.to_ne_bytes()),
-    }
+/// A `uint8` output element from an unclamped value, as the kernel's `cf_store`:
+/// `floor(clamp(v, 0, 1) · 255 + 0.5)`. `max`/`min` instead of `clamp` turn NaN into 0 (what
+/// `clamp` then `as u8` give it too); the sum is at least 0.5, so truncating it (one vector
+/// instruction) is the floor.
+#[inline(always)]
+#[allow(clippy::manual_clamp)] // clamp keeps NaN, which the SAFETY argument below excludes
+fn store_u8(value: f32) -> u8 {
+    let v = value.max(0.0).min(1.0) * 255.0 + 0.5;
+    // SAFETY: `v` is finite and in 0.5..=255.5 (max/min never return NaN): it fits an i32.
+    unsafe { v.to_int_unchecked::<i32>() as u8 }
 }
 
 /// IEEE 754 binary16 of `v`, rounded to nearest even (PTX `cvt.rn.f16.f32`). Only values in

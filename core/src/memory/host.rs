@@ -7,6 +7,7 @@
 //! so a subscriber cannot change frames the others read.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::ptr::NonNull;
 
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 
@@ -94,9 +95,11 @@ impl SlotStore for HostSlots {
     }
 }
 
-/// The subscriber's view of host slots: read-only mappings.
+/// The subscriber's view of host slots: read-only mappings, and the descriptors for
+/// [`PrivateView`]s of them.
 pub struct HostImport {
     maps: Vec<Mapping>,
+    fds: Vec<OwnedFd>,
     size: usize,
 }
 
@@ -107,7 +110,9 @@ impl HostImport {
     pub fn import(fds: Vec<OwnedFd>, size: SlotSize) -> Result<HostImport> {
         let size = size.checked(page_size())?;
         let mut maps = Vec::with_capacity(fds.len());
-        for fd in fds {
+        let received = fds;
+        let mut fds = Vec::with_capacity(received.len());
+        for fd in received {
             let seals = fcntl(fd.as_fd(), FcntlArg::F_GET_SEALS).map_err(|e| {
                 Error::protocol(format!(
                     "slot fd {} is not a sealable memfd: {}",
@@ -133,8 +138,9 @@ impl HostImport {
             // above means they stay there).
             map.populate()?;
             maps.push(map);
+            fds.push(fd);
         }
-        Ok(HostImport { maps, size })
+        Ok(HostImport { maps, fds, size })
     }
 }
 
@@ -147,6 +153,105 @@ impl SlotImport for HostImport {
     }
     fn slot_address(&self, index: usize) -> u64 {
         self.maps[index].as_ptr() as u64
+    }
+    fn private_view(&self, index: usize, offset: usize, len: usize) -> Option<Result<PrivateView>> {
+        let fd = self.fds.get(index)?;
+        Some(PrivateView::map(fd.as_fd(), self.size, offset, len))
+    }
+}
+
+/// A private, copy-on-write mapping of part of a host slot (`MAP_PRIVATE` of its memfd).
+///
+/// It reads the slot's own pages, without a copy, at an address that is writable: a write
+/// through it lands in a page of this process's, copied at that moment, never in the slot.
+/// That is what a consumer that may write gets (a DLPack consumer that ignores the read-only
+/// flag, or asks for a capsule without one): with the read-only shared mapping its first write
+/// would kill the process (SIGSEGV), and no mapping may let it change what other subscribers
+/// read. The seals allow it: `F_SEAL_FUTURE_WRITE` refuses shared writable mappings only, and
+/// the shrink seal checked at import keeps every mapped page backed (no SIGBUS).
+///
+/// The view is a mapping of its own, valid until dropped whatever happens to the frame; the
+/// pages not written yet show the slot as it is now, so hold the frame as long as the view.
+pub struct PrivateView {
+    map: NonNull<u8>,
+    map_len: usize,
+    /// From the mapping's start to `offset` (mappings start at a page boundary).
+    skip: usize,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value (unmapped once, in Drop) and holds no
+// thread-local state; the bytes are only reached through raw pointers its users take.
+unsafe impl Send for PrivateView {}
+// SAFETY: `&PrivateView` hands out its address and length only; nothing here reads or writes
+// the bytes.
+unsafe impl Sync for PrivateView {}
+
+impl PrivateView {
+    /// Map `len` bytes of the `size`-byte slot `fd` from `offset` privately (its pages shared
+    /// with the slot until written).
+    fn map(
+        fd: std::os::fd::BorrowedFd<'_>,
+        size: usize,
+        offset: usize,
+        len: usize,
+    ) -> Result<Self> {
+        if len == 0 || !offset.checked_add(len).is_some_and(|end| end <= size) {
+            return Err(Error::invalid(format!(
+                "private view of {len} bytes at {offset}: outside the {size}-byte slot"
+            )));
+        }
+        let skip = offset % page_size();
+        let map_len = skip + len;
+        let file_offset = libc::off_t::try_from(offset - skip)
+            .map_err(|_| Error::invalid("private view offset out of range"))?;
+        // SAFETY: addr is None, so the kernel picks fresh addresses: no memory of this process
+        // is replaced. `fd` is open for the call. The range lies within the slot's size, which
+        // the import checked against the memfd's (sealed against shrinking).
+        let map = unsafe {
+            nix::sys::mman::mmap(
+                None,
+                std::num::NonZeroUsize::new(map_len).expect("len > 0"),
+                nix::sys::mman::ProtFlags::PROT_READ | nix::sys::mman::ProtFlags::PROT_WRITE,
+                nix::sys::mman::MapFlags::MAP_PRIVATE,
+                fd,
+                file_offset,
+            )
+        }
+        .map_err(|e| Error::os("mmap a private view of a frame slot", e))?;
+        // Not populated: a read fault maps the slot's own page (with its neighbours, by the
+        // kernel's fault-around), no copy, and a consumer reading part of the plane pays for
+        // that part. MADV_POPULATE_READ up front made each export of a 1080p luma plane cost
+        // ~150 us instead of ~5; MAP_POPULATE would copy every page (it write-faults private
+        // writable mappings).
+        Ok(PrivateView {
+            map: map.cast(),
+            map_len,
+            skip,
+            len,
+        })
+    }
+
+    /// The address of the view's first byte (the slot's byte at `offset`); writable.
+    pub fn as_ptr(&self) -> *mut u8 {
+        // SAFETY: skip < map_len: the result is inside the mapping.
+        unsafe { self.map.as_ptr().add(self.skip) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for PrivateView {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `map`, unmapped once; whoever used the address
+        // held this value, so nothing uses it after.
+        let _ = unsafe { nix::sys::mman::munmap(self.map.cast(), self.map_len) };
     }
 }
 
@@ -171,6 +276,86 @@ mod tests {
         // The publisher's own mapping is still writable.
         // SAFETY: slot 0's mapping is writable and at least one byte long.
         unsafe { (slots.slot_address(0) as *mut u8).write(7) };
+    }
+
+    /// The `Anonymous:` kilobytes of the mapping containing `addr` (/proc/self/smaps): the
+    /// pages this process has copied for itself there.
+    fn anonymous_kb(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((a, b)) = range.split_once('-') {
+                    if let (Ok(a), Ok(b)) =
+                        (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                    {
+                        inside = (a..b).contains(&addr);
+                        continue;
+                    }
+                }
+            }
+            if inside {
+                if let Some(v) = line.strip_prefix("Anonymous:") {
+                    return v.trim().trim_end_matches("kB").trim().parse().unwrap();
+                }
+            }
+        }
+        panic!("no mapping at {addr:#x}");
+    }
+
+    /// Issue 30 item 6: a consumer that may write (a legacy DLPack capsule, a consumer that
+    /// ignores the read-only flag) gets a private view: the slot's bytes without a copy, and
+    /// a write lands in this process's pages, never in the slot others read, and never faults.
+    #[test]
+    fn private_views_share_the_slot_until_written_and_never_write_it() {
+        let slots = HostSlots::create(2, 3 * 4096 + 100).unwrap();
+        let size = slots.mapped_size();
+        let pattern: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+        // SAFETY: slot 1's mapping is writable and `size` bytes long; `pattern` is ours.
+        unsafe {
+            std::ptr::copy_nonoverlapping(pattern.as_ptr(), slots.slot_address(1) as *mut u8, size)
+        };
+        let import = HostImport::import(
+            slots.export_fds().unwrap(),
+            SlotSize {
+                announced: size as u64,
+                granularity: slots.granularity(),
+                frame_size: 3 * 4096 + 100,
+            },
+        )
+        .unwrap();
+        // Not page-aligned, across pages: a chroma plane's place.
+        let (offset, len) = (4096 + 123, 2 * 4096);
+        let view = import.private_view(1, offset, len).unwrap().unwrap();
+        assert_eq!(view.len(), len);
+        // SAFETY: the view is `len` readable bytes; nothing else maps them writable here.
+        let read =
+            |v: &PrivateView| unsafe { std::slice::from_raw_parts(v.as_ptr(), len).to_vec() };
+        assert_eq!(read(&view), &pattern[offset..offset + len]);
+        // Zero-copy: reading copied nothing into this process.
+        assert_eq!(anonymous_kb(view.as_ptr() as usize), 0);
+        // SAFETY: the view's bytes are writable (a private mapping) and `len` long.
+        unsafe { std::ptr::write_bytes(view.as_ptr().add(10), 0xEE, 5000) };
+        assert!(read(&view)[10..5010].iter().all(|&b| b == 0xEE));
+        assert!(
+            anonymous_kb(view.as_ptr() as usize) > 0,
+            "the write copied no page"
+        );
+        // The slot, the publisher's and every subscriber's view of it, is unchanged.
+        let slot = |a: u64| {
+            // SAFETY: both slot mappings are `size` readable bytes.
+            unsafe { std::slice::from_raw_parts(a as *const u8, size).to_vec() }
+        };
+        assert_eq!(slot(slots.slot_address(1)), pattern);
+        assert_eq!(slot(import.slot_address(1)), pattern);
+        let other = import.private_view(1, offset, len).unwrap().unwrap();
+        assert_eq!(read(&other), &pattern[offset..offset + len]);
+        // Ranges outside the slot, or empty, are refused.
+        for (o, l) in [(size - 10, 11), (0, 0), (usize::MAX, 2)] {
+            let e = import.private_view(1, o, l).unwrap().err().unwrap();
+            assert_eq!(e.code(), ErrorCode::InvalidArg, "{o}+{l}: {e}");
+        }
+        assert!(import.private_view(2, 0, 1).is_none(), "no slot 2");
     }
 
     /// Latency: the first frames written into (and read from) a fresh ring used to pay a page

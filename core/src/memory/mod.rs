@@ -94,6 +94,17 @@ pub trait SlotImport: Send + Sync {
     fn kind(&self) -> MemoryKind;
     fn mapped_size(&self) -> usize;
     fn slot_address(&self, index: usize) -> u64;
+    /// A private copy-on-write view of `len` bytes of host slot `index` from `offset`
+    /// ([`host::PrivateView`]); None for CUDA slots.
+    fn private_view(
+        &self,
+        index: usize,
+        offset: usize,
+        len: usize,
+    ) -> Option<Result<host::PrivateView>> {
+        let _ = (index, offset, len);
+        None
+    }
     /// The device of CUDA slots.
     fn cuda_device(&self) -> Option<&std::sync::Arc<crate::cuda::CudaDevice>> {
         None

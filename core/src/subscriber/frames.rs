@@ -11,6 +11,7 @@ use crate::cuda::{DeviceBuffer, Stream};
 use crate::format::FrameLayout;
 pub use crate::frames::reader::FrameStats;
 use crate::frames::reader::{Attempt, FrameReader, RingView};
+pub use crate::memory::host::PrivateView;
 use crate::util::Origin;
 use crate::wire::MemoryKind;
 
@@ -193,6 +194,23 @@ impl Frame {
             unsafe { std::ptr::copy_nonoverlapping(src.add(from), row.as_mut_ptr(), row.len()) };
         }
         Ok(())
+    }
+
+    /// A private copy-on-write view of `len` bytes of a zero-copy host frame from `offset`
+    /// (a plane): the slot's bytes, not copied, at an address where writes land in this
+    /// process's own pages and never reach the slot (see [`PrivateView`]). For handing the
+    /// frame to consumers that may write through what they are given. `None` for frames
+    /// whose bytes are their own (COPY) or in device memory; `InvalidArg` for a range outside
+    /// the slot. Hold the frame while the view is used: its unwritten pages are the slot's.
+    pub fn private_host_view(
+        &self,
+        offset: usize,
+        len: usize,
+    ) -> Option<crate::Result<PrivateView>> {
+        match &self.data {
+            FrameData::Borrowed { ring, index, .. } => ring.slots.private_view(*index, offset, len),
+            FrameData::Owned(_) | FrameData::Device { .. } => None,
+        }
     }
 
     /// The whole frame as bytes, zero-copy host frames included (`None` for device memory).

@@ -3,10 +3,12 @@
 
 mod continuity;
 pub(crate) mod deferred;
+mod end;
 mod frames;
 mod handshake;
 
-pub use frames::{stream_acks_queued, Frame, FrameStats};
+pub use end::EndReason;
+pub use frames::{stream_acks_queued, Frame, FrameStats, PrivateView};
 
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
@@ -123,6 +125,10 @@ pub struct Subscriber {
     packets: Option<PacketRingReader>,
     /// Why the connection is ending, once it is (SHUTDOWN, ERROR, EOF).
     closing: Option<Error>,
+    /// The kind of that end; None while open, and for a replaced ring (followed, no end).
+    closing_reason: Option<EndReason>,
+    /// The end a read has reported (DISCONNECTED returned): what `end_reason` says.
+    ended: Option<EndReason>,
     /// Set when the publisher gave up on this subscriber (ERROR): frames stop at once.
     given_up: Option<Error>,
     /// The wait for a new ring or a restarted publisher ran out: what is left is delivered,
@@ -386,6 +392,8 @@ impl Subscriber {
             frames,
             packets,
             closing: None,
+            closing_reason: None,
+            ended: None,
             given_up: None,
             reopens_over: false,
             frames_ended: None,
@@ -536,6 +544,9 @@ impl Subscriber {
                 None => Error::new(ErrorCode::Disconnected, format!("{what} ({})", e.message())),
             };
             self.closing = Some(end);
+            // A clean shutdown stays one when no publisher followed it; anything else is a
+            // publisher lost (a new ring that could not be followed included).
+            self.closing_reason.get_or_insert(EndReason::PublisherLost);
             self.reopens_over = true;
             self.new_ring = false;
             return Ok(Reopened::No);
@@ -574,6 +585,7 @@ impl Subscriber {
         fresh.closing = Some(Error::new(ErrorCode::Disconnected, "replaced"));
         drop(fresh);
         self.closing = None;
+        self.closing_reason = None;
         self.given_up = None;
         self.new_ring = false;
         self.reopening = None;
@@ -783,7 +795,9 @@ impl Subscriber {
             if let Some(e) = &self.given_up {
                 // Dropped by the publisher: our bit is no longer ours and frames are no longer
                 // kept for us, so none is delivered past this point (not even a COPY).
-                return Err(e.clone());
+                let e = e.clone();
+                self.ended.get_or_insert(EndReason::Kicked);
+                return Err(e);
             }
             let source = self.frames.as_mut().expect("checked above");
             // The shutdown flag is loaded *before* the ring is looked at: a publisher that
@@ -805,10 +819,10 @@ impl Subscriber {
             if shut_down && self.closing.is_none() {
                 self.wait_for_reason();
                 if self.closing.is_none() {
-                    self.close(Error::new(
-                        ErrorCode::Disconnected,
-                        "the publisher shut down",
-                    ));
+                    self.close(
+                        Error::new(ErrorCode::Disconnected, "the publisher shut down"),
+                        Some(EndReason::Shutdown),
+                    );
                 }
             }
             if self.closing.is_some() {
@@ -817,6 +831,7 @@ impl Subscriber {
                 if let Err(e) = self.reopen_or_end(deadline) {
                     if self.is_end(&e) {
                         self.frames_ended = Some(e.clone());
+                        self.mark_ended();
                     }
                     return Err(e);
                 }
@@ -897,7 +912,8 @@ impl Subscriber {
     /// The connection is ending (SHUTDOWN, EOF, our own UNSUBSCRIBE): ACKs stop before
     /// anything else, because once the publisher sees the socket close it may hand our bit to
     /// someone else (`frames::reader`, the ACK gate).
-    fn close(&mut self, why: Error) {
+    /// `reason`: the kind of end (None: a replaced ring, followed rather than ended).
+    fn close(&mut self, why: Error, reason: Option<EndReason>) {
         if let Some(f) = &mut self.frames {
             f.ring.revoke_acks();
             f.end_here();
@@ -905,7 +921,25 @@ impl Subscriber {
         if self.closing.is_none() {
             self.packets_until = self.packets.as_ref().map(PacketRingReader::published_seq);
             self.closing = Some(why);
+            self.closing_reason = reason;
         }
+    }
+
+    /// A read is returning the end of the stream: from now on `end_reason` says why. Without
+    /// a recorded reason the end is the packet ring's own shutdown flag, which only its
+    /// publisher sets (a killed publisher leaves it clear, and its socket says so).
+    fn mark_ended(&mut self) {
+        if self.ended.is_none() {
+            self.ended = Some(self.closing_reason.unwrap_or(EndReason::Shutdown));
+        }
+    }
+
+    /// Why the stream ended, once a read has returned its end (DISCONNECTED, or PERMISSION
+    /// after a reconnect only an impostor answered); None before. A shutdown is the normal
+    /// end; the others ([`EndReason::is_clean`] false) are failures a reader should report.
+    /// A new frame ring or a restarted publisher that is followed (`reconnect`) is no end.
+    pub fn end_reason(&self) -> Option<EndReason> {
+        self.ended
     }
 
     fn packet_reader(&mut self) -> Result<&mut PacketRingReader> {
@@ -960,6 +994,7 @@ impl Subscriber {
         if let Err(e) = &got {
             if self.is_end(e) {
                 self.packets_ended = Some(e.clone());
+                self.mark_ended();
             }
         }
         got
@@ -1009,7 +1044,7 @@ impl Subscriber {
                 Err(e)
                     if e.code() == ErrorCode::Disconnected && self.options.reconnect.is_some() =>
                 {
-                    self.close(e);
+                    self.close(e, Some(EndReason::Shutdown));
                     self.reopen_or_end(deadline)?;
                 }
                 // Published after the end: not for this subscriber; drained.
@@ -1047,17 +1082,26 @@ impl Subscriber {
         let msgs = match self.inbox.pump(self.stream.as_fd()) {
             Ok(Pumped::Messages(m)) => m,
             Ok(Pumped::Closed) => {
-                self.close(Error::new(
-                    ErrorCode::Disconnected,
-                    "the publisher closed the connection",
-                ));
+                self.close(
+                    Error::new(
+                        ErrorCode::Disconnected,
+                        "the publisher closed the connection without a SHUTDOWN (it crashed \
+                         or was killed)",
+                    ),
+                    Some(EndReason::PublisherLost),
+                );
                 return;
             }
             Err(e) => {
-                self.close(Error::new(
-                    ErrorCode::Disconnected,
-                    format!("connection broken: {e}"),
-                ));
+                let reason = if e.code() == ErrorCode::Protocol {
+                    EndReason::ProtocolError
+                } else {
+                    EndReason::PublisherLost
+                };
+                self.close(
+                    Error::new(ErrorCode::Disconnected, format!("connection broken: {e}")),
+                    Some(reason),
+                );
                 return;
             }
         };
@@ -1065,16 +1109,25 @@ impl Subscriber {
             match m {
                 Message::Shutdown { reason } if reason == SHUTDOWN_NEW_RING => {
                     self.new_ring = self.frames.is_some();
-                    self.close(Error::new(
-                        ErrorCode::Disconnected,
-                        "the publisher replaced its frame ring",
-                    ));
+                    // A packet-only subscriber has no frame ring to follow: for it this
+                    // publisher's connection ends here, and without `reconnect` the stream.
+                    let end = (!self.new_ring).then_some(EndReason::PublisherLost);
+                    self.close(
+                        Error::new(
+                            ErrorCode::Disconnected,
+                            "the publisher replaced its frame ring",
+                        ),
+                        end,
+                    );
                 }
                 Message::Shutdown { reason } => {
-                    self.close(Error::new(
-                        ErrorCode::Disconnected,
-                        format!("the publisher shut down (reason {reason})"),
-                    ));
+                    self.close(
+                        Error::new(
+                            ErrorCode::Disconnected,
+                            format!("the publisher shut down (reason {reason})"),
+                        ),
+                        Some(EndReason::Shutdown),
+                    );
                 }
                 Message::Error { code, message } => {
                     let code = ErrorCode::from_i32(code).map_or("unknown", |c| c.name());
@@ -1082,7 +1135,7 @@ impl Subscriber {
                         ErrorCode::Disconnected,
                         format!("the publisher dropped this subscriber ({code}): {message}"),
                     );
-                    self.close(e.clone());
+                    self.close(e.clone(), Some(EndReason::Kicked));
                     self.given_up = Some(e);
                 }
                 Message::Ping { token } => {
@@ -1108,7 +1161,7 @@ impl Drop for Subscriber {
         let was_open = self.closing.is_none();
         // Revoke before UNSUBSCRIBE and the close: frames still held by the user must not ACK
         // for whoever gets our bit next.
-        self.close(Error::new(ErrorCode::Disconnected, "unsubscribed"));
+        self.close(Error::new(ErrorCode::Disconnected, "unsubscribed"), None);
         if was_open {
             let _ = sock::send(self.stream.as_fd(), &Message::Unsubscribe, &[]);
         }
@@ -1280,5 +1333,154 @@ mod tests {
                 std::panic::resume_unwind(p);
             }
         }
+    }
+
+    /// A publisher of 16x16 RGBA frames in a private runtime directory, for the end-reason
+    /// tests; the directory is removed by `EndFixture`'s drop (also when a test fails).
+    struct EndFixture {
+        dir: PathBuf,
+        key: String,
+        publisher: Option<Publisher>,
+    }
+
+    impl EndFixture {
+        fn new(tag: &str, policy: Policy) -> EndFixture {
+            let dir = std::env::temp_dir().join(format!(
+                "cuframes-unit-{}-{:x}",
+                std::process::id(),
+                crate::util::unique_suffix()
+            ));
+            let key = format!(
+                "u-{tag}-{}-{:x}",
+                std::process::id(),
+                crate::util::unique_suffix()
+            );
+            let publisher = Publisher::create(
+                &key,
+                PublisherOptions {
+                    runtime_dir: Some(dir.clone()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let mut cfg = FrameRingConfig::new(Format::Rgba, 16, 16);
+            cfg.policy = policy;
+            cfg.ring_size = 4;
+            cfg.ack_timeout = Duration::from_millis(200);
+            publisher.enable_frames(cfg).unwrap();
+            EndFixture {
+                dir,
+                key,
+                publisher: Some(publisher),
+            }
+        }
+
+        fn subscribe(&self, mode: SubscriberMode) -> Subscriber {
+            Subscriber::connect(
+                &self.key,
+                &SubscriberOptions {
+                    runtime_dir: Some(self.dir.clone()),
+                    mode,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        }
+
+        fn publish(&self, v: u8) -> u64 {
+            let plane = vec![v; 64 * 16];
+            self.publisher
+                .as_ref()
+                .unwrap()
+                .publish_host_planes(&[&plane], &[64], None)
+                .unwrap()
+        }
+    }
+
+    impl Drop for EndFixture {
+        fn drop(&mut self) {
+            drop(self.publisher.take());
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// Reads until the end; the end must come within a few seconds.
+    fn read_to_end(sub: &mut Subscriber) -> Error {
+        for _ in 0..100 {
+            match sub.next_frame(Some(Duration::from_secs(5))) {
+                Ok(_) => continue,
+                Err(e) => return e,
+            }
+        }
+        panic!("no end after 100 frames");
+    }
+
+    /// Issue 30, item 4: a clean shutdown ends the stream with reason Shutdown, and only once
+    /// a read has returned the end (None while frames are still delivered).
+    #[test]
+    fn end_reason_of_a_shutdown() {
+        let mut fx = EndFixture::new("end-shut", Policy::DropOldest);
+        let mut sub = fx.subscribe(SubscriberMode::Copy);
+        fx.publish(1);
+        drop(fx.publisher.take());
+        assert_eq!(sub.next_frame(Some(Duration::from_secs(5))).unwrap().seq, 1);
+        assert_eq!(sub.end_reason(), None, "the end is not read yet");
+        let e = read_to_end(&mut sub);
+        assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
+        assert_eq!(sub.end_reason(), Some(EndReason::Shutdown));
+        assert!(EndReason::Shutdown.is_clean());
+    }
+
+    /// A zero-copy reader holding every slot of a STRICT_WAIT ring is dropped by the
+    /// publisher after its ack timeout (ERROR): the end says Kicked, not a shutdown.
+    #[test]
+    fn end_reason_of_a_kick() {
+        let fx = EndFixture::new("end-kick", Policy::StrictWait);
+        let mut sub = fx.subscribe(SubscriberMode::ZeroCopy);
+        assert!(sub.is_zero_copy());
+        let mut held = Vec::new();
+        for v in 1..=4 {
+            fx.publish(v);
+            held.push(sub.next_frame(Some(Duration::from_secs(5))).unwrap());
+        }
+        // The fifth needs a held slot: the publisher waits 200 ms, then drops the reader.
+        fx.publish(5);
+        let e = read_to_end(&mut sub);
+        assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
+        assert!(e.message().contains("dropped this subscriber"), "{e}");
+        assert_eq!(sub.end_reason(), Some(EndReason::Kicked));
+        assert!(!EndReason::Kicked.is_clean());
+        drop(held);
+    }
+
+    /// The connection ends without a SHUTDOWN (as when the publisher is killed): the end is
+    /// PublisherLost, and the error says the publisher went without a shutdown.
+    #[test]
+    fn end_reason_of_a_lost_publisher() {
+        let fx = EndFixture::new("end-lost", Policy::DropOldest);
+        let mut sub = fx.subscribe(SubscriberMode::Copy);
+        sub.stream.shutdown(std::net::Shutdown::Both).unwrap();
+        let e = read_to_end(&mut sub);
+        assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
+        assert!(e.message().contains("without a SHUTDOWN"), "{e}");
+        assert_eq!(sub.end_reason(), Some(EndReason::PublisherLost));
+    }
+
+    /// Bytes on the connection that are no message (a header declaring a 4 GiB payload):
+    /// the end is ProtocolError.
+    #[test]
+    fn end_reason_of_a_protocol_error() {
+        use std::io::Write;
+        let fx = EndFixture::new("end-proto", Policy::DropOldest);
+        let mut sub = fx.subscribe(SubscriberMode::Copy);
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        // The publisher's connection closes with the old end (it drops the subscriber).
+        drop(std::mem::replace(&mut sub.stream, ours));
+        theirs.write_all(&[0xff; 8]).unwrap();
+        let e = read_to_end(&mut sub);
+        assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
+        assert_eq!(sub.end_reason(), Some(EndReason::ProtocolError));
+        drop(theirs);
     }
 }
