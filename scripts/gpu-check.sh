@@ -53,7 +53,7 @@ for l in sys.stdin:
   scripts/build-python.sh
   cp "$(ls -t build/wheels/cuframes-*-abi3-*.whl | head -1)" "$out/"
   cp python/tests/gpu_check.py python/tests/rgb_reference.py python/benches/gpu_bench.py \
-    examples/python/motion_stats.py "$out/"
+    python/tests/gpu_streams.py examples/python/motion_stats.py "$out/"
   # FFmpeg frame path (hwupload_cuframes, -f cuframes): the cuframes FFmpeg build and the real
   # sample (the decode-pipeline benchmark encodes its clips on the GPU machine).
   if [ -x build/ffmpeg/bin/ffmpeg ]; then
@@ -194,13 +194,26 @@ with_wheel() {
   rm -rf "$d"
   return "$rc"
 }
+# python/tests/gpu_streams.py (torch only, no FFmpeg): every check prints PASS or FAIL; a
+# SKIPPED (no torch with CUDA) or a missing verdict fails the step.
+python_streams() {
+  local log rc
+  log=$(mktemp /tmp/cuframes-streams-log.XXXXXX)
+  with_wheel "$out/gpu_streams.py" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  count_skips "$log"
+  grep -q '^PASS' "$log" || rc=1
+  grep -q '^FAIL' "$log" && rc=1
+  rm -f "$log"
+  return "$rc"
+}
 # examples/python/motion_stats.py beside an FFmpeg recorder, both on one camera ring fed by
 # nvdec: the example sees every frame (strict_wait) and the recording has every frame too.
 python_example() {
   local ff="$out/ffmpeg" d key n ok=0 pid rec
   d=$(mktemp -d /tmp/cuframes-ex.XXXXXX); key="gpuex-$$"
   n=$("$ff" -hide_banner -nostdin -i "$out/sample.h264" -f framemd5 - 2>/dev/null | grep -vc '^#')
-  with_wheel "$out/motion_stats.py" "$key" --grid 4x4 --connect-timeout 30 >"$d/example.log" 2>&1 & pid=$!
+  with_wheel "$out/motion_stats.py" "$key" --grid 4x4 --wait-publisher 30 >"$d/example.log" 2>&1 & pid=$!
   "$ff" -hide_banner -nostdin -y -f cuframes -framerate 25 -wait_publisher 30 -read_timeout 30 -name recorder \
     -i "$key" -vf hwdownload,format=nv12 -f framemd5 "$d/rec.md5" 2>"$d/rec.log" & rec=$!
   "$ff" -hide_banner -nostdin -y -hwaccel cuda -hwaccel_output_format cuda -readrate 4 -i "$out/sample.h264" \
@@ -217,6 +230,8 @@ python_example() {
 }
 python_steps() {
   step "Python: zero-copy CUDA frames into torch and cupy through DLPack, bit-exact vs hwdownload; to_rgb vs reference; publish from device memory" python_gpu
+  step "Python: stream= rule on torch's default stream (release and publish ordered after it), to_rgb from two threads, frame drop without the GIL (python/tests/gpu_streams.py)" \
+    python_streams
   step "Python example (examples/python/motion_stats.py) beside an FFmpeg recorder on one camera" python_example
   step "Python benchmark (python/benches/gpu_bench.py: import overhead, consumer fps, to_rgb vs D2D copy)" \
     with_wheel "$out/gpu_bench.py" --frames "${GPU_PY_BENCH_FRAMES:-3000}"

@@ -10,8 +10,10 @@ export PATH="$HOME/.cargo/bin:$PATH"
 echo "== building the workspace (release)"
 cargo build --workspace --release --bins
 
-echo "== the Python package (build/venv, wheel in build/wheels)"
-scripts/build-python.sh
+echo "== the Python package (build/venv, wheel in build/wheels; CPython 3.9 and the newest for the tests)"
+# --matrix: also the venvs that scripts/test.sh tests the oldest and the newest Python and
+# NumPy in, with CPythons built from Debian's sources into ~/.cache/cuframes/cpython (once, minutes).
+scripts/build-python.sh --matrix
 
 echo "== installing libcuframes into build/prefix"
 scripts/install.sh "$root/build/prefix"

@@ -51,8 +51,23 @@ echo "== libav* API tests (ffmpeg-sys-next), against each FFmpeg"
 scripts/test-ffmpeg-sys.sh build/ffmpeg-9.0
 scripts/test-ffmpeg-sys.sh build/ffmpeg-7.1
 echo "== Python package (scripts/build-python.sh: rebuilt only when its inputs changed) and pytest"
-scripts/build-python.sh
-build/venv/bin/python -m pytest python/tests -q -p no:cacheprovider
+# Three venvs: build/venv (Debian's python3), CPython 3.9 + the oldest NumPy supported, and the
+# newest CPython + the newest NumPy (build-python.sh --matrix makes them once). Each runs the
+# whole suite, and one failing never hides the others' results.
+scripts/build-python.sh --matrix
+py_failed=()
+for v in venv venv-oldest venv-newest; do
+  if [ ! -x "build/$v/bin/python" ]; then
+    echo "SKIP pytest in build/$v: it could not be made (build-python.sh said why above)"
+    continue
+  fi
+  echo "-- pytest in build/$v: $("build/$v/bin/python" -c 'import sys, numpy; print("Python", sys.version.split()[0], "NumPy", numpy.__version__)')"
+  build/$v/bin/python -m pytest python/tests -q -p no:cacheprovider || py_failed+=("build/$v")
+done
+if [ ${#py_failed[@]} -gt 0 ]; then
+  echo "pytest failed in: ${py_failed[*]}" >&2
+  exit 1
+fi
 echo "== the benchmarks' measuring scripts (steady_fps.py, proc_sched.py)"
 build/venv/bin/python -m pytest scripts/tests -q -p no:cacheprovider
 echo "== memory-order models (loom: the seqlock copy and the ACK page's store/load; docs/testing.md)"

@@ -55,14 +55,15 @@ def main():
     ap.add_argument("--grid", type=parse_grid, default=(4, 4), help="regions, COLSxROWS (default 4x4)")
     ap.add_argument("--name", default="motion", help="subscriber name shown by `cuframes stat`")
     ap.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until the stream ends)")
-    ap.add_argument("--connect-timeout", type=float, default=10.0)
+    ap.add_argument("--wait-publisher", type=float, default=10.0,
+                    help="seconds to wait for the camera's publisher to appear (default 10)")
     args = ap.parse_args()
 
     stats = MotionStats(args.grid)
     frames = total = 0
     started = last_report = time.monotonic()
-    with cuframes.Subscriber(args.key, name=args.name, mode="zero_copy",
-                             connect_timeout=args.connect_timeout) as sub:
+    # mode "auto" (the default): zero copy where the publisher's policy allows it.
+    with cuframes.Subscriber(args.key, name=args.name, wait_publisher=args.wait_publisher) as sub:
         cuda = None
         for frame in sub:
             if cuda is None:

@@ -57,7 +57,7 @@ def consume(w, h, frames, with_import):
     sub = None
     for _ in range(600):
         try:
-            sub = cuframes.Subscriber(key, mode="zero_copy", connect_timeout=0.1)
+            sub = cuframes.Subscriber(key, mode="zero_copy", handshake_timeout=0.1)
             break
         except cuframes.Error:
             time.sleep(0.1)

@@ -5,6 +5,7 @@ see ``__init__.pyi`` for the typed API.
 """
 
 import atexit as _atexit
+import inspect as _inspect
 import os as _os
 import weakref as _weakref
 
@@ -19,8 +20,11 @@ from ._cuframes import (  # noqa: F401
     Plane,
     Subscriber,
     Tensor,
+    ZeroCopyRefusedWarning,
     host_copy_count,
 )
+
+__version__: str = _cuframes.__version__
 
 # Publishers own SHM objects and a socket, removed when they are closed or collected. Objects
 # still alive at interpreter exit are not always collected, so they are closed here, by the
@@ -29,16 +33,32 @@ from ._cuframes import (  # noqa: F401
 _live_publishers: "_weakref.WeakKeyDictionary" = _weakref.WeakKeyDictionary()
 
 
-class Publisher(_cuframes.Publisher):
-    __doc__ = _cuframes.Publisher.__doc__
+def _shows_base(cls):
+    """``cls``, a Python subclass that only adds the exit-time close, shown as its base is:
+    the constructor's real signature (``help()``, ``inspect.signature()``) and docs."""
+    base = cls.__bases__[0]
+    cls.__doc__ = base.__doc__
+    try:
+        sig = _inspect.signature(base)
+    except ValueError:
+        # CPython < 3.10: PyO3's abi3 classes carry no text signature there, so neither
+        # class shows one.
+        return cls
+    cls.__signature__ = sig
+    self_param = _inspect.Parameter("self", _inspect.Parameter.POSITIONAL_ONLY)
+    cls.__init__.__signature__ = sig.replace(parameters=[self_param, *sig.parameters.values()])
+    cls.__init__.__doc__ = "Initialize self; see help(type(self)) for the parameters."
+    return cls
 
+
+@_shows_base
+class Publisher(_cuframes.Publisher):
     def __init__(self, *args, **kwargs):
         _live_publishers[self] = _os.getpid()
 
 
+@_shows_base
 class PacketPublisher(_cuframes.PacketPublisher):
-    __doc__ = _cuframes.PacketPublisher.__doc__
-
     def __init__(self, *args, **kwargs):
         _live_publishers[self] = _os.getpid()
 
@@ -65,4 +85,7 @@ __all__ = [
     "Plane",
     "Publisher",
     "Subscriber",
+    "Tensor",
+    "ZeroCopyRefusedWarning",
+    "host_copy_count",
 ]

@@ -10,8 +10,38 @@ mapped, and the frame is ACKed to the publisher only when the last of them is go
 NumPy view therefore holds the slot (under ``strict_wait`` the publisher waits for it).
 """
 
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from fractions import Fraction
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
+__all__ = [
+    "ERROR_CODES",
+    "PROTOCOL_VERSION",
+    "Error",
+    "Frame",
+    "Packet",
+    "PacketPublisher",
+    "PacketSubscriber",
+    "Plane",
+    "Publisher",
+    "Subscriber",
+    "Tensor",
+    "ZeroCopyRefusedWarning",
+    "host_copy_count",
+]
+
+#: The package's version (the cuframes workspace's), e.g. ``"0.4.0"``.
+__version__: str
 PROTOCOL_VERSION: int
 #: C names of the cuframes error codes, e.g. ``ERROR_CODES["CUFRAMES_ERR_NOT_FOUND"] == -5``.
 ERROR_CODES: Dict[str, int]
@@ -33,9 +63,11 @@ class Plane:
 
     - ``__dlpack__`` / ``__dlpack_device__``: kDLCPU (1) for host rings, kDLCUDA (2, device)
       for CUDA rings. A legacy ``"dltensor"`` capsule, or ``"dltensor_versioned"`` when the
-      consumer passes ``max_version >= (1, 0)``. Zero-copy host planes are mapped read-only:
-      they are exported only as versioned capsules flagged read-only (a legacy request raises
-      ``BufferError``, since a writable import would fault on its first write).
+      consumer passes ``max_version >= (1, 0)``; ``numpy.from_dlpack(plane)`` works with
+      every NumPy from 1.22. A zero-copy host plane is exported through a private
+      copy-on-write view of its slot (no copy is made): a versioned capsule flags it
+      read-only, and a consumer that writes anyway (a legacy import, torch) changes only its
+      own copy of the pages it writes, never what other subscribers read.
     - ``__array_interface__`` (host planes): ``numpy.asarray(plane)`` is a read-only view.
     - ``__cuda_array_interface__`` v3 (CUDA planes), with strides.
 
@@ -43,16 +75,21 @@ class Plane:
     subscriber (CUDA VMM has no read-only export).
     """
 
+    #: The plane's number in its frame (0 = luma or packed RGB).
     index: int
+    #: Bytes from one row to the next.
     pitch: int
+    #: Bytes of samples in one row (without the pitch's padding).
     row_bytes: int
     rows: int
+    #: Bytes per sample: 1, or 2 for P010/P016.
     itemsize: int
     @property
-    def shape(self) -> Tuple[int, ...]: ...
+    def shape(self) -> Tuple[int, ...]:
+        """In elements: (rows, columns), or (rows, columns, channels) for interleaved planes."""
     @property
     def strides(self) -> Tuple[int, ...]:
-        """In bytes (as NumPy's)."""
+        """In bytes (as NumPy's; the first is ``pitch``)."""
     @property
     def dtype(self) -> str:
         """"uint8" or "uint16"."""
@@ -67,8 +104,10 @@ class Plane:
         copy: Optional[bool] = None,
     ) -> Any:
         """A DLPack capsule. ``stream`` is not waited on (the bytes are complete when the frame
-        is delivered); ``copy=True`` raises BufferError. ``cuframes.Error`` once released."""
-    def __dlpack_device__(self) -> Tuple[int, int]: ...
+        is delivered); ``dl_device`` must be the plane's own; ``copy=True`` raises
+        BufferError. ``cuframes.Error`` once released."""
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """(1, 0) for host planes, (2, device) for CUDA planes."""
     @property
     def __array_interface__(self) -> Dict[str, Any]:
         """Host planes only (AttributeError for CUDA). Pins the frame while this Plane lives."""
@@ -79,16 +118,20 @@ class Plane:
 class Frame:
     """One delivered frame; a context manager that releases it on exit.
 
+    Its pixels: ``plane(i)`` / ``planes`` (exported without a copy), ``to_ndarray()`` and
+    ``numpy.asarray(frame)`` (host frames: one dense copy), ``to_rgb()``.
+
     A frame inherited by a forked child is the parent's: releasing or dropping it there does
     not release it (no ACK, no CUDA call).
     """
 
+    #: The frame's sequence number in its stream (1 for the first frame published).
     seq: int
     #: Presentation time in ns (the publisher's clock when it gave none); None if unknown.
     pts_ns: Optional[int]
     #: True when the bytes are the ring's own slot (no copy was made).
     zero_copy: bool
-    #: CUDA device ordinal of a "cuda" frame.
+    #: CUDA device ordinal of a "cuda" frame (0 for host frames).
     device: int
     @property
     def format(self) -> str:
@@ -108,6 +151,21 @@ class Frame:
     @property
     def released(self) -> bool: ...
     @property
+    def time(self) -> Optional[float]:
+        """Presentation time in seconds (``pts_ns * time_base``), or None without a pts."""
+    @property
+    def time_base(self) -> Fraction:
+        """The unit of ``pts_ns``: ``Fraction(1, 1_000_000_000)``."""
+    def to_ndarray(self) -> Any:
+        """A dense copy as a ``numpy.ndarray``, in PyAV's ``VideoFrame.to_ndarray`` layout:
+        nv12 / yuv420p (H*3/2, W) uint8, p010 / p016 (H*3/2, W) uint16, yuv444p (3, H, W),
+        rgba / bgra (H, W, 4). Host frames; TypeError for CUDA frames (import their planes
+        with DLPack, or use ``to_rgb``); ValueError for 4:2:0 frames of odd size.
+        ``cuframes.Error`` once released."""
+    def __array__(self, dtype: Optional[Any] = None, copy: Optional[bool] = None) -> Any:
+        """``numpy.asarray(frame)``: ``to_ndarray()``, cast to ``dtype``; ``copy=False``
+        raises ValueError (the frame is one array only as a copy)."""
+    @property
     def planes(self) -> List[Plane]: ...
     def plane(self, i: int) -> Plane:
         """Plane ``i`` (IndexError past the last). ``cuframes.Error`` once released or once the
@@ -117,14 +175,19 @@ class Frame:
 
         ``stream``: for CUDA frames, an int CUstream or a stream object (torch ``.cuda_stream``,
         CuPy ``.ptr``, or ``__cuda_stream__``): the ACK waits for the work queued on it. It
-        must be a live stream of the frame's device (not checked). None: released now; a
-        zero-copy CUDA frame then waits for the device's primary context (``cuCtxSynchronize``).
+        must be a live stream of the frame's device (not checked). 0 and 1 are the legacy
+        default stream (torch's and CuPy's default stream is 0), 2 the calling thread's
+        per-thread default stream. None: released now; a zero-copy CUDA frame then waits for
+        the device's primary context (``cuCtxSynchronize``), without the GIL.
         With exports alive the release happens when the last one is gone (without the stream).
         """
     @property
     def colour(self) -> Optional[Dict[str, Any]]:
-        """The ring's colour description (``range``, ``primaries``, ``transfer``, ``matrix``,
-        ``chroma_location`` in FFmpeg's numbering; ``sar`` as (num, den)), or None."""
+        """The ring's colour description by FFmpeg's names, or None when the publisher gave
+        none: ``range`` ("limited" / "full"), ``matrix`` (``av_color_space_name``: "bt709",
+        "smpte170m", "bt2020nc", ...), ``primaries``, ``transfer``, ``chroma_location``
+        ("left", ...), ``sar`` ((num, den)). Unspecified fields are None; a code point FFmpeg
+        has no name for is its int. ``Publisher(colour=...)`` takes the same dict."""
     def to_rgb(
         self,
         dtype: str = "uint8",
@@ -140,8 +203,9 @@ class Frame:
         (3, H, W) or "hwc" (H, W, 3). ``matrix``: "bt709", "bt601" or "bt2020"; ``range``:
         "limited" or "full" (None: the ring's colour description, else BT.709 limited). Chroma is taken from the nearest sample.
         CUDA frames are converted on the GPU into a pooled device buffer, queued on ``stream``
-        (int CUstream or a torch/CuPy stream of the frame's device; None: the legacy default
-        stream); host frames on the host (a NumPy-importable tensor). The frame stays usable;
+        (int CUstream or a torch/CuPy stream of the frame's device; None, 0 and 1: the legacy
+        default stream; 2: the calling thread's per-thread default stream); host frames on the
+        host (a NumPy-importable tensor). The frame stays usable;
         its release waits for the conversion. Agrees with a float64 reference to 1 (uint8),
         2.5e-7 (float32) and 5e-4 (float16).
         """
@@ -162,7 +226,8 @@ class Tensor:
     def dtype(self) -> str:
         """"uint8", "float16" or "float32"."""
     @property
-    def nbytes(self) -> int: ...
+    def nbytes(self) -> int:
+        """The image's size in bytes."""
     @property
     def stream(self) -> Optional[int]:
         """The stream the conversion was queued on (CUDA; 1 = the legacy default stream)."""
@@ -176,7 +241,8 @@ class Tensor:
     ) -> Any:
         """A DLPack capsule. ``stream`` (CUDA): the importer's stream, made to wait for the
         conversion (None: the legacy default stream; -1: no wait)."""
-    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """(1, 0) for host tensors, (2, device) for CUDA tensors."""
     @property
     def __array_interface__(self) -> Dict[str, Any]:
         """Host tensors only (AttributeError on CUDA)."""
@@ -184,14 +250,42 @@ class Tensor:
     def __cuda_array_interface__(self) -> Dict[str, Any]:
         """CUDA tensors only (AttributeError on the host); version 3, with ``stream``."""
 
+class ZeroCopyRefusedWarning(UserWarning):
+    """``Subscriber(mode="zero_copy")`` was given copies: the publisher's policy is
+    ``drop_oldest``, under which a held frame can be rewritten. Pass
+    ``accept_zero_copy_overwrite=True`` to take that risk, or ``mode="auto"`` to copy quietly."""
+
 class Subscriber:
     """Subscribe to the frames of the publisher of ``key``.
 
-    ``mode="zero_copy"`` is granted under ``strict_wait`` publishers; under ``drop_oldest``
-    only with ``accept_zero_copy_overwrite=True`` (the publisher may then rewrite a held
-    frame), otherwise frames are copied (``frame.zero_copy`` says which).
-    ``runtime_dir``: the socket directory (default ``$CUFRAMES_RUNTIME_DIR`` or /run/cuframes).
-    Waiting releases the GIL; Ctrl-C interrupts a wait.
+    Iterating (``for frame in sub``, ``async for frame in sub``) yields frames until the
+    publisher shuts down. An abnormal end (dropped by the publisher for a missed ACK, a
+    publisher that crashed, a protocol error) raises ``cuframes.Error`` saying why, and
+    ``end_reason`` names it. ``next(timeout)`` and ``await anext(timeout)`` return None after
+    ``timeout`` seconds and raise ``cuframes.Error`` (DISCONNECTED) at any end. Waiting
+    releases the GIL; Ctrl-C interrupts it.
+
+    - ``mode``: "auto" (zero copy where the publisher's policy allows it: ``strict_wait``, or
+      with ``accept_zero_copy_overwrite``; copies otherwise), "zero_copy" (the same, with a
+      ``ZeroCopyRefusedWarning`` when frames are copied) or "copy". ``frame.zero_copy`` and
+      ``sub.zero_copy`` say what was granted.
+    - ``runtime_dir``: the socket directory (default ``$CUFRAMES_RUNTIME_DIR`` or /run/cuframes).
+    - ``wait_publisher``: seconds to wait for a missing publisher (and its ring) to appear;
+      0 fails at once (``cuframes.Error``, NOT_FOUND).
+    - ``handshake_timeout``: seconds the handshake with the publisher may take.
+    - ``read_timeout``: iteration, and ``next()``/``anext()`` without a timeout, raise
+      ``cuframes.Error`` (TIMEOUT) when nothing arrives for this many seconds; None or 0 waits
+      forever.
+    - ``reconnect``: seconds to wait for a restarted publisher of the key and go on with it
+      (None: the stream ends when the publisher goes); a publisher of another uid than the
+      first one's is refused meanwhile.
+    - ``spin``: seconds to poll the ring for a frame before each sleep (lower latency at the
+      cost of a busy CPU meanwhile; 0: sleep at once).
+    - ``device``: -1 (default) = the publisher's GPU, found by its UUID; an explicit ordinal
+      that is another GPU is refused naming both UUIDs.
+    - ``publisher_uid``: accept only a publisher running as this uid, on every connection
+      (``cuframes.Error``, PERMISSION, naming both uids); None: any uid at first.
+    - ``connect_timeout``: deprecated name of ``handshake_timeout`` (DeprecationWarning).
 
     After ``os.fork()`` (or multiprocessing's "fork" start method) the child inherits this
     object, but the subscription stays the parent's: in the child, ``close()``, garbage
@@ -204,35 +298,46 @@ class Subscriber:
         self,
         key: str,
         name: str = "python",
-        mode: str = "copy",
+        mode: str = "auto",
         runtime_dir: Optional[str] = None,
-        connect_timeout: float = 5.0,
+        *,
+        wait_publisher: float = 0.0,
+        handshake_timeout: float = 5.0,
+        read_timeout: Optional[float] = None,
+        reconnect: Optional[float] = None,
+        spin: float = 0.0,
         accept_zero_copy_overwrite: bool = False,
         device: int = -1,
-        spin: float = 0.0,
-        reconnect: Optional[float] = None,
         publisher_uid: Optional[int] = None,
-    ) -> None:
-        """``device``: -1 (default) = the publisher's GPU, found by its UUID; an explicit
-        ordinal that is another GPU is refused naming both UUIDs. ``spin``: seconds to poll the
-        ring for a frame before each sleep (lower latency at the cost of a busy CPU meanwhile;
-        0: sleep at once). ``reconnect``: seconds to wait for a restarted publisher of the key
-        and go on with it (None: the stream ends when the publisher goes); a publisher of
-        another uid than the first one's is refused meanwhile. ``publisher_uid``: accept only a
-        publisher running as this uid, on every connection (``cuframes.Error``, PERMISSION,
-        naming both uids); None: any uid at first."""
+        connect_timeout: Optional[float] = None,
+    ) -> None: ...
     def next(self, timeout: Optional[float] = None) -> Optional[Frame]:
-        """The next frame, or None after ``timeout`` seconds. At the end of the stream
-        ``cuframes.Error`` with code DISCONNECTED."""
+        """The next frame, or None after ``timeout`` seconds. Without a timeout: waits
+        ``read_timeout`` (then ``cuframes.Error`` TIMEOUT), or forever. At the end of the
+        stream, whatever the reason: ``cuframes.Error`` with code DISCONNECTED."""
     def __iter__(self) -> Iterator[Frame]:
-        """Frames until the publisher shuts down."""
+        """Frames until the publisher shuts down; an abnormal end raises ``cuframes.Error``."""
     def __next__(self) -> Frame: ...
+    def __aiter__(self) -> AsyncIterator[Frame]:
+        """``async for``: as iteration, without blocking the event loop."""
+    def __anext__(self) -> Awaitable[Frame]: ...
+    def anext(self, timeout: Optional[float] = None) -> Awaitable[Optional[Frame]]:
+        """Awaitable ``next()``: the wait runs in the event loop's default executor. A frame
+        that arrives for a task cancelled meanwhile is kept for the next read."""
     @property
     def zero_copy(self) -> bool: ...
+    @property
+    def mode(self) -> str:
+        """The mode asked for: "auto", "zero_copy" or "copy"."""
     @property
     def key(self) -> str: ...
     @property
     def closed(self) -> bool: ...
+    @property
+    def end_reason(self) -> Optional[str]:
+        """Why the stream ended: None while it goes on; "shutdown", "kicked" (dropped by the
+        publisher, e.g. for a missed ACK), "publisher_lost" (gone without a shutdown, and not
+        back within ``reconnect``), "protocol_error", or "closed" (closed by this process)."""
     def close(self) -> None:
         """Unsubscribe. Held frames can no longer be exported afterwards."""
     def __enter__(self) -> "Subscriber": ...
@@ -277,13 +382,18 @@ class Publisher:
     ) -> int:
         """Copy one frame (one object per plane) into a slot and publish it; returns its seq.
 
-        Host planes: bytes, bytearray or a buffer-protocol object (NumPy arrays: any strides,
-        read in C order; uint8, or uint16 for P010/P016) with the plane's rows densely, or,
-        bytes-like, ``strides[i]`` bytes apart. Device planes (``memory="cuda"`` rings only):
+        Host planes: bytes, bytearray, memoryview, NumPy arrays or any object with the buffer
+        protocol or ``__array_interface__`` (torch CPU tensors through ``__array__``), read at
+        memcpy speed in C order whatever the strides (views, negative strides; uint8, or
+        uint16 for P010/P016), with the plane's rows densely, or ``strides[i]`` bytes apart.
+        An ``__array_interface__`` that lies (null pointer, shape past its data buffer,
+        overflowing strides): ValueError. Device planes (``memory="cuda"`` rings only):
         objects with ``__cuda_array_interface__`` or a CUDA ``__dlpack__`` (torch, CuPy
         tensors), rows first and dense within a row (NV12 chroma ``[H/2, W/2, 2]`` or
         ``[H/2, W]``), any row stride; copied device to device on ``stream`` (int CUstream or
-        a torch/CuPy stream; None: the legacy default stream) after the producer's work, and
+        a torch/CuPy stream; None, 0 and 1: the legacy default stream, which torch's and CuPy's
+        default streams are; 2: the calling thread's per-thread default stream) after the
+        producer's work, and
         published when the copy is complete. All planes host or all device. Wrong sizes:
         ValueError; wrong types, a mix, or device planes into a host ring: TypeError.
         ``pts_ns`` None: the publisher's clock.
@@ -295,18 +405,25 @@ class Publisher:
     def pitches(self) -> Tuple[int, ...]: ...
     @property
     def key(self) -> str: ...
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` ran (or the ``with`` block was left)."""
     def close(self) -> None:
         """Shut down: subscribers read what was published, then their iteration ends."""
     def __enter__(self) -> "Publisher": ...
     def __exit__(self, *args: Any) -> bool: ...
 
 class Packet:
-    """One encoded packet."""
+    """One encoded packet: ``data`` (Annex B H.264/HEVC, or AV1 OBUs), timestamps, flags."""
 
     data: bytes
+    #: The packet's sequence number in its stream (1 for the first packet published).
     seq: int
+    #: Presentation time in ns; None if unknown.
     pts_ns: Optional[int]
+    #: Decoding time in ns; None if unknown.
     dts_ns: Optional[int]
+    #: The wire flags (``keyframe``, ``discontinuity`` and ``corrupt`` read them).
     flags: int
     @property
     def keyframe(self) -> bool: ...
@@ -315,6 +432,12 @@ class Packet:
         """First packet after lost packets (an overrun): decoding restarts here."""
     @property
     def corrupt(self) -> bool: ...
+    @property
+    def time(self) -> Optional[float]:
+        """Presentation time in seconds (``pts_ns * time_base``), or None without a pts."""
+    @property
+    def time_base(self) -> Fraction:
+        """The unit of ``pts_ns`` and ``dts_ns``: ``Fraction(1, 1_000_000_000)``."""
     def __len__(self) -> int: ...
 
 class PacketPublisher:
@@ -334,22 +457,29 @@ class PacketPublisher:
         self,
         key: str,
         codec: Union[str, int] = "h264",
-        extradata: bytes = b"",
+        extradata: Any = b"",
         ring_slots: int = 64,
         data_size: int = 8 << 20,
         runtime_dir: Optional[str] = None,
     ) -> None: ...
     @property
     def codec(self) -> str: ...
-    def set_extradata(self, extradata: bytes) -> None: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` ran (or the ``with`` block was left)."""
+    def set_extradata(self, extradata: Any) -> None:
+        """Set the extradata (any buffer) once, before the first packet."""
     def publish(
         self,
-        data: bytes,
+        data: Any,
         pts_ns: Optional[int] = None,
         dts_ns: Optional[int] = None,
         keyframe: bool = False,
     ) -> int:
-        """Publish one packet; returns its seq."""
+        """Publish one packet; returns its seq. ``data``: bytes, bytearray, memoryview, a NumPy
+        array or any buffer-protocol / ``__array_interface__`` object (its bytes in C order)."""
     @property
     def subscriber_count(self) -> int: ...
     def wait_for_subscribers(self, count: int = 1, timeout: float = 5.0) -> bool: ...
@@ -359,6 +489,20 @@ class PacketPublisher:
 
 class PacketSubscriber:
     """Subscribe to the packets of the publisher of ``key``.
+
+    Iterating (``for packet in sub``, ``async for packet in sub``) yields packets until the
+    publisher shuts down; an abnormal end raises ``cuframes.Error`` saying why, and
+    ``end_reason`` names it. ``next(timeout)`` and ``await anext(timeout)`` return None after
+    ``timeout`` seconds and raise ``cuframes.Error`` (DISCONNECTED) at any end.
+
+    ``wait_publisher``, ``handshake_timeout``, ``read_timeout``, ``spin``, ``publisher_uid``
+    and the deprecated ``connect_timeout``: as for ``Subscriber``. ``reconnect``: seconds to
+    wait for a restarted publisher of the key and go on at its newest keyframe (flagged as a
+    discontinuity); None: the stream ends when the publisher goes.
+    ``max_packet_ring_size``: the largest data ring (bytes) to map; a larger one is refused
+    (``cuframes.Error``, NO_MEMORY). None: 256 MiB. ``max_packet_size``: the largest packet
+    (bytes) to read; a larger one is skipped and the stream resumes at the next keyframe,
+    flagged as a discontinuity. None: 64 MiB.
 
     After ``os.fork()`` (or multiprocessing's "fork" start method) the child inherits this
     object, but the subscription stays the parent's: in the child, ``close()``, garbage
@@ -373,26 +517,40 @@ class PacketSubscriber:
         key: str,
         name: str = "python",
         runtime_dir: Optional[str] = None,
-        connect_timeout: float = 5.0,
+        *,
+        wait_publisher: float = 0.0,
+        handshake_timeout: float = 5.0,
+        read_timeout: Optional[float] = None,
+        reconnect: Optional[float] = None,
+        spin: float = 0.0,
         max_packet_ring_size: Optional[int] = None,
         max_packet_size: Optional[int] = None,
         publisher_uid: Optional[int] = None,
-    ) -> None:
-        """``publisher_uid``: accept only a publisher running as this uid (None: any).
-        ``max_packet_ring_size``: the largest data ring (bytes) to map; a larger one is
-        refused (``cuframes.Error``, NO_MEMORY). None: 256 MiB. ``max_packet_size``: the
-        largest packet (bytes) to read; a larger one is skipped and the stream resumes at the
-        next keyframe, flagged as a discontinuity. None: 64 MiB."""
+        connect_timeout: Optional[float] = None,
+    ) -> None: ...
     @property
     def codec(self) -> str:
         """"h264", "hevc", "av1" (or "codec-N")."""
     @property
     def extradata(self) -> bytes: ...
     def next(self, timeout: Optional[float] = None) -> Optional[Packet]:
-        """The next packet, or None after ``timeout`` seconds; ``cuframes.Error``
-        (DISCONNECTED) at the end of the stream."""
+        """The next packet, or None after ``timeout`` seconds. Without a timeout: waits
+        ``read_timeout`` (then ``cuframes.Error`` TIMEOUT), or forever. At the end of the
+        stream, whatever the reason: ``cuframes.Error`` with code DISCONNECTED."""
     def __iter__(self) -> Iterator[Packet]: ...
     def __next__(self) -> Packet: ...
+    def __aiter__(self) -> AsyncIterator[Packet]: ...
+    def __anext__(self) -> Awaitable[Packet]: ...
+    def anext(self, timeout: Optional[float] = None) -> Awaitable[Optional[Packet]]:
+        """Awaitable ``next()``; a packet that arrives for a task cancelled meanwhile is kept
+        for the next read."""
+    @property
+    def key(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def end_reason(self) -> Optional[str]:
+        """As ``Subscriber.end_reason``."""
     def close(self) -> None: ...
     def __enter__(self) -> "PacketSubscriber": ...
     def __exit__(self, *args: Any) -> bool: ...

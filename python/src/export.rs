@@ -40,22 +40,35 @@ pub(crate) struct Releasable {
 
 impl Releasable {
     /// Releases the core frame after the conversions queued from it; with `stream` (a CUDA
-    /// frame's reader stream), after the work queued there too.
+    /// frame's reader stream, read by crate::stream's rule: never null), after the work
+    /// queued there too.
     pub(crate) fn release(self, stream: Option<usize>) {
         let Releasable { frame, conversions } = self;
         let cuda = frame.memory_kind() == MemoryKind::CudaVmm;
-        match (stream, frame.cuda_device().cloned()) {
+        let dev = frame.cuda_device().cloned();
+        // The special handles (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) name a stream of the
+        // *current* context, which the core's release_after_stream uses as it finds it: make
+        // the frame's device's primary context (where torch's and CuPy's streams live)
+        // current for it. A created stream names its own context; the push changes nothing
+        // for it. Without the push, a thread where no context is current (one that never
+        // touched CUDA through torch) could not query nor wait on the legacy stream.
+        let _current = match (&stream, &dev) {
+            (Some(_), Some(d)) if cuda => d.push_current().ok(),
+            _ => None,
+        };
+        match (stream, dev) {
             (Some(s), Some(dev)) if cuda && frame.is_zero_copy() => {
                 // The ACK follows `s`: make `s` wait for the conversions first (on the GPU).
                 // SAFETY: Frame.release(stream)'s contract: a live stream of the frame's
-                // device; borrowed, not destroyed.
+                // device (or a special handle); borrowed, not destroyed.
                 let st = unsafe { Stream::from_raw_with_device(&dev, s as *mut std::ffi::c_void) };
                 for e in &conversions {
                     if st.wait_event(e).is_err() {
                         let _ = e.synchronize();
                     }
                 }
-                // SAFETY: as above.
+                // SAFETY: as above; a special handle's context (the frame's device's primary
+                // context) is current (pushed above).
                 unsafe { frame.release_after_stream(s as *mut std::ffi::c_void) }
             }
             (s, _) => {
@@ -75,6 +88,25 @@ impl Releasable {
                     _ => frame.release(),
                 }
             }
+        }
+    }
+}
+
+impl Releasable {
+    /// `release` without the GIL: it may wait for the GPU (the device's primary context, the
+    /// conversions, a stream's idleness), and other Python threads run meanwhile. Callers
+    /// hold the GIL (a Python method, or a `Frame`'s deallocation).
+    ///
+    /// While the interpreter is finalizing (`Py_IsInitialized()` is 0 from the start of
+    /// `Py_FinalizeEx`), the release runs with the GIL kept: the frame may be dropped there,
+    /// and no other Python thread can run any more anyway. The fork rule is the core frame's
+    /// (it knows the process that read it): giving up the GIL changes nothing about it.
+    pub(crate) fn release_without_gil(self, py: Python<'_>, stream: Option<usize>) {
+        // SAFETY: Py_IsInitialized may be called at any time, with or without the GIL.
+        if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
+            self.release(stream);
+        } else {
+            py.allow_threads(move || self.release(stream));
         }
     }
 }

@@ -11,18 +11,23 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod colour;
 mod dlpack;
 mod export;
 mod frame;
+mod host_source;
+mod ndarray;
 mod packet;
 mod packet_publisher;
 mod packet_subscriber;
 mod plane;
 mod publisher;
+mod reading;
 mod rgb;
 mod source;
 mod stream;
 mod subscriber;
+mod tool;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -67,58 +72,6 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// How long one wait without the GIL lasts before signals (Ctrl-C) are looked at.
-const WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// The next item of a subscriber, waiting at most `timeout` seconds (None: until one comes):
-/// `attempt` waits for one at most the slice it is given, without the GIL, and returns None
-/// when the subscriber is closed. Ok(None) on timeout; signals are looked at between slices.
-pub(crate) fn wait_in_slices<T: Send>(
-    py: Python<'_>,
-    timeout: Option<f64>,
-    mut attempt: impl FnMut(std::time::Duration) -> Option<cuframes_core::Result<T>> + Send,
-) -> PyResult<Option<T>> {
-    use cuframes_core::ErrorCode;
-    use std::time::Instant;
-    let deadline = match timeout {
-        Some(t) => Some(Instant::now() + duration("timeout", t)?),
-        None => None,
-    };
-    loop {
-        let slice = match deadline {
-            Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
-            None => WAIT_SLICE,
-        };
-        match py.allow_threads(|| attempt(slice)) {
-            None => return Err(error(ErrorCode::Disconnected, "the subscriber is closed")),
-            Some(Ok(item)) => return Ok(Some(item)),
-            Some(Err(e)) if e.code() == ErrorCode::Timeout => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Ok(None);
-                }
-                py.check_signals()?;
-            }
-            Some(Err(e)) => return Err(to_py(e)),
-        }
-    }
-}
-
-/// `__next__` of a subscriber: the end of the stream (DISCONNECTED) ends the iteration.
-pub(crate) fn until_disconnected<T>(py: Python<'_>, r: PyResult<Option<T>>) -> PyResult<Option<T>> {
-    match r {
-        Err(e)
-            if e.value(py)
-                .getattr("code")
-                .and_then(|c| c.extract::<i32>())
-                .ok()
-                == Some(cuframes_core::ErrorCode::Disconnected as i32) =>
-        {
-            Ok(None)
-        }
-        other => other,
-    }
-}
-
 /// `i64::MIN` (`NO_PTS`) is None in Python.
 pub(crate) fn opt_ts(ts: i64) -> Option<i64> {
     (ts != cuframes_core::wire::NO_PTS).then_some(ts)
@@ -134,6 +87,10 @@ fn host_copy_count() -> u64 {
 fn _cuframes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", m.py().get_type::<Error>())?;
     m.add_class::<subscriber::Subscriber>()?;
+    m.add(
+        "ZeroCopyRefusedWarning",
+        m.py().get_type::<subscriber::ZeroCopyRefusedWarning>(),
+    )?;
     m.add_class::<frame::Frame>()?;
     m.add_class::<plane::Plane>()?;
     m.add_class::<rgb::Tensor>()?;
@@ -148,5 +105,8 @@ fn _cuframes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ERROR_CODES", codes)?;
     m.add("PROTOCOL_VERSION", cuframes_core::wire::PROTOCOL_VERSION)?;
     m.add_function(wrap_pyfunction!(host_copy_count, m)?)?;
+    m.add_function(wrap_pyfunction!(tool::tool_main, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(stream::stream_handle_py, m)?)?;
     Ok(())
 }

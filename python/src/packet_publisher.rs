@@ -10,11 +10,23 @@ use cuframes_core::ErrorCode;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use crate::host_source::{self, Elements};
 use crate::packet::{codec_id, codec_name};
 use crate::publisher::create_publisher;
 use crate::{duration, error, lock, to_py};
 
-/// Publishes encoded packets (Annex B H.264/HEVC, AV1 OBUs).
+/// Publishes encoded packets (Annex B H.264/HEVC, AV1 OBUs) under `key`.
+///
+/// Parameters:
+///     key: the stream's name (letters, digits, `-`, `_`, `.`).
+///     codec: "h264", "hevc" or "av1" (or a codec id).
+///     extradata: the codec's out-of-band parameters (SPS/PPS...), any buffer; may be set
+///         later, once, with `set_extradata`.
+///     ring_slots: packets the ring holds.
+///     data_size: bytes of packet data the ring holds (the largest packet's limit).
+///     runtime_dir: where the socket lives (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes).
+///
+/// Use it as a context manager, or call `close()`.
 ///
 /// After `os.fork()` (or multiprocessing's "fork" start method) the child inherits this
 /// object, but the publisher stays the parent's: in the child, `close()`, leaving a `with`
@@ -25,8 +37,10 @@ use crate::{duration, error, lock, to_py};
 pub struct PacketPublisher {
     /// As in `Publisher`: calls work on a clone, the lock is never held across a wait.
     inner: Mutex<Option<Arc<CorePublisher>>>,
+    /// The codec's id in FFmpeg's numbering (`AVCodecID`).
     #[pyo3(get)]
     codec_id: u32,
+    key: String,
 }
 
 impl PacketPublisher {
@@ -45,13 +59,15 @@ impl PacketPublisher {
 #[pymethods]
 impl PacketPublisher {
     #[new]
-    #[pyo3(signature = (key, codec=None, extradata=b"".to_vec(),
-                        ring_slots=64, data_size=8 << 20, runtime_dir=None))]
+    #[pyo3(signature = (key, codec=None, extradata=None,
+                        ring_slots=64, data_size=8 << 20, runtime_dir=None),
+           text_signature = "(key, codec='h264', extradata=b'', ring_slots=64, \
+                             data_size=8388608, runtime_dir=None)")]
     fn new(
         py: Python<'_>,
         key: &str,
         codec: Option<Bound<'_, PyAny>>,
-        extradata: Vec<u8>,
+        extradata: Option<Bound<'_, PyAny>>,
         ring_slots: u32,
         data_size: u32,
         runtime_dir: Option<std::path::PathBuf>,
@@ -59,6 +75,12 @@ impl PacketPublisher {
         let codec_id = match codec {
             Some(c) => codec_id(&c)?,
             None => CODEC_ID_H264,
+        };
+        let extradata = match &extradata {
+            Some(e) => host_source::read(e, "extradata", Elements::AnyBytes)?
+                .as_slice()
+                .to_vec(),
+            None => Vec::new(),
         };
         let config = PacketRingConfig {
             codec_id,
@@ -70,29 +92,57 @@ impl PacketPublisher {
         Ok(PacketPublisher {
             inner: Mutex::new(Some(p)),
             codec_id,
+            key: key.to_string(),
         })
     }
 
+    /// The codec's name ("h264", "hevc", "av1").
     #[getter]
     fn codec(&self) -> String {
         codec_name(self.codec_id)
     }
 
-    /// Set the extradata once, before the first packet, when it was not given at creation.
-    fn set_extradata(&self, extradata: &[u8]) -> PyResult<()> {
-        self.get()?.set_packet_extradata(extradata).map_err(to_py)
+    /// The stream's key.
+    #[getter]
+    fn key(&self) -> &str {
+        &self.key
     }
 
-    /// Publish one packet; returns its seq. None timestamps are "unknown".
+    /// True once `close()` ran (or the `with` block was left).
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.inner).is_none()
+    }
+
+    /// Set the extradata (any buffer) once, before the first packet, when it was not given
+    /// at creation.
+    #[pyo3(text_signature = "($self, extradata)")]
+    fn set_extradata(&self, extradata: &Bound<'_, PyAny>) -> PyResult<()> {
+        let bytes = host_source::read(extradata, "extradata", Elements::AnyBytes)?;
+        self.get()?
+            .set_packet_extradata(bytes.as_slice())
+            .map_err(to_py)
+    }
+
+    /// Publish one packet; returns its seq.
+    ///
+    /// Parameters:
+    ///     data: the packet's bytes: bytes, bytearray, memoryview, a NumPy array or any object
+    ///         with the buffer protocol or `__array_interface__` (its bytes in C order),
+    ///         read at memcpy speed.
+    ///     pts_ns, dts_ns: presentation and decoding times in nanoseconds; None: unknown.
+    ///     keyframe: whether the packet starts a keyframe (a subscriber may start there).
     #[pyo3(signature = (data, pts_ns=None, dts_ns=None, keyframe=false))]
     fn publish(
         &self,
         py: Python<'_>,
-        data: &[u8],
+        data: &Bound<'_, PyAny>,
         pts_ns: Option<i64>,
         dts_ns: Option<i64>,
         keyframe: bool,
     ) -> PyResult<u64> {
+        let bytes = host_source::read(data, "data", Elements::AnyBytes)?;
+        let data = bytes.as_slice();
         let p = self.get()?;
         let flags = if keyframe { PACKET_FLAG_KEY } else { 0 };
         py.allow_threads(|| {
@@ -106,6 +156,7 @@ impl PacketPublisher {
         .map_err(to_py)
     }
 
+    /// Subscribers connected now.
     #[getter]
     fn subscriber_count(&self) -> usize {
         lock(&self.inner)
@@ -129,8 +180,24 @@ impl PacketPublisher {
         }
     }
 
+    /// Shut down: subscribers read what was published, then their iteration ends. Closing
+    /// twice is harmless.
     fn close(&self, py: Python<'_>) {
         self.close_impl(py);
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let name = slf.get_type().name()?;
+        let this = slf.get();
+        Ok(match this.get() {
+            Ok(p) => format!(
+                "<cuframes.{name} key='{}' {} subscribers={}>",
+                this.key,
+                codec_name(this.codec_id),
+                p.subscriber_count()
+            ),
+            Err(_) => format!("<cuframes.{name} key='{}' closed>", this.key),
+        })
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

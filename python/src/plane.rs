@@ -13,32 +13,46 @@ use crate::dlpack::{self, DLDevice, Tensor, KDL_CPU, KDL_CUDA};
 use crate::export::ExportGuard;
 use crate::frame::Frame;
 use crate::{error, lock, to_py};
+use cuframes_core::subscriber::PrivateView;
 
-/// One plane of a frame: DLPack (`__dlpack__`), `__cuda_array_interface__` (CUDA frames)
-/// and `__array_interface__` (host frames: `numpy.asarray(plane)` is a read-only view).
+/// One plane of a frame, exported without a copy: `numpy.asarray(plane)` and
+/// `numpy.from_dlpack(plane)` (host frames), `torch.from_dlpack(plane)` and `cupy.asarray(plane)`
+/// (CUDA frames).
 ///
-/// The plane keeps its frame alive. Reading `__array_interface__` or
-/// `__cuda_array_interface__` pins the frame until the plane object is gone (consumers such
-/// as NumPy and CuPy keep it as their base); a DLPack capsule pins it until its consumer
-/// deletes it.
+/// The plane keeps its frame alive: a frame is handed back to the publisher only when the
+/// plane objects whose `__array_interface__` / `__cuda_array_interface__` were read (NumPy and
+/// CuPy keep them as their arrays' base) and every imported DLPack capsule are gone.
 #[pyclass(module = "cuframes", frozen)]
 pub struct Plane {
     pub(crate) frame: Py<Frame>,
+    /// The plane's number in its frame (0 = luma or packed RGB).
     #[pyo3(get)]
     pub(crate) index: usize,
     pub(crate) offset: usize,
+    /// Bytes from one row to the next.
     #[pyo3(get)]
     pub(crate) pitch: usize,
+    /// Bytes of samples in one row (without the pitch's padding).
     #[pyo3(get)]
     pub(crate) row_bytes: usize,
+    /// Number of rows.
     #[pyo3(get)]
     pub(crate) rows: usize,
+    /// Bytes per sample: 1, or 2 for P010/P016.
     #[pyo3(get)]
     pub(crate) itemsize: usize,
     pub(crate) shape: Vec<i64>,
     /// In elements.
     pub(crate) strides: Vec<i64>,
-    pub(crate) pin: Mutex<Option<ExportGuard>>,
+    pub(crate) pin: Mutex<Option<Pinned>>,
+}
+
+/// What keeps one export of a plane valid: the frame's export guard and, for a zero-copy host
+/// plane, the private view the export points into (unmapped first: fields drop in order).
+pub(crate) struct Pinned {
+    address: u64,
+    _view: Option<PrivateView>,
+    _guard: ExportGuard,
 }
 
 impl Plane {
@@ -64,22 +78,46 @@ impl Plane {
         }
     }
 
-    /// The plane's address, under an export guard (so it stays valid while the guard does).
-    fn address(&self, guard: &ExportGuard) -> u64 {
-        let s = lock(&guard.0.state);
-        let base = s.frame.as_ref().map_or(0, |f| f.address());
-        base + self.offset as u64
+    /// Bytes from the plane's first byte to the end of its last row.
+    fn extent(&self) -> usize {
+        self.rows.saturating_sub(1) * self.pitch + self.row_bytes
     }
 
-    fn tensor(&self, guard: &ExportGuard) -> Tensor {
+    /// One export of the plane, under `guard`. A zero-copy host plane is exported through a
+    /// private copy-on-write view of its slot, never through the subscriber's shared mapping:
+    /// that mapping is read-only, and consumers do write through what they are given (a legacy
+    /// DLPack capsule has no read-only flag; torch ignores the versioned one). A write would
+    /// kill the process there; in the view it lands in this process's own pages, and no
+    /// export lets a subscriber change what the others read. Nothing is copied until then.
+    fn pinned(&self, guard: ExportGuard) -> PyResult<Pinned> {
+        let (address, view) = {
+            let s = lock(&guard.0.state);
+            let f = s.frame.as_ref().expect("an export guard keeps the frame");
+            match f.private_host_view(self.offset, self.extent()) {
+                Some(view) => {
+                    let view = view.map_err(to_py)?;
+                    (view.as_ptr() as u64, Some(view))
+                }
+                None => (f.address() + self.offset as u64, None),
+            }
+        };
+        Ok(Pinned {
+            address,
+            _view: view,
+            _guard: guard,
+        })
+    }
+
+    fn tensor(&self, address: u64) -> Tensor {
         Tensor {
-            data: self.address(guard),
+            data: address,
             device: self.dl_device(),
             dtype: dlpack::DType::Uint(self.itemsize as u8),
             shape: self.shape.clone(),
             strides: self.strides.clone(),
-            // Zero-copy host slots are mapped read-only: a write would fault. CUDA slots are
-            // mapped read-write and not flagged: CuPy and torch refuse read-only imports.
+            // A zero-copy host plane is a frame of the stream, not the consumer's buffer: it
+            // is flagged read-only where DLPack can say so (writes would stay private, see
+            // `pinned`). CUDA slots are not flagged: CuPy and torch refuse read-only imports.
             read_only: self.frame().zero_copy && !self.is_cuda(),
         }
     }
@@ -96,7 +134,7 @@ impl Plane {
     fn interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let mut pin = lock(&self.pin);
         if pin.is_none() {
-            *pin = Some(self.frame().shared.export()?);
+            *pin = Some(self.pinned(self.frame().shared.export()?)?);
         } else {
             // Pinned already: still refuse once the frame is released or its subscriber is
             // closed (the memory stays mapped; the frame is no longer the user's to read).
@@ -114,7 +152,7 @@ impl Plane {
                 ));
             }
         }
-        let data = self.address(pin.as_ref().expect("set above"));
+        let data = pin.as_ref().expect("set above").address;
         let d = PyDict::new(py);
         d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
         d.set_item("typestr", self.typestr())?;
@@ -130,13 +168,14 @@ impl Plane {
 
 #[pymethods]
 impl Plane {
-    /// (rows, columns) or (rows, columns, channels) in elements.
+    /// In elements: (rows, columns), or (rows, columns, channels) for interleaved planes
+    /// (NV12/P010/P016 plane 1: (H/2, W/2, 2); RGBA/BGRA: (H, W, 4)).
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, &self.shape)
     }
 
-    /// In bytes, as NumPy's strides.
+    /// In bytes, as NumPy's strides (the first is `pitch`).
     #[getter]
     fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, self.strides.iter().map(|s| s * self.itemsize as i64))
@@ -152,7 +191,8 @@ impl Plane {
         }
     }
 
-    /// The plane's rows copied densely (host frames).
+    /// The plane's rows copied densely, without the pitch's padding (host frames;
+    /// `cuframes.Error` for CUDA frames or once the frame is released).
     fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let guard = self.frame().shared.export()?;
         let s = lock(&guard.0.state);
@@ -162,14 +202,19 @@ impl Plane {
         Ok(PyBytes::new(py, &out))
     }
 
+    /// (1, 0) for host planes (kDLCPU), (2, device) for CUDA planes (kDLCUDA).
     fn __dlpack_device__(&self) -> (i32, i32) {
         let d = self.dl_device();
         (d.device_type, d.device_id)
     }
 
-    /// A DLPack capsule ("dltensor", or "dltensor_versioned" when max_version >= (1, 0)).
-    /// `stream` is accepted and not waited on: the frame's bytes are complete when it is
-    /// delivered. `copy=True` is refused (BufferError).
+    /// A DLPack capsule, for `from_dlpack` of NumPy, torch, CuPy, JAX: "dltensor_versioned"
+    /// when `max_version` >= (1, 0), else the legacy "dltensor". `stream` is accepted and not
+    /// waited on (the frame's bytes are complete when it is delivered). `dl_device` must be
+    /// the plane's own device; `copy=True` raises BufferError (planes are exported without a
+    /// copy). A zero-copy host plane is flagged read-only in a versioned capsule; a consumer
+    /// that writes anyway changes only its own copy of the pages it writes, never what other
+    /// readers see. `cuframes.Error` once the frame is released.
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__(
         &self,
@@ -194,21 +239,14 @@ impl Plane {
                 )));
             }
         }
-        let guard = self.frame().shared.export()?;
-        let t = self.tensor(&guard);
+        let pinned = self.pinned(self.frame().shared.export()?)?;
+        let t = self.tensor(pinned.address);
         let versioned = max_version.is_some_and(|(major, _)| major >= 1);
-        if t.read_only && !versioned {
-            // The legacy capsule has no read-only flag: a consumer would get a writable array
-            // over a slot mapped read-only, and its first write would kill the process.
-            return Err(pyo3::exceptions::PyBufferError::new_err(
-                "this plane is read-only (a zero-copy host slot): ask for a versioned DLPack \
-                 capsule (max_version >= (1, 0), which carries the read-only flag), or use a \
-                 copy-mode subscriber",
-            ));
-        }
-        dlpack::capsule(py, &t, Box::new(guard), versioned)
+        dlpack::capsule(py, &t, Box::new(pinned), versioned)
     }
 
+    /// NumPy's array interface (host planes; AttributeError for CUDA):
+    /// `numpy.asarray(plane)` is a read-only view. Keeps the frame while this Plane lives.
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         if self.is_cuda() {
@@ -219,6 +257,8 @@ impl Plane {
         self.interface(py)
     }
 
+    /// The CUDA array interface v3 (CUDA planes; AttributeError for host planes):
+    /// `cupy.asarray(plane)`. Keeps the frame while this Plane lives.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         if !self.is_cuda() {
@@ -234,11 +274,27 @@ impl Plane {
 
     fn __repr__(&self) -> String {
         format!(
-            "<cuframes.Plane {} of frame {}: {:?} {}>",
+            "<cuframes.Plane {} of frame {}: {} {} pitch={} {}>",
             self.index,
             self.frame().seq,
-            self.shape,
-            self.dtype()
+            shape_text(&self.shape),
+            self.dtype(),
+            self.pitch,
+            if self.is_cuda() {
+                format!("cuda:{}", self.frame().device)
+            } else {
+                "host".to_string()
+            }
         )
+    }
+}
+
+/// A shape as Python prints a tuple: "(48, 64)".
+pub(crate) fn shape_text(shape: &[i64]) -> String {
+    let dims: Vec<String> = shape.iter().map(i64::to_string).collect();
+    if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
     }
 }

@@ -12,8 +12,9 @@ use cuframes_core::wire::{Format, Policy};
 use cuframes_core::ErrorCode;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyTuple};
+use pyo3::types::PyTuple;
 
+use crate::host_source::{self, Elements, HostBytes};
 use crate::source::{device_plane, is_device_source};
 use crate::stream::stream_handle;
 use crate::{duration, error, lock, to_py};
@@ -50,73 +51,17 @@ pub(crate) fn parse_format(name: &str) -> PyResult<Format> {
         })
 }
 
-/// The bytes of one source plane: bytes / bytearray directly, anything else through
-/// `memoryview(obj).tobytes()` (C order: dense rows whatever the source's strides).
-fn plane_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    if let Ok(b) = obj.downcast::<PyBytes>() {
-        return Ok(b.as_bytes().to_vec());
-    }
-    if let Ok(b) = obj.downcast::<PyByteArray>() {
-        return Ok(b.to_vec());
-    }
-    let py = obj.py();
-    let memoryview = py.import("builtins")?.getattr("memoryview")?;
-    let view = match memoryview.call1((obj,)) {
-        Ok(v) => v,
-        // torch CPU tensors and other array-likes without the buffer protocol.
-        Err(e) if obj.hasattr("__array__")? => {
-            let arr = obj.call_method0("__array__").map_err(|_| e)?;
-            memoryview.call1((arr,))?
-        }
-        Err(_) => {
-            return Err(PyTypeError::new_err(format!(
-                "a plane must be bytes, bytearray or an object with the buffer protocol \
-                 (a NumPy array), not {}",
-                obj.get_type().name()?
-            )))
-        }
-    };
-    let item: usize = view.getattr("itemsize")?.extract()?;
-    let format: String = view.getattr("format")?.extract()?;
-    if !(item == 1 || (item == 2 && matches!(format.as_str(), "H" | "<H" | "=H" | "h"))) {
-        return Err(PyTypeError::new_err(format!(
-            "a plane's elements must be bytes or 16-bit unsigned integers, not format {format:?}"
-        )));
-    }
-    view.call_method0("tobytes")?.extract::<Vec<u8>>()
-}
-
-/// A ring's colour description from a dict in FFmpeg's numbering (`range`, `primaries`,
-/// `transfer`, `matrix`, `chroma_location`: ints; `sar`: a (num, den) tuple), as
-/// `Frame.colour` gives it back; missing keys are unspecified.
+/// A ring's colour description from a dict (`range`, `primaries`, `transfer`, `matrix`,
+/// `chroma_location`: FFmpeg's names, their code points as ints, or None; `sar`: a (num, den)
+/// tuple or None), as `Frame.colour` gives it back; missing keys are unspecified.
 fn parse_colour(d: &Bound<'_, pyo3::types::PyDict>) -> PyResult<cuframes_core::colour::ColourInfo> {
-    let mut c = cuframes_core::colour::ColourInfo::default();
-    for (k, v) in d.iter() {
-        let k: String = k.extract()?;
-        match k.as_str() {
-            "range" => c.range = v.extract()?,
-            "primaries" => c.primaries = v.extract()?,
-            "transfer" => c.transfer = v.extract()?,
-            "matrix" => c.matrix = v.extract()?,
-            "chroma_location" => c.chroma_location = v.extract()?,
-            "sar" => c.sar = v.extract()?,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "colour has no key {other:?} (range, primaries, transfer, matrix, \
-                     chroma_location, sar)"
-                )))
-            }
-        }
-    }
-    Ok(c)
+    crate::colour::from_dict(d)
 }
 
-/// `CU_STREAM_LEGACY`: the stream a device copy runs on when the caller names none (it
-/// waits for the work of every blocking stream, as torch's and CuPy's default streams are).
-const LEGACY_STREAM: usize = 1;
-
-/// Make `copy_on` wait for the work a CUDA-array-interface producer queued on `ready_on`.
+/// Make `copy_on` wait for the work a CUDA-array-interface producer queued on `ready_on`
+/// (both read by the module's stream rule: 0 and 1 are the legacy default stream).
 fn order_after(dev: &Arc<CudaDevice>, copy_on: usize, ready_on: usize) -> PyResult<()> {
+    let ready_on = crate::stream::from_python_handle(ready_on);
     if ready_on == copy_on {
         return Ok(());
     }
@@ -134,17 +79,36 @@ fn order_after(dev: &Arc<CudaDevice>, copy_on: usize, ready_on: usize) -> PyResu
     consumer.wait_event(&event).map_err(to_py)
 }
 
-/// A frame publisher (the ring in host memory or CUDA VMM; host or, for CUDA rings, device
-/// sources).
+/// Publishes video frames under `key` in a ring of `ring_size` slots that subscribers (other
+/// processes: Python, C, FFmpeg's `-f cuframes`) map.
+///
+/// Parameters:
+///     key: the stream's name (letters, digits, `-`, `_`, `.`).
+///     format: "nv12", "p010", "p016", "yuv420p", "yuv444p", "rgba" or "bgra".
+///     width, height: the frame size in pixels (required).
+///     memory: "host" (shared memory; publish NumPy arrays, bytes, any buffer) or "cuda"
+///         (CUDA VMM on `device`; publish torch / CuPy arrays as well).
+///     policy: "drop_oldest" (never waits; a slow subscriber misses frames) or "strict_wait"
+///         (publish waits for every subscriber's release; one that stalls past `ack_timeout`
+///         seconds is disconnected).
+///     ring_size: slots in the ring.
+///     runtime_dir: where the socket lives (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes).
+///     device: the CUDA device of a "cuda" ring.
+///     ack_timeout: seconds a subscriber may hold a frame under "strict_wait".
+///     colour: the colour description subscribers read (`Frame.colour`): a dict of `range`,
+///         `primaries`, `transfer`, `matrix`, `chroma_location`, `sar`.
+///
+/// Use it as a context manager, or call `close()`: subscribers read what was published, then
+/// their iteration ends.
 ///
 /// After `os.fork()` (or multiprocessing's "fork" start method) the child inherits this
 /// object, but the publisher stays the parent's: in the child, `close()`, leaving a `with`
 /// block, garbage collection and the exit only let go of the child's copy (no shutdown,
 /// nothing removed, the parent goes on publishing). Do not publish through it in the child:
 /// create a publisher there (another key), or start children with "spawn".
-///
-/// The lock only guards taking the publisher out (close); every call works on a clone of the
-/// Arc, so no thread holds the lock while it waits for the GIL (or the GIL while it waits).
+//
+// The lock only guards taking the publisher out (close); every call works on a clone of the
+// Arc, so no thread holds the lock while it waits for the GIL (or the GIL while it waits).
 #[pyclass(module = "cuframes", frozen, subclass, weakref)]
 pub struct Publisher {
     inner: Mutex<Option<Arc<CorePublisher>>>,
@@ -180,7 +144,11 @@ impl Publisher {
                  tensor.cpu()), or create the publisher with memory=\"cuda\"",
             )
         })?;
-        let copy_on = stream.unwrap_or(LEGACY_STREAM);
+        // The legacy default stream when none is named: it waits for the work of every
+        // blocking stream, as torch's and CuPy's default streams are. A named stream is never
+        // null here (stream_handle reads 0 as the legacy stream), so the copy never falls back
+        // to the ring's own stream, which is unordered with the caller's work.
+        let copy_on = stream.unwrap_or(crate::stream::LEGACY_STREAM);
         // The caller's stream and the producers' live in the device's primary context (the
         // one torch and CuPy use); make it current for the event calls and the copy.
         let _current = dev.push_current().map_err(to_py)?;
@@ -198,8 +166,9 @@ impl Publisher {
         let addresses: Vec<u64> = sources.iter().map(|s| s.address).collect();
         let pitches: Vec<usize> = sources.iter().map(|s| s.pitch).collect();
         let seq = py.allow_threads(|| {
-            // SAFETY: `copy_on` is the legacy stream or the caller's live stream of the
-            // primary context, current on this thread (pushed above; allow_threads runs the
+            // SAFETY: `copy_on` is a special handle (legacy or per-thread default stream,
+            // never null) or the caller's live stream of the primary context, which is
+            // current on this thread (pushed above; allow_threads runs the
             // closure on this same thread); each address is the producer's device memory of
             // the plane's rows at its pitch (checked against the ring's geometry), kept alive
             // by `planes` / `sources` until this returns, which is after the copy completed.
@@ -220,7 +189,10 @@ impl Publisher {
     #[new]
     #[pyo3(signature = (key, format="nv12", width=None, height=None, memory="host",
                         policy="drop_oldest", ring_size=4, runtime_dir=None, device=0,
-                        ack_timeout=1.0, colour=None))]
+                        ack_timeout=1.0, colour=None),
+           text_signature = "(key, format='nv12', width=None, height=None, memory='host', \
+                             policy='drop_oldest', ring_size=4, runtime_dir=None, device=0, \
+                             ack_timeout=1.0, colour=None)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -275,12 +247,23 @@ impl Publisher {
 
     /// Copy one frame (one object per plane) into a slot and publish it; returns its seq.
     ///
-    /// Host planes: bytes, bytearray or a buffer-protocol object (a NumPy array: any strides,
-    /// read in C order) holding the plane's rows densely, or, for bytes-like planes,
-    /// `strides[i]` bytes apart. Device planes (CUDA rings only): objects with
+    /// Parameters:
+    ///     planes: one object per plane of the format (NV12: [y, uv]).
+    ///     pts_ns: the presentation time in nanoseconds (None: the publisher's clock).
+    ///     strides: for host planes given as flat bytes, the bytes between two rows of each
+    ///         plane (default: the plane's row size, rows dense).
+    ///     stream: the CUDA stream of a device copy (see below).
+    ///
+    /// Host planes: bytes, bytearray, memoryview, a NumPy array or any object with the
+    /// buffer protocol or `__array_interface__` (torch CPU tensors through `__array__`),
+    /// read at memcpy speed in C order whatever its strides (views, negative strides), of
+    /// bytes or 16-bit unsigned integers (P010 / P016). Its C-order bytes are the plane's
+    /// rows, dense, or `strides[i]` bytes apart. Device planes (CUDA rings only): objects with
     /// `__cuda_array_interface__` or a CUDA `__dlpack__` (torch, CuPy), rows first, dense
-    /// within a row, any row stride; copied device to device on `stream` (None: the legacy
-    /// default stream), after the producer's work, and published once the copy is complete.
+    /// within a row, any row stride; copied device to device on `stream` (an int CUstream or
+    /// a torch/CuPy stream; None, 0 and 1: the legacy default stream, which torch's and CuPy's
+    /// default streams are; 2: the calling thread's per-thread default stream), after the
+    /// producer's work, and published once the copy is complete.
     /// The wait for a free slot (strict_wait) and for the copy release the GIL.
     #[pyo3(signature = (planes, pts_ns=None, strides=None, stream=None))]
     fn publish(
@@ -330,24 +313,23 @@ impl Publisher {
         let mut data = Vec::with_capacity(planes.len());
         let mut pitches = Vec::with_capacity(planes.len());
         for (i, (obj, g)) in planes.iter().zip(geometry).enumerate() {
-            let bytes = plane_bytes(obj)?;
+            let bytes = host_source::read(obj, &format!("plane {i}"), Elements::Plane)?;
+            let len = bytes.as_slice().len();
             let stride = strides.as_ref().map_or(g.row_bytes, |s| s[i]);
             let need = g
                 .span_at(stride)
                 .map_err(|e| PyValueError::new_err(format!("plane {i}: {}", e.message())))?;
-            if bytes.len() < need {
+            if len < need {
                 return Err(PyValueError::new_err(format!(
                     "plane {i}: {} rows of {} bytes (stride {stride}) need {need} bytes, got {}",
-                    g.rows,
-                    g.row_bytes,
-                    bytes.len()
+                    g.rows, g.row_bytes, len
                 )));
             }
             data.push(bytes);
             pitches.push(stride);
         }
         let p = self.get()?;
-        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let refs: Vec<&[u8]> = data.iter().map(HostBytes::as_slice).collect();
         // The layout the planes were checked against: a ring replaced meanwhile refuses them.
         py.allow_threads(|| p.publish_host_frame(&layout, &refs, &pitches, pts_ns))
             .map_err(to_py)
@@ -387,14 +369,51 @@ impl Publisher {
         PyTuple::new(py, pitches)
     }
 
+    /// The stream's key.
     #[getter]
     fn key(&self) -> &str {
         &self.key
     }
 
-    /// Shut down: subscribers read what was published, then their iteration ends.
+    /// True once `close()` ran (or the `with` block was left).
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.inner).is_none()
+    }
+
+    /// Shut down: subscribers read what was published, then their iteration ends. Closing
+    /// twice is harmless.
     fn close(&self, py: Python<'_>) {
         self.close_impl(py);
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let name = slf.get_type().name()?;
+        let this = slf.get();
+        let Ok(p) = this.get() else {
+            return Ok(format!("<cuframes.{name} key='{}' closed>", this.key));
+        };
+        let ring = p.frame_layout().map_or_else(
+            || "no ring".to_string(),
+            |l| {
+                let memory = p
+                    .cuda_device()
+                    .map_or_else(|| "host".to_string(), |d| format!("cuda:{}", d.ordinal()));
+                format!("{} {}x{} {memory}", l.format.name(), l.width, l.height)
+            },
+        );
+        Ok(format!(
+            "<cuframes.{name} key='{}' {ring} subscribers={}>",
+            this.key,
+            p.subscriber_count()
+        ))
+    }
+
+    /// Tests only: whether host buffers are read through `PyObject_GetBuffer` on CPython >=
+    /// 3.11 (True, the default) or through `memoryview.tobytes()` as on 3.9 and 3.10.
+    #[staticmethod]
+    fn _use_get_buffer(on: bool) {
+        host_source::set_use_get_buffer(on);
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

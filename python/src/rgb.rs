@@ -36,8 +36,8 @@ use crate::{error, lock, to_py};
 const POOL_KEEP: usize = 8;
 
 /// `CU_STREAM_LEGACY`: the legacy default stream, as DLPack and the CUDA array interface
-/// spell it (1). A null handle means the same stream to the driver.
-const LEGACY_STREAM: usize = 1;
+/// spell it (1); what a `stream=` of 0 or None converts on (crate::stream's rule).
+const LEGACY_STREAM: usize = crate::stream::LEGACY_STREAM;
 
 /// A buffer waiting in the pool, with the events its last users' work was recorded behind.
 struct Pooled {
@@ -104,7 +104,8 @@ impl RgbGpu {
     }
 }
 
-/// The driver's handle of a DLPack / CUDA-array-interface stream number.
+/// The driver's handle of a DLPack / CUDA-array-interface stream number (1 and 2 are the
+/// driver's special handles of the same streams; 0 never comes here, see `device_tensor`).
 fn raw_stream(s: usize) -> *mut c_void {
     s as *mut c_void
 }
@@ -232,6 +233,7 @@ impl Tensor {
         dtype_name(self.dtype)
     }
 
+    /// The image's size in bytes.
     #[getter]
     fn nbytes(&self) -> usize {
         self.shape.iter().product::<i64>() as usize * self.dtype.size()
@@ -246,12 +248,16 @@ impl Tensor {
         }
     }
 
+    /// (1, 0) for host tensors (kDLCPU), (2, device) for CUDA tensors (kDLCUDA).
     fn __dlpack_device__(&self) -> (i32, i32) {
         (self.device.device_type, self.device.device_id)
     }
 
-    /// A DLPack capsule. `stream` (CUDA): the importer's stream, made to wait for the
-    /// conversion (None = the legacy default stream, -1 = no wait, as DLPack says).
+    /// A DLPack capsule, for `from_dlpack` of torch, CuPy, NumPy, JAX: "dltensor_versioned"
+    /// when `max_version` >= (1, 0), else the legacy "dltensor". `stream` (CUDA): the
+    /// importer's stream, made to wait for the conversion (None: the legacy default stream;
+    /// -1: no wait, as DLPack says). `dl_device` must be the tensor's own device;
+    /// `copy=True` raises BufferError (tensors are exported without a copy).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__(
         &self,
@@ -309,6 +315,7 @@ impl Tensor {
         dlpack::capsule(py, &self.dl(), Box::new(self.storage.clone()), versioned)
     }
 
+    /// NumPy's array interface (host tensors; AttributeError on CUDA): `numpy.asarray(t)`.
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         if self.device.device_type != KDL_CPU {
@@ -319,6 +326,8 @@ impl Tensor {
         self.interface(py)
     }
 
+    /// The CUDA array interface v3 (CUDA tensors; AttributeError on the host), with the
+    /// stream the conversion was queued on: `cupy.asarray(t)`.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let Storage::Device { produced_on, .. } = &*self.storage else {
@@ -334,13 +343,14 @@ impl Tensor {
 
     fn __repr__(&self) -> String {
         format!(
-            "<cuframes.Tensor {:?} {} {}>",
-            self.shape,
+            "<cuframes.Tensor {} {} {}>",
+            crate::plane::shape_text(&self.shape),
             self.dtype(),
-            if self.device.device_type == KDL_CUDA {
-                "cuda"
-            } else {
-                "host"
+            match self.stream() {
+                Some(s) if self.device.device_type == KDL_CUDA => {
+                    format!("cuda:{} stream={s}", self.device.device_id)
+                }
+                _ => "host".to_string(),
             }
         )
     }
@@ -437,8 +447,9 @@ pub fn host_tensor(src: &[u8], layout: &FrameLayout, spec: &RgbSpec) -> PyResult
     })
 }
 
-/// Queues the conversion of the CUDA frame at `src` on `stream` (a DLPack-style number:
-/// 1 = legacy default stream).
+/// Queues the conversion of the CUDA frame at `src` on `stream`, a handle read by
+/// crate::stream's rule (1 = the legacy default stream, 2 = the calling thread's per-thread
+/// default stream; 0, Python's name of the legacy stream, is read as 1 here too).
 ///
 /// # Safety
 /// `src` must address the frame's `layout.frame_size` device bytes on `gpu`'s device, valid
@@ -452,7 +463,9 @@ pub unsafe fn device_tensor(
     spec: &RgbSpec,
     stream: usize,
 ) -> PyResult<(Tensor, Arc<Event>)> {
-    let stream_no = if stream == 0 { LEGACY_STREAM } else { stream };
+    // Never 0: the tensor's `stream` and `__cuda_array_interface__` say 1 for the legacy
+    // stream, as DLPack and the array interface (where 0 is not allowed) spell it.
+    let stream_no = crate::stream::from_python_handle(stream);
     // SAFETY: this function's contract: a live stream of the device's context; borrowed.
     let st = unsafe { Stream::from_raw_with_device(gpu.device(), raw_stream(stream_no)) };
     let size = rgb_size(layout.width, layout.height, spec.dtype);

@@ -1,22 +1,61 @@
 //! `Subscriber`: frames from a publisher.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cuframes_core::subscriber::{Subscriber as CoreSubscriber, SubscriberOptions};
+use cuframes_core::subscriber::{
+    Frame as CoreFrame, Subscriber as CoreSubscriber, SubscriberOptions,
+};
 use cuframes_core::wire::SubscriberMode;
-use pyo3::exceptions::PyValueError;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::export::{FrameShared, FrameState};
 use crate::frame::{Frame, RgbSlot};
-use crate::{duration, lock, to_py, until_disconnected, wait_in_slices};
+use crate::lock;
+use crate::reading::{connect_waiting, Attempt, ReadError, Reading, Timing};
 
-/// Subscribe to a publisher's frames.
+create_exception!(
+    cuframes,
+    ZeroCopyRefusedWarning,
+    PyUserWarning,
+    "`Subscriber(mode=\"zero_copy\")` was given copies instead: the publisher's policy is \
+     drop_oldest, under which a held frame can be rewritten (pass \
+     accept_zero_copy_overwrite=True to take that risk, or mode=\"auto\" to copy quietly)."
+);
+
+/// Subscribe to the frames of the publisher of `key`.
 ///
-/// Waiting for a frame releases the GIL. Iterating yields frames until the publisher shuts
-/// down; `next(timeout)` returns None on timeout.
+/// Iterating (`for frame in sub`, `async for frame in sub`) yields frames until the publisher
+/// shuts down; an abnormal end (dropped by the publisher for a missed ACK, a publisher that
+/// crashed, a protocol error) raises `cuframes.Error` saying why, and `end_reason` names it.
+/// `next(timeout)` and `await anext(timeout)` return None after `timeout` seconds, and raise
+/// `cuframes.Error` (DISCONNECTED) at any end. Waiting releases the GIL; Ctrl-C interrupts it.
+///
+/// Parameters:
+///   key: the publisher's key.
+///   name: shown to operators (printable ASCII, at most 31 bytes).
+///   mode: "auto" (zero copy where the publisher's policy allows it: strict_wait, or with
+///     accept_zero_copy_overwrite; copies otherwise), "zero_copy" (the same, with a
+///     ZeroCopyRefusedWarning when frames are copied) or "copy".
+///   runtime_dir: the socket directory (default $CUFRAMES_RUNTIME_DIR, else /run/cuframes).
+///   wait_publisher: seconds to wait for a missing publisher (and its ring) to appear;
+///     0 fails at once.
+///   handshake_timeout: seconds the handshake with the publisher may take.
+///   read_timeout: iteration, and next()/anext() without a timeout, raise cuframes.Error
+///     (TIMEOUT) when nothing arrives for this many seconds; None or 0 waits forever.
+///   reconnect: seconds to wait for a restarted publisher of the key and go on with it
+///     (None: the stream ends when the publisher goes).
+///   spin: seconds to poll for a frame before each sleep (lower latency, a busy CPU
+///     meanwhile; 0 sleeps at once).
+///   accept_zero_copy_overwrite: allow zero copy under drop_oldest, although a held frame
+///     can then be rewritten.
+///   device: the GPU of a CUDA ring: -1 = the publisher's, found by its UUID; an explicit
+///     ordinal that is another GPU is refused.
+///   publisher_uid: accept only a publisher running as this uid (None: any uid at first,
+///     the same uid on every later connection).
+///   connect_timeout: deprecated name of handshake_timeout.
 ///
 /// After `os.fork()` (or multiprocessing's "fork" start method) the child inherits this
 /// object, but the subscription stays the parent's: in the child, `close()`, garbage
@@ -26,9 +65,14 @@ use crate::{duration, lock, to_py, until_disconnected, wait_in_slices};
 #[pyclass(module = "cuframes", frozen)]
 pub struct Subscriber {
     inner: Mutex<Option<CoreSubscriber>>,
-    closed: Arc<AtomicBool>,
+    /// A frame read for an `anext()` that is taken once its coroutine resumes, or read for one
+    /// whose task was cancelled meanwhile: the next read returns it first.
+    pending: Mutex<Option<CoreFrame>>,
+    reading: Reading,
     device: i32,
     key: String,
+    /// The mode asked for ("auto", "zero_copy", "copy").
+    mode: &'static str,
     /// Granted at the handshake, fixed for the subscription.
     zero_copy: bool,
     /// `to_rgb`'s kernel and buffer pool, made by the first conversion of a CUDA frame.
@@ -57,34 +101,49 @@ impl Subscriber {
                     released: false,
                     conversions: Vec::new(),
                 }),
-                subscriber_closed: self.closed.clone(),
+                subscriber_closed: self.reading.closed.clone(),
             }),
         }
     }
 
-    /// The next frame; Ok(None) on timeout. `end_ok`: DISCONNECTED is Ok(None) too.
-    fn next_impl(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Frame>> {
-        let f = wait_in_slices(py, timeout, |slice| {
-            lock(&self.inner)
-                .as_mut()
-                .map(|s| s.next_frame(Some(slice)))
-        })?;
-        Ok(f.map(|f| self.wrap(f)))
+    /// One read attempt: the pending frame first, else the ring's next within the slice.
+    fn attempt(&self) -> impl Attempt<CoreFrame> + '_ {
+        |slice| {
+            let mut inner = lock(&self.inner);
+            let sub = inner.as_mut()?;
+            if let Some(f) = lock(&self.pending).take() {
+                return Some(Ok(f));
+            }
+            Some(
+                sub.next_frame(Some(slice))
+                    .map_err(|e| ReadError::of(sub, e)),
+            )
+        }
     }
 
     fn close_impl(&self, py: Python<'_>) {
-        self.closed.store(true, Ordering::Release);
-        let sub = py.allow_threads(|| lock(&self.inner).take());
-        drop(sub);
+        self.reading.close();
+        let (sub, pending) =
+            py.allow_threads(|| (lock(&self.inner).take(), lock(&self.pending).take()));
+        // The pending frame first (it is released, ACKed), then the subscription.
+        py.allow_threads(move || {
+            drop(pending);
+            drop(sub);
+        });
     }
 }
 
 #[pymethods]
 impl Subscriber {
     #[new]
-    #[pyo3(signature = (key, name="python", mode="copy", runtime_dir=None, connect_timeout=5.0,
-                        accept_zero_copy_overwrite=false, device=-1, spin=0.0, reconnect=None,
-                        publisher_uid=None))]
+    #[pyo3(signature = (key, name="python", mode="auto", runtime_dir=None, *, wait_publisher=0.0,
+                        handshake_timeout=5.0, read_timeout=None, reconnect=None, spin=0.0,
+                        accept_zero_copy_overwrite=false, device=-1, publisher_uid=None,
+                        connect_timeout=None),
+           text_signature = "(key, name='python', mode='auto', runtime_dir=None, *, \
+                             wait_publisher=0.0, handshake_timeout=5.0, read_timeout=None, \
+                             reconnect=None, spin=0.0, accept_zero_copy_overwrite=False, \
+                             device=-1, publisher_uid=None, connect_timeout=None)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -92,54 +151,82 @@ impl Subscriber {
         name: &str,
         mode: &str,
         runtime_dir: Option<std::path::PathBuf>,
-        connect_timeout: f64,
+        wait_publisher: f64,
+        handshake_timeout: f64,
+        read_timeout: Option<f64>,
+        reconnect: Option<f64>,
+        spin: f64,
         accept_zero_copy_overwrite: bool,
         device: i32,
-        spin: f64,
-        reconnect: Option<f64>,
         publisher_uid: Option<u32>,
+        connect_timeout: Option<f64>,
     ) -> PyResult<Self> {
-        let mode = match mode {
-            "copy" => SubscriberMode::Copy,
-            "zero_copy" => SubscriberMode::ZeroCopy,
+        let (mode, core_mode) = match mode {
+            "auto" => ("auto", SubscriberMode::ZeroCopy),
+            "zero_copy" => ("zero_copy", SubscriberMode::ZeroCopy),
+            "copy" => ("copy", SubscriberMode::Copy),
             other => {
                 return Err(PyValueError::new_err(format!(
-                    "mode must be \"copy\" or \"zero_copy\", not {other:?}"
+                    "mode must be \"auto\", \"zero_copy\" or \"copy\", not {other:?}"
                 )))
             }
         };
-        let options = SubscriberOptions {
+        let timing = Timing::new(
+            py,
+            wait_publisher,
+            handshake_timeout,
+            connect_timeout,
+            reconnect,
+            spin,
+        )?;
+        let reading = Reading::new(read_timeout)?;
+        let mut options = SubscriberOptions {
             runtime_dir,
             name: name.to_string(),
             cuda_device: device,
-            mode,
+            // "auto" asks for zero copy as `-f cuframes` does: the core grants it where the
+            // publisher's policy allows it, and copies otherwise.
+            mode: core_mode,
             want_frames: true,
             want_packets: false,
-            connect_timeout: duration("connect_timeout", connect_timeout)?,
             accept_zero_copy_overwrite,
-            spin: duration("spin", spin)?,
-            reconnect: reconnect.map(|s| duration("reconnect", s)).transpose()?,
             publisher_uid,
             ..SubscriberOptions::default()
         };
-        let sub = py
-            .allow_threads(|| CoreSubscriber::connect(key, &options))
-            .map_err(to_py)?;
+        timing.apply(&mut options);
+        let (sub, ()) = connect_waiting(py, key, &options, timing.wait_publisher, |_| Ok(()))?;
+        let zero_copy = sub.is_zero_copy();
+        if mode == "zero_copy" && !zero_copy {
+            PyErr::warn(
+                py,
+                &py.get_type::<ZeroCopyRefusedWarning>(),
+                c"zero copy refused: the publisher's policy is drop_oldest, under which a held \
+                  frame can be rewritten (R12), so frames are copied; pass \
+                  accept_zero_copy_overwrite=True to take that risk, or mode=\"auto\" to copy \
+                  without this warning",
+                1,
+            )?;
+        }
         Ok(Subscriber {
-            zero_copy: sub.is_zero_copy(),
+            zero_copy,
             inner: Mutex::new(Some(sub)),
-            closed: Arc::new(AtomicBool::new(false)),
+            pending: Mutex::new(None),
+            reading,
             device,
             key: key.to_string(),
+            mode,
             rgb: Arc::new(Mutex::new(None)),
         })
     }
 
-    /// The next frame, waiting at most `timeout` seconds (None: until one comes); None on
-    /// timeout. At the end of the stream: `cuframes.Error` with code DISCONNECTED.
-    #[pyo3(signature = (timeout=None))]
+    /// The next frame, waiting at most `timeout` seconds; None when it runs out. Without a
+    /// timeout: waits read_timeout (then cuframes.Error TIMEOUT), or forever. At the end of
+    /// the stream, whatever the reason: cuframes.Error with code DISCONNECTED (the message
+    /// says why; `end_reason` names it).
+    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=None)")]
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Frame>> {
-        self.next_impl(py, timeout)
+        let f = self.reading.next(py, timeout, self.attempt())?;
+        Ok(f.map(|f| self.wrap(f)))
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
@@ -147,13 +234,62 @@ impl Subscriber {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Frame>> {
-        until_disconnected(py, self.next_impl(py, None))
+        let f = self.reading.iter_next(py, self.attempt())?;
+        Ok(f.map(|f| self.wrap(f)))
     }
 
-    /// True when frames come without a copy (zero_copy granted).
+    fn __aiter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// `async for`: the next frame, without blocking the event loop (the wait runs in the
+    /// loop's default executor); StopAsyncIteration at a clean end.
+    fn __anext__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        crate::reading::aio_next(slf.as_any(), None, true)
+    }
+
+    /// Awaitable: the next frame, or None after `timeout` seconds, as `next()` but without
+    /// blocking the event loop. A frame that arrives for a task cancelled meanwhile is kept
+    /// for the next read.
+    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=None)")]
+    fn anext<'py>(slf: &Bound<'py, Self>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+        crate::reading::aio_next(slf.as_any(), timeout, false)
+    }
+
+    /// For `cuframes._aio`: read the next frame into the pending slot.
+    #[pyo3(signature = (timeout, iterating, cancel))]
+    fn _wait_pending(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+        iterating: bool,
+        cancel: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let mut read = self.attempt();
+        let pending = &self.pending;
+        self.reading
+            .wait_pending(py, timeout, iterating, cancel, move |slice| {
+                let f = read(slice)?;
+                Some(f.map(|f| *lock(pending) = Some(f)))
+            })
+    }
+
+    /// For `cuframes._aio`: the pending frame (None if another reader took it).
+    fn _take_pending(&self, py: Python<'_>) -> Option<Frame> {
+        let f = py.allow_threads(|| lock(&self.pending).take());
+        f.map(|f| self.wrap(f))
+    }
+
+    /// True when frames come without a copy (zero copy granted).
     #[getter]
     fn zero_copy(&self) -> bool {
         self.zero_copy
+    }
+
+    /// The mode asked for: "auto", "zero_copy" or "copy" (`zero_copy` says what was granted).
+    #[getter]
+    fn mode(&self) -> &'static str {
+        self.mode
     }
 
     #[getter]
@@ -163,7 +299,26 @@ impl Subscriber {
 
     #[getter]
     fn closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        self.reading.is_closed()
+    }
+
+    /// Why the stream ended: None while it goes on; "shutdown" (the publisher shut down),
+    /// "kicked" (the publisher dropped this subscriber, e.g. for a missed ACK),
+    /// "publisher_lost" (the publisher went without a shutdown, and did not come back within
+    /// `reconnect`), "protocol_error", or "closed" (closed by this process).
+    #[getter]
+    fn end_reason(&self) -> Option<&'static str> {
+        self.reading.end_reason()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "<cuframes.Subscriber key={} mode='{}' zero_copy={} {}>",
+            crate::reading::py_repr(py, &self.key)?,
+            self.mode,
+            if self.zero_copy { "True" } else { "False" },
+            self.reading.state()
+        ))
     }
 
     /// Unsubscribe. Frames still held can no longer be exported (exports already made stay
@@ -185,6 +340,8 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        self.closed.store(true, Ordering::Release);
+        self.reading
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 }

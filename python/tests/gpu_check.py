@@ -75,7 +75,7 @@ def ffmpeg_zero_copy(ffmpeg, sample):
     sub = None
     for _ in range(300):
         try:
-            sub = cuframes.Subscriber(key, mode="zero_copy", connect_timeout=0.1)
+            sub = cuframes.Subscriber(key, mode="zero_copy", handshake_timeout=0.1)
             break
         except cuframes.Error:
             time.sleep(0.1)

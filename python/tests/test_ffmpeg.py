@@ -4,7 +4,6 @@ FFmpeg's own raw output of the same chain. Skipped without build/ffmpeg/bin/ffmp
 import os
 import pathlib
 import subprocess
-import threading
 
 import numpy as np
 import pytest
@@ -28,14 +27,8 @@ def test_ffmpeg_filter_to_python(runtime_dir, key):
          ":wait_subscribers=1:wait_timeout=10", "-f", "null", "-"],
         env=dict(os.environ, CUFRAMES_RUNTIME_DIR=runtime_dir),
     )
-    sub = None
-    for _ in range(100):
-        try:
-            sub = cuframes.Subscriber(key, mode="zero_copy", connect_timeout=0.1)
-            break
-        except cuframes.Error:
-            threading.Event().wait(0.05)
-    assert sub is not None, "could not connect to FFmpeg"
+    # FFmpeg creates the ring when its first frame is decoded: wait for it.
+    sub = cuframes.Subscriber(key, mode="zero_copy", wait_publisher=10)
     got = []
     with sub:
         for f in sub:

@@ -62,11 +62,11 @@ def test_packet_bad_inputs(runtime_dir, key):
     with pytest.raises(ValueError):
         cuframes.PacketPublisher(key, codec="mpeg2")
     with pytest.raises(cuframes.Error) as e:
-        cuframes.PacketSubscriber(key, connect_timeout=0.2)
+        cuframes.PacketSubscriber(key, handshake_timeout=0.2)
     assert e.value.name == "CUFRAMES_ERR_NOT_FOUND"
     with cuframes.PacketPublisher(key, codec="av1") as pub:
         with pytest.raises(TypeError):
             pub.publish(12345)
         # A frame subscriber on a packet-only publisher: refused with a cuframes error.
         with pytest.raises(cuframes.Error):
-            cuframes.Subscriber(key, connect_timeout=1)
+            cuframes.Subscriber(key, handshake_timeout=1)
