@@ -2,10 +2,10 @@
 //! export is gone) lives here.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use cuframes_core::cuda::{Event, Stream};
-use cuframes_core::subscriber::Frame as CoreFrame;
+use cuframes_core::subscriber::{Frame as CoreFrame, PrivateView};
 use cuframes_core::wire::MemoryKind;
 use cuframes_core::ErrorCode;
 use pyo3::prelude::*;
@@ -30,7 +30,20 @@ pub(crate) struct FrameState {
     /// Events behind the `to_rgb` conversions queued from this frame: the release waits for
     /// them (they may run on a stream the release is not told about).
     pub(crate) conversions: Vec<Arc<Event>>,
+    /// The private views the exports of a zero-copy host frame point into, one per plane,
+    /// shared by all of them ([`FrameState::private_view`]).
+    pub(crate) views: ViewCache,
 }
+
+/// A zero-copy host frame's private views, by the range of the slot they map (a plane's).
+///
+/// Each export of a plane used to map a view of its own: a process that exported one plane
+/// 65,000 times ran out of mappings (vm.max_map_count), and then NumPy, thread starts and
+/// everything else that maps memory failed. The cache holds the views weakly: a view is
+/// unmapped when the last export using it is gone, which is before its frame is released
+/// (an export's view drops before its guard, see `plane::Pinned`).
+#[derive(Default)]
+pub(crate) struct ViewCache(Vec<(usize, usize, Weak<PrivateView>)>);
 
 /// What releasing a frame needs once nothing exports it any more.
 pub(crate) struct Releasable {
@@ -134,6 +147,33 @@ impl Drop for ExportGuard {
 }
 
 impl FrameState {
+    /// The private view of `len` bytes of the frame's slot from `offset`, shared with the
+    /// live exports of the same range: mapped only when none of them is left. `None` for a
+    /// frame without private views (COPY, CUDA), as `CoreFrame::private_host_view`, or once
+    /// released.
+    pub(crate) fn private_view(
+        &mut self,
+        offset: usize,
+        len: usize,
+    ) -> Option<cuframes_core::Result<Arc<PrivateView>>> {
+        let ViewCache(views) = &mut self.views;
+        // Forget the views whose exports are all gone (unmapped already).
+        views.retain(|(_, _, v)| v.strong_count() > 0);
+        if let Some(view) = views
+            .iter()
+            .find(|(o, l, _)| (*o, *l) == (offset, len))
+            .and_then(|(_, _, v)| v.upgrade())
+        {
+            return Some(Ok(view));
+        }
+        let view = match self.frame.as_ref()?.private_host_view(offset, len)? {
+            Ok(view) => Arc::new(view),
+            Err(e) => return Some(Err(e)),
+        };
+        views.push((offset, len, Arc::downgrade(&view)));
+        Some(Ok(view))
+    }
+
     fn take(&mut self) -> Option<Releasable> {
         Some(Releasable {
             frame: self.frame.take()?,

@@ -1,7 +1,7 @@
 //! `Plane`: one plane of a frame, exported by DLPack and the array interfaces.
 
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use cuframes_core::wire::MemoryKind;
 use cuframes_core::ErrorCode;
@@ -22,6 +22,12 @@ use cuframes_core::subscriber::PrivateView;
 /// The plane keeps its frame alive: a frame is handed back to the publisher only when the
 /// plane objects whose `__array_interface__` / `__cuda_array_interface__` were read (NumPy and
 /// CuPy keep them as their arrays' base) and every imported DLPack capsule are gone.
+///
+/// A zero-copy host plane is exported through a private copy-on-write view of its slot,
+/// shared by all the plane's live exports (one mapping, however many exports). A consumer
+/// that writes through a read-only export (a legacy DLPack import, torch) changes only this
+/// process's pages: the slot, the publisher and the other subscribers never see the write,
+/// but the plane's other exports alive at the time do.
 #[pyclass(module = "cuframes", frozen)]
 pub struct Plane {
     pub(crate) frame: Py<Frame>,
@@ -51,7 +57,8 @@ pub struct Plane {
 /// plane, the private view the export points into (unmapped first: fields drop in order).
 pub(crate) struct Pinned {
     address: u64,
-    _view: Option<PrivateView>,
+    /// Shared with the plane's other live exports (`FrameState::private_view`).
+    _view: Option<Arc<PrivateView>>,
     _guard: ExportGuard,
 }
 
@@ -89,16 +96,20 @@ impl Plane {
     /// DLPack capsule has no read-only flag; torch ignores the versioned one). A write would
     /// kill the process there; in the view it lands in this process's own pages, and no
     /// export lets a subscriber change what the others read. Nothing is copied until then.
+    /// The plane's live exports share one view: a mapping per export ran the process out of
+    /// mappings.
     fn pinned(&self, guard: ExportGuard) -> PyResult<Pinned> {
         let (address, view) = {
-            let s = lock(&guard.0.state);
-            let f = s.frame.as_ref().expect("an export guard keeps the frame");
-            match f.private_host_view(self.offset, self.extent()) {
+            let mut s = lock(&guard.0.state);
+            match s.private_view(self.offset, self.extent()) {
                 Some(view) => {
                     let view = view.map_err(to_py)?;
                     (view.as_ptr() as u64, Some(view))
                 }
-                None => (f.address() + self.offset as u64, None),
+                None => {
+                    let f = s.frame.as_ref().expect("an export guard keeps the frame");
+                    (f.address() + self.offset as u64, None)
+                }
             }
         };
         Ok(Pinned {

@@ -7,6 +7,7 @@ consumer that writes where it was told not to) lands in the writer's own pages. 
 reaches what other subscribers read, and never faults on the read-only shared mapping.
 """
 
+import ctypes
 import gc
 import os
 import subprocess
@@ -190,8 +191,9 @@ _WRITER = textwrap.dedent(
         else:
             seen = write_through(fa.plane(0), versioned=(kind == "versioned"))
         assert seen == b"\\xee" * 8, seen  # the writer sees its own write
-        # Nobody else does: the other subscriber, the writer's other exports, the publisher's
-        # next reader of the slot.
+        # Nobody else does: the other subscriber, the writer's later exports (the written
+        # export is gone, and its view with it: live exports of a plane share one), the
+        # publisher's next reader of the slot.
         np.testing.assert_array_equal(np.asarray(fb.plane(0)), y)
         np.testing.assert_array_equal(np.from_dlpack(fb.plane(0)), y)
         np.testing.assert_array_equal(np.asarray(fa.plane(0)), y)
@@ -218,3 +220,73 @@ def test_writes_through_an_export_stay_private(runtime_dir, key, kind):
         f"writer exited with {r.returncode} (-11: SIGSEGV)\n{r.stdout}\n{r.stderr}"
     )
     assert f"PASS {kind}" in r.stdout
+
+
+def _maps():
+    with open("/proc/self/maps") as m:
+        return sum(1 for _ in m)
+
+
+def test_exports_of_a_plane_share_one_private_view(runtime_dir, key):
+    """Issue 30 F8: every export of a zero-copy host plane mapped a view of its own; 65,000
+    capsules of one frame exhausted vm.max_map_count, and then NumPy allocations and thread
+    starts failed in the whole process. The live exports of a plane share one view now."""
+    with cuframes.Publisher(
+        key, format="nv12", width=W, height=H, policy="strict_wait", ring_size=1, ack_timeout=10
+    ) as pub:
+        with cuframes.Subscriber(key, mode="zero_copy") as sub:
+            y, uv = nv12(3)
+            pub.publish([y, uv])
+            f = sub.next(timeout=5)
+            views, maps = _private_views(), _maps()
+            caps = []
+            for i in range(10_000):
+                if i % 3 == 0:
+                    caps.append(f.plane(0).__dlpack__(max_version=(1, 0)))
+                elif i % 3 == 1:
+                    caps.append(f.plane(0).__dlpack__())
+                else:
+                    caps.append(np.asarray(f.plane(0)))
+            # One view for the plane, whatever the kind of export; a second plane has its own.
+            assert _private_views() == views + 1
+            uv_a, uv_b = np.from_dlpack(f.plane(1)), np.asarray(f.plane(1))
+            assert _private_views() == views + 2
+            # A couple of mappings, not 10,000 (slack for the allocator's own arenas).
+            assert _maps() - maps < 50, (_maps(), maps)
+            np.testing.assert_array_equal(caps[2].reshape(y.shape), y)
+            np.testing.assert_array_equal(np.from_dlpack(f.plane(0)).reshape(y.shape), y)
+            np.testing.assert_array_equal(uv_a.reshape(uv.shape), uv)
+            np.testing.assert_array_equal(uv_b.reshape(uv.shape), uv)
+            # The exports of a plane share their view, writes included (all this process's
+            # own); the slot, which the publisher and the other subscribers read, never sees
+            # them. (A consumer writing through a read-only export, as torch does.)
+            ctypes.memset(caps[2].ctypes.data, 0xEE, 4)
+            assert np.from_dlpack(f.plane(0)).reshape(-1)[:4].tobytes() == b"\xee" * 4
+            assert f.plane(0).tobytes() == y.tobytes()
+            ctypes.memmove(caps[2].ctypes.data, y.tobytes(), 4)
+            # The view lives as long as any export of it: the last one unmaps it.
+            del uv_a
+            assert _private_views() == views + 2
+            del uv_b
+            assert _private_views() == views + 1
+            f.release()
+            caps[:] = [caps[2]]  # one NumPy array of the 10,000 exports
+            gc.collect()
+            assert _private_views() == views + 1
+            # ... and still holds the frame (one slot, strict_wait: the next publish waits).
+            done = threading.Event()
+            t = threading.Thread(target=lambda: (pub.publish(nv12(4)), done.set()))
+            t.start()
+            try:
+                waited = not done.wait(0.5)
+                np.testing.assert_array_equal(caps[0].reshape(y.shape), y)
+                caps.clear()
+                gc.collect()
+                published = done.wait(10)
+            finally:
+                caps.clear()
+                t.join(15)
+            assert (waited, published, _private_views()) == (True, True, views)
+            with sub.next(timeout=5) as g:
+                np.testing.assert_array_equal(np.asarray(g.plane(0)), nv12(4)[0])
+            assert _private_views() == views

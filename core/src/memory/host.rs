@@ -95,19 +95,35 @@ impl SlotStore for HostSlots {
     }
 }
 
-/// The subscriber's view of host slots: read-only mappings, and the descriptors for
-/// [`PrivateView`]s of them.
+/// The subscriber's view of host slots: read-only mappings and, for a zero-copy subscription,
+/// the descriptors for [`PrivateView`]s of them.
 pub struct HostImport {
     maps: Vec<Mapping>,
+    /// Empty unless the import was asked to keep them ([`SlotFds::KeepForPrivateViews`]).
     fds: Vec<OwnedFd>,
     size: usize,
+}
+
+/// What an import does with the slot descriptors once every slot is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotFds {
+    /// Close them (protocol §3.7 step 4): the mappings stay valid without them. A COPY
+    /// subscription reads the slots through its mappings only; keeping one descriptor per
+    /// slot would cost every subscriber `ring_size` fds, and a process of many subscribers
+    /// would run out of them.
+    Close,
+    /// Keep them: a zero-copy subscription hands its frames' planes out through
+    /// [`PrivateView`]s, which map the slot's memfd again.
+    KeepForPrivateViews,
 }
 
 impl HostImport {
     /// Map every descriptor, after checking that the announced size is what the frame needs
     /// ([`SlotSize::checked`], before anything is mapped) and that each is a sealed memfd of
-    /// at least that size (a smaller one would fault, SIGBUS, where it ends).
-    pub fn import(fds: Vec<OwnedFd>, size: SlotSize) -> Result<HostImport> {
+    /// at least that size (a smaller one would fault, SIGBUS, where it ends). With
+    /// [`SlotFds::Close`] the descriptors are closed once mapped, and [`SlotImport::private_view`]
+    /// is `None`.
+    pub fn import(fds: Vec<OwnedFd>, size: SlotSize, keep: SlotFds) -> Result<HostImport> {
         let size = size.checked(page_size())?;
         let mut maps = Vec::with_capacity(fds.len());
         let received = fds;
@@ -138,7 +154,9 @@ impl HostImport {
             // above means they stay there).
             map.populate()?;
             maps.push(map);
-            fds.push(fd);
+            if keep == SlotFds::KeepForPrivateViews {
+                fds.push(fd);
+            }
         }
         Ok(HostImport { maps, fds, size })
     }
@@ -322,6 +340,7 @@ mod tests {
                 granularity: slots.granularity(),
                 frame_size: 3 * 4096 + 100,
             },
+            SlotFds::KeepForPrivateViews,
         )
         .unwrap();
         // Not page-aligned, across pages: a chroma plane's place.
@@ -358,6 +377,56 @@ mod tests {
         assert!(import.private_view(2, 0, 1).is_none(), "no slot 2");
     }
 
+    /// Descriptors of this process open on the same file as `fd` (itself included), found by
+    /// device and inode: other tests running meanwhile open and close fds of their own, and
+    /// every slot memfd has the same name.
+    fn open_on_same_file(fd: std::os::fd::BorrowedFd<'_>) -> usize {
+        let me = nix::sys::stat::fstat(fd).unwrap();
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::metadata(e.ok()?.path()).ok())
+            .filter(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.dev() == me.st_dev as u64 && m.ino() == me.st_ino as u64
+            })
+            .count()
+    }
+
+    /// Issue 30 F7: every import kept one memfd per slot (for private views), COPY
+    /// subscriptions too, against §3.7 step 4: ten subscribers of a 16-slot ring held 190
+    /// fds. Only an import for a zero-copy subscription keeps them now.
+    #[test]
+    fn only_imports_for_private_views_keep_the_slot_descriptors() {
+        let slots = HostSlots::create(16, 10_000).unwrap();
+        let size = SlotSize {
+            announced: slots.mapped_size() as u64,
+            granularity: slots.granularity(),
+            frame_size: 10_000,
+        };
+        // Descriptors of each slot open beside the publisher's own.
+        let held = || -> Vec<usize> {
+            (0..16)
+                .map(|i| open_on_same_file(slots.fds[i].as_fd()) - 1)
+                .collect()
+        };
+        let copy = HostImport::import(slots.export_fds().unwrap(), size, SlotFds::Close).unwrap();
+        // Only the publisher's own descriptor of each slot is open; the mappings stay readable.
+        assert_eq!(held(), vec![0; 16], "a COPY import kept slot fds");
+        assert!(copy.private_view(3, 0, 10).is_none());
+        // SAFETY: slot 15's read-only mapping is mapped_size >= 1 bytes long.
+        assert_eq!(unsafe { *(copy.slot_address(15) as *const u8) }, 0);
+        let zero_copy = HostImport::import(
+            slots.export_fds().unwrap(),
+            size,
+            SlotFds::KeepForPrivateViews,
+        )
+        .unwrap();
+        assert_eq!(held(), vec![1; 16]);
+        assert!(zero_copy.private_view(3, 0, 10).unwrap().is_ok());
+        drop(zero_copy);
+        assert_eq!(held(), vec![0; 16]);
+    }
+
     /// Latency: the first frames written into (and read from) a fresh ring used to pay a page
     /// fault per 4 KiB on each side (~3000 for a 1080p NV12 frame); every slot page is now
     /// resident in the publisher at create and in a subscriber at import.
@@ -384,6 +453,7 @@ mod tests {
                 granularity: slots.granularity(),
                 frame_size: 1920 * 1080 * 3 / 2,
             },
+            SlotFds::Close,
         )
         .unwrap();
         for i in 0..3 {

@@ -95,7 +95,8 @@ pub trait SlotImport: Send + Sync {
     fn mapped_size(&self) -> usize;
     fn slot_address(&self, index: usize) -> u64;
     /// A private copy-on-write view of `len` bytes of host slot `index` from `offset`
-    /// ([`host::PrivateView`]); None for CUDA slots.
+    /// ([`host::PrivateView`]); None for CUDA slots, and for host slots imported for a COPY
+    /// subscription (their descriptors are closed, [`host::SlotFds`]).
     fn private_view(
         &self,
         index: usize,

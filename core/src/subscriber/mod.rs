@@ -23,7 +23,7 @@ use crate::format::FrameLayout;
 use crate::frames::ack_page::AckPage;
 use crate::frames::layout::FrameShm;
 use crate::frames::reader::{FrameReader, RingView};
-use crate::memory::host::HostImport;
+use crate::memory::host::{HostImport, SlotFds};
 use crate::memory::{SlotImport, SlotSize};
 use crate::packet::reader::PacketLimits;
 use crate::packet::{PacketInfo, PacketReaderStats, PacketRingReader};
@@ -284,8 +284,20 @@ impl Subscriber {
                     granularity: vmm.vmm_granularity,
                     frame_size: layout.frame_size,
                 };
+                let policy = shm
+                    .policy()
+                    .ok_or_else(|| Error::protocol("frame SHM has an unknown policy"))?;
+                let zero_copy = options.mode == SubscriberMode::ZeroCopy
+                    && (policy == Policy::StrictWait || options.accept_zero_copy_overwrite);
+                // Only a zero-copy host subscription maps the slots again (its planes'
+                // private views); every other import closes the descriptors (§3.7 step 4).
+                let keep = if zero_copy {
+                    SlotFds::KeepForPrivateViews
+                } else {
+                    SlotFds::Close
+                };
                 let slots: Box<dyn SlotImport> = match MemoryKind::from_u32(vmm.memory_kind) {
-                    Some(MemoryKind::HostMemfd) => Box::new(HostImport::import(fds, size)?),
+                    Some(MemoryKind::HostMemfd) => Box::new(HostImport::import(fds, size, keep)?),
                     Some(MemoryKind::CudaVmm) => crate::memory::import_cuda_slots(
                         est.cuda_device.unwrap_or(options.cuda_device.max(0)),
                         fds,
@@ -301,11 +313,6 @@ impl Subscriber {
                         ))
                     }
                 };
-                let policy = shm
-                    .policy()
-                    .ok_or_else(|| Error::protocol("frame SHM has an unknown policy"))?;
-                let zero_copy = options.mode == SubscriberMode::ZeroCopy
-                    && (policy == Policy::StrictWait || options.accept_zero_copy_overwrite);
                 let ring = Arc::new(RingView::new(
                     shm,
                     shm_fd,
