@@ -66,7 +66,16 @@ impl PacketSubscriber {
     /// One read attempt: the pending packet first, else the ring's next within the slice.
     fn attempt(&self) -> impl Attempt<Read> + '_ {
         |slice| {
+            // Closed: no new turn at `inner`, which `close()` is waiting for.
+            if self.reading.is_closed() {
+                return None;
+            }
             let mut inner = lock(&self.inner);
+            // Closed while this reader queued for `inner`: hand it on to `close()` at once,
+            // rather than after another slice.
+            if self.reading.is_closed() {
+                return None;
+            }
             let (sub, buf) = inner.as_mut()?;
             if let Some(p) = lock(&self.pending).take() {
                 return Some(Ok(p));
@@ -88,8 +97,42 @@ impl PacketSubscriber {
         }
     }
 
+    /// One read attempt of `anext()` into the pending slot: Ok when a packet is pending,
+    /// the one there already (read for a cancelled task, or by a concurrent wait) or one read
+    /// now. The slot is filled only while `inner` is held, so nothing else fills it between
+    /// the look and the store, and a pending packet is never overwritten (lost).
+    fn attempt_pending(&self) -> impl Attempt<()> + '_ {
+        |slice| {
+            if self.reading.is_closed() {
+                return None;
+            }
+            let mut inner = lock(&self.inner);
+            // Closed while this reader queued for `inner`: hand it on to `close()` at once,
+            // rather than after another slice.
+            if self.reading.is_closed() {
+                return None;
+            }
+            let (sub, buf) = inner.as_mut()?;
+            if lock(&self.pending).is_some() {
+                return Some(Ok(()));
+            }
+            Some(match sub.next_packet(Some(slice), buf) {
+                Ok(info) => {
+                    *lock(&self.pending) = Some((info, buf.clone()));
+                    Ok(())
+                }
+                Err(e) => Err(ReadError::of(sub, e)),
+            })
+        }
+    }
+
     fn close_impl(&self, py: Python<'_>) {
         self.reading.close();
+        // In a forked child the subscription is the parent's, and `inner` may be held by a
+        // parent thread that does not exist here: leave both alone (`Drop` forgets them).
+        if self.reading.forked() {
+            return;
+        }
         let s = py.allow_threads(|| {
             lock(&self.pending).take();
             lock(&self.inner).take()
@@ -178,6 +221,7 @@ impl PacketSubscriber {
     /// says why; `end_reason` names it).
     #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=None)")]
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Packet>> {
+        self.reading.check_owner("PacketSubscriber")?;
         let p = self.reading.next(py, timeout, self.attempt())?;
         Ok(p.map(|p| Self::packet(py, p)))
     }
@@ -187,6 +231,7 @@ impl PacketSubscriber {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Packet>> {
+        self.reading.check_owner("PacketSubscriber")?;
         let p = self.reading.iter_next(py, self.attempt())?;
         Ok(p.map(|p| Self::packet(py, p)))
     }
@@ -195,8 +240,8 @@ impl PacketSubscriber {
         slf
     }
 
-    /// `async for`: the next packet, without blocking the event loop (the wait runs in the
-    /// loop's default executor); StopAsyncIteration at a clean end.
+    /// `async for`: the next packet, without blocking the event loop (the wait runs on a
+    /// thread of cuframes' own); StopAsyncIteration at a clean end.
     fn __anext__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         crate::reading::aio_next(slf.as_any(), None, true)
     }
@@ -218,19 +263,16 @@ impl PacketSubscriber {
         iterating: bool,
         cancel: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        let mut read = self.attempt();
-        let pending = &self.pending;
+        self.reading.check_owner("PacketSubscriber")?;
         self.reading
-            .wait_pending(py, timeout, iterating, cancel, move |slice| {
-                let p = read(slice)?;
-                Some(p.map(|p| *lock(pending) = Some(p)))
-            })
+            .wait_pending(py, timeout, iterating, cancel, self.attempt_pending())
     }
 
     /// For `cuframes._aio`: the pending packet (None if another reader took it).
-    fn _take_pending(&self, py: Python<'_>) -> Option<Packet> {
+    fn _take_pending(&self, py: Python<'_>) -> PyResult<Option<Packet>> {
+        self.reading.check_owner("PacketSubscriber")?;
         let p = py.allow_threads(|| lock(&self.pending).take());
-        p.map(|p| Self::packet(py, p))
+        Ok(p.map(|p| Self::packet(py, p)))
     }
 
     #[getter]
@@ -280,5 +322,13 @@ impl Drop for PacketSubscriber {
         self.reading
             .closed
             .store(true, std::sync::atomic::Ordering::Release);
+        if self.reading.forked() {
+            // The parent's subscription, caught at the fork maybe half-way through a read of
+            // a parent thread: forgotten, never torn down here (the exit closes what it holds).
+            let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+            std::mem::forget(inner.take());
+            let pending = self.pending.get_mut().unwrap_or_else(|p| p.into_inner());
+            std::mem::forget(pending.take());
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! awaiting task was cancelled (kept for the next read, never lost).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,9 @@ pub(crate) struct Reading {
     end: Mutex<Option<&'static str>>,
     /// Shared with the frames (an export of a frame of a closed subscriber is refused).
     pub closed: Arc<AtomicBool>,
+    /// The process that connected: a child forked from it inherits the object, but not the
+    /// subscription (nor the threads that may hold its locks at the fork).
+    owner: u32,
 }
 
 impl Reading {
@@ -78,7 +82,30 @@ impl Reading {
             read_timeout,
             end: Mutex::new(None),
             closed: Arc::new(AtomicBool::new(false)),
+            owner: std::process::id(),
         })
+    }
+
+    /// True in a child forked from the process that connected: the subscription is the
+    /// parent's, and its locks may be held by a parent thread that does not exist here, so
+    /// the child must neither read nor take them.
+    pub fn forked(&self) -> bool {
+        std::process::id() != self.owner
+    }
+
+    /// Refuses a read in a forked child (see `forked`).
+    pub fn check_owner(&self, what: &str) -> PyResult<()> {
+        if !self.forked() {
+            return Ok(());
+        }
+        Err(error(
+            ErrorCode::Disconnected,
+            format!(
+                "this {what} was inherited through fork() from process {}: the subscription \
+                 stays the parent's; connect a new {what} in this process",
+                self.owner
+            ),
+        ))
     }
 
     pub fn end_reason(&self) -> Option<&'static str> {
@@ -308,22 +335,19 @@ pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: f64 = 5.0;
 
 /// Connect, retrying while the publisher is missing (no socket, a stale one, no ring yet) for
 /// up to `wait`, then fail with the last attempt's error; `then` runs on the connected
-/// subscriber. Attempts and pauses run without the GIL; signals are looked at between them.
-pub(crate) fn connect_waiting<X: Send>(
+/// subscriber. Attempts and pauses run without the GIL; signals are looked at between them,
+/// and every `WAIT_SLICE` during an attempt.
+pub(crate) fn connect_waiting<X: Send + 'static>(
     py: Python<'_>,
     key: &str,
     options: &SubscriberOptions,
     wait: Duration,
-    then: impl Fn(&mut CoreSubscriber) -> cuframes_core::Result<X> + Send + Sync,
+    then: impl Fn(&mut CoreSubscriber) -> cuframes_core::Result<X> + Send + Sync + 'static,
 ) -> PyResult<(CoreSubscriber, X)> {
     let deadline = Instant::now() + wait;
+    let then = Arc::new(then);
     loop {
-        let got = py.allow_threads(|| {
-            let mut s = CoreSubscriber::connect(key, options)?;
-            let x = then(&mut s)?;
-            Ok::<_, cuframes_core::Error>((s, x))
-        });
-        let e = match got {
+        let e = match connect_once(py, key, options, then.clone())? {
             Ok(connected) => return Ok(connected),
             Err(e) => e,
         };
@@ -342,8 +366,55 @@ pub(crate) fn connect_waiting<X: Send>(
     }
 }
 
-/// `anext()` / `__anext__` of a subscriber: the coroutine of `cuframes._aio`, which waits in
-/// the event loop's default executor (`_wait_pending`) and takes the item once it resumes.
+/// One connection attempt. It runs on a thread of its own, waited for in slices, because a
+/// handshake with a publisher that never answers lasts the whole handshake timeout and Ctrl-C
+/// must not wait that long: after an interrupt the attempt is left to finish there, and a
+/// subscriber it still makes is dropped there (which unsubscribes it).
+fn connect_once<X: Send + 'static>(
+    py: Python<'_>,
+    key: &str,
+    options: &SubscriberOptions,
+    then: Arc<impl Fn(&mut CoreSubscriber) -> cuframes_core::Result<X> + Send + Sync + 'static>,
+) -> PyResult<cuframes_core::Result<(CoreSubscriber, X)>> {
+    // Room for the one result, so that the attempt's thread never blocks on a caller that
+    // is gone.
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let key = key.to_owned();
+    let options = options.clone();
+    std::thread::Builder::new()
+        .name(String::from("cuframes-connect"))
+        .spawn(move || {
+            let got = CoreSubscriber::connect(&key, &options).and_then(|mut s| {
+                let x = then(&mut s)?;
+                Ok((s, x))
+            });
+            // Refused when the caller was interrupted: the result is dropped here then.
+            let _ = tx.send(got);
+        })
+        .map_err(|e| {
+            error(
+                ErrorCode::Io,
+                format!("cannot start a thread to connect: {e}"),
+            )
+        })?;
+    let mut rx = rx;
+    loop {
+        // The receiver goes into the wait and comes back (it is Send, not Sync).
+        let (waited, back) = py.allow_threads(move || (rx.recv_timeout(WAIT_SLICE), rx));
+        rx = back;
+        match waited {
+            Ok(got) => return Ok(got),
+            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Disconnected) => return Err(error(
+                ErrorCode::Io,
+                "the connection attempt failed unexpectedly (its thread ended without a result)",
+            )),
+        }
+    }
+}
+
+/// `anext()` / `__anext__` of a subscriber: the coroutine of `cuframes._aio`, which waits on
+/// a thread of cuframes' own (`_wait_pending`) and takes the item once it resumes.
 pub(crate) fn aio_next<'py>(
     sub: &Bound<'py, PyAny>,
     timeout: Option<f64>,

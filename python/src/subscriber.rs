@@ -100,6 +100,7 @@ impl Subscriber {
                     exports: 0,
                     released: false,
                     conversions: Vec::new(),
+                    views: Default::default(),
                 }),
                 subscriber_closed: self.reading.closed.clone(),
             }),
@@ -109,7 +110,16 @@ impl Subscriber {
     /// One read attempt: the pending frame first, else the ring's next within the slice.
     fn attempt(&self) -> impl Attempt<CoreFrame> + '_ {
         |slice| {
+            // Closed: no new turn at `inner`, which `close()` is waiting for.
+            if self.reading.is_closed() {
+                return None;
+            }
             let mut inner = lock(&self.inner);
+            // Closed while this reader queued for `inner`: hand it on to `close()` at once,
+            // rather than after another slice.
+            if self.reading.is_closed() {
+                return None;
+            }
             let sub = inner.as_mut()?;
             if let Some(f) = lock(&self.pending).take() {
                 return Some(Ok(f));
@@ -121,8 +131,43 @@ impl Subscriber {
         }
     }
 
+    /// One read attempt of `anext()` into the pending slot: Ok when a frame is pending,
+    /// the one there already (read for a cancelled task, or by a concurrent wait) or one read
+    /// now. The slot is filled only while `inner` is held, so nothing else fills it between
+    /// the look and the store, and a pending frame is never overwritten (which would drop it).
+    fn attempt_pending(&self) -> impl Attempt<()> + '_ {
+        |slice| {
+            if self.reading.is_closed() {
+                return None;
+            }
+            let mut inner = lock(&self.inner);
+            // Closed while this reader queued for `inner`: hand it on to `close()` at once,
+            // rather than after another slice.
+            if self.reading.is_closed() {
+                return None;
+            }
+            let sub = inner.as_mut()?;
+            if lock(&self.pending).is_some() {
+                return Some(Ok(()));
+            }
+            let f = sub.next_frame(Some(slice));
+            Some(match f {
+                Ok(f) => {
+                    *lock(&self.pending) = Some(f);
+                    Ok(())
+                }
+                Err(e) => Err(ReadError::of(sub, e)),
+            })
+        }
+    }
+
     fn close_impl(&self, py: Python<'_>) {
         self.reading.close();
+        // In a forked child the subscription is the parent's, and `inner` may be held by a
+        // parent thread that does not exist here: leave both alone (`Drop` forgets them).
+        if self.reading.forked() {
+            return;
+        }
         let (sub, pending) =
             py.allow_threads(|| (lock(&self.inner).take(), lock(&self.pending).take()));
         // The pending frame first (it is released, ACKed), then the subscription.
@@ -201,7 +246,7 @@ impl Subscriber {
                 py,
                 &py.get_type::<ZeroCopyRefusedWarning>(),
                 c"zero copy refused: the publisher's policy is drop_oldest, under which a held \
-                  frame can be rewritten (R12), so frames are copied; pass \
+                  frame can be rewritten, so frames are copied; pass \
                   accept_zero_copy_overwrite=True to take that risk, or mode=\"auto\" to copy \
                   without this warning",
                 1,
@@ -225,6 +270,7 @@ impl Subscriber {
     /// says why; `end_reason` names it).
     #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=None)")]
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Frame>> {
+        self.reading.check_owner("Subscriber")?;
         let f = self.reading.next(py, timeout, self.attempt())?;
         Ok(f.map(|f| self.wrap(f)))
     }
@@ -234,6 +280,7 @@ impl Subscriber {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Frame>> {
+        self.reading.check_owner("Subscriber")?;
         let f = self.reading.iter_next(py, self.attempt())?;
         Ok(f.map(|f| self.wrap(f)))
     }
@@ -242,8 +289,8 @@ impl Subscriber {
         slf
     }
 
-    /// `async for`: the next frame, without blocking the event loop (the wait runs in the
-    /// loop's default executor); StopAsyncIteration at a clean end.
+    /// `async for`: the next frame, without blocking the event loop (the wait runs on a
+    /// thread of cuframes' own); StopAsyncIteration at a clean end.
     fn __anext__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         crate::reading::aio_next(slf.as_any(), None, true)
     }
@@ -265,19 +312,16 @@ impl Subscriber {
         iterating: bool,
         cancel: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        let mut read = self.attempt();
-        let pending = &self.pending;
+        self.reading.check_owner("Subscriber")?;
         self.reading
-            .wait_pending(py, timeout, iterating, cancel, move |slice| {
-                let f = read(slice)?;
-                Some(f.map(|f| *lock(pending) = Some(f)))
-            })
+            .wait_pending(py, timeout, iterating, cancel, self.attempt_pending())
     }
 
     /// For `cuframes._aio`: the pending frame (None if another reader took it).
-    fn _take_pending(&self, py: Python<'_>) -> Option<Frame> {
+    fn _take_pending(&self, py: Python<'_>) -> PyResult<Option<Frame>> {
+        self.reading.check_owner("Subscriber")?;
         let f = py.allow_threads(|| lock(&self.pending).take());
-        f.map(|f| self.wrap(f))
+        Ok(f.map(|f| self.wrap(f)))
     }
 
     /// True when frames come without a copy (zero copy granted).
@@ -343,5 +387,13 @@ impl Drop for Subscriber {
         self.reading
             .closed
             .store(true, std::sync::atomic::Ordering::Release);
+        if self.reading.forked() {
+            // The parent's subscription, caught at the fork maybe half-way through a read of
+            // a parent thread: forgotten, never torn down here (the exit closes what it holds).
+            let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+            std::mem::forget(inner.take());
+            let pending = self.pending.get_mut().unwrap_or_else(|p| p.into_inner());
+            std::mem::forget(pending.take());
+        }
     }
 }

@@ -134,3 +134,113 @@ def test_children_leave_the_parents_stream_alone(runtime_dir, key, how):
     assert "RESULT frames=" in run.stdout, run.stdout
     # 3 children, each with 3 + 1 + 2 + 5 + 3 frames around it.
     assert f"RESULT frames={3 * 14}" in run.stdout, run.stdout
+
+
+PENDING_SCRIPT = r"""
+import asyncio
+import os
+import signal
+import sys
+import threading
+import time
+
+import cuframes
+
+key, kind, how = sys.argv[1], sys.argv[2], sys.argv[3]
+if kind == "frames":
+    pub = cuframes.Publisher(key, format="rgba", width=16, height=8)
+    sub = cuframes.Subscriber(key)
+    publish = lambda: pub.publish([bytes(16 * 8 * 4)])
+else:
+    pub = cuframes.PacketPublisher(key)
+    sub = cuframes.PacketSubscriber(key)
+    publish = lambda: pub.publish(b"\x00\x00\x00\x01\x65", keyframe=True)
+got = []
+stop = threading.Event()
+
+
+def reader():
+    # Waits in next() (in 0.1 s slices that hold the subscriber) for as long as the test runs.
+    while not stop.is_set():
+        item = sub.next(timeout=30)
+        if item is not None:
+            got.append(item.seq)
+
+
+def aio_reader():
+    async def main():
+        while not stop.is_set():
+            item = await sub.anext(timeout=30)
+            if item is not None:
+                got.append(item.seq)
+
+    asyncio.run(main())
+
+
+t = threading.Thread(target=reader if how == "thread" else aio_reader, daemon=True)
+t.start()
+time.sleep(0.3)
+for child in range(3):
+    pid = os.fork()
+    if pid == 0:
+        # A hang becomes a death by SIGALRM.
+        signal.alarm(10)
+        start = time.monotonic()
+        try:
+            sub.next(timeout=0.1)
+            print("child: next() read the parent's stream", flush=True)
+            os._exit(2)
+        except cuframes.Error as e:
+            if "fork" not in str(e):
+                print(f"child: unclear error {e}", flush=True)
+                os._exit(3)
+        sub.close()
+        sub.close()
+        took = time.monotonic() - start
+        if took > 1.0:
+            print(f"child: next() and close() took {took:.2f} s", flush=True)
+            os._exit(4)
+        os._exit(0)
+    status = os.waitpid(pid, 0)[1]
+    if os.WIFSIGNALED(status):
+        print(f"child {child} hung (killed by signal {os.WTERMSIG(status)})", flush=True)
+        sys.exit(1)
+    assert os.waitstatus_to_exitcode(status) == 0, f"child {child}: {status}"
+    time.sleep(0.2)
+# The parent's reader goes on.
+for _ in range(3):
+    publish()
+deadline = time.monotonic() + 10
+while len(got) < 3 and time.monotonic() < deadline:
+    time.sleep(0.01)
+assert got == [1, 2, 3], got
+assert pub.subscriber_count == 1
+stop.set()
+publish()
+t.join(10)
+sub.close()
+pub.close()
+print("RESULT ok", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["thread", "aio"])
+@pytest.mark.parametrize("kind", ["frames", "packets"])
+def test_child_never_blocks_on_a_read_of_the_parent(runtime_dir, key, kind, how):
+    """A parent thread waits in next() (or anext()) while the parent forks: the child's next()
+    raises a clear cuframes.Error and its close() returns, both at once, although the
+    subscriber's lock was held at the fork by a thread the child does not have."""
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", PENDING_SCRIPT, key, kind, how],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    except subprocess.TimeoutExpired:
+        for name in os.listdir("/dev/shm"):
+            if name.startswith(f"cuframes-{key}"):
+                os.unlink(os.path.join("/dev/shm", name))
+        raise
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert "RESULT ok" in run.stdout, run.stdout

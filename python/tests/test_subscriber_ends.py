@@ -263,3 +263,48 @@ def test_cancelled_anext_loses_nothing(runtime_dir, key, kind):
         sub.close()
         pub.close()
 
+
+
+# --- close() while other threads wait ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["frames", "packets"])
+def test_close_returns_promptly_while_readers_wait(runtime_dir, key, kind):
+    """close() from another thread while four threads sit in next(timeout=30): the readers
+    must not keep taking the subscriber from close() slice after slice."""
+    import threading
+
+    if kind == "frames":
+        pub = rgba_publisher(key)
+        make = cuframes.Subscriber
+    else:
+        pub = cuframes.PacketPublisher(key)
+        make = cuframes.PacketSubscriber
+    latencies = []
+    try:
+        for _ in range(5):
+            sub = make(key)
+            ended = []
+
+            def read():
+                try:
+                    sub.next(timeout=30)
+                except cuframes.Error:
+                    pass
+                ended.append(1)
+
+            readers = [threading.Thread(target=read) for _ in range(4)]
+            for r in readers:
+                r.start()
+            time.sleep(0.3)  # all of them waiting
+            t = time.monotonic()
+            sub.close()
+            latencies.append(time.monotonic() - t)
+            for r in readers:
+                r.join(10)
+            assert len(ended) == 4, "a reader still waits after close()"
+    finally:
+        pub.close()
+    latencies.sort()
+    # A reader's slice is 0.1 s; queued behind the readers' turns, close() took 0.7-2.4 s.
+    assert latencies[2] < 0.5, f"close() took {[round(x, 2) for x in latencies]} s"

@@ -322,3 +322,66 @@ def test_constructor_signatures():
         assert list(inspect.signature(cls.next).parameters) == ["self", "timeout"]
         assert list(inspect.signature(cls.anext).parameters) == ["self", "timeout"]
     assert inspect.signature(cuframes.Subscriber).parameters["mode"].default == "auto"
+
+
+# --- Ctrl-C during the handshake -------------------------------------------------------------
+
+HANDSHAKE_SCRIPT = r"""
+import os, socket, sys, threading, time
+import cuframes
+
+runtime_dir, key, kind = sys.argv[1], sys.argv[2], sys.argv[3]
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(os.path.join(runtime_dir, key + ".sock"))
+srv.listen(8)
+accepted = []
+
+
+def accept():
+    # Accepts, and never answers.
+    while True:
+        accepted.append(srv.accept()[0])
+
+
+threading.Thread(target=accept, daemon=True).start()
+make = cuframes.Subscriber if kind == "frames" else cuframes.PacketSubscriber
+print("CONNECTING", flush=True)
+t = time.monotonic()
+try:
+    make(key, handshake_timeout=10)
+    print("CONNECTED", flush=True)
+except KeyboardInterrupt:
+    print(f"INTERRUPTED after {time.monotonic() - t:.2f} s accepted={len(accepted)}", flush=True)
+except cuframes.Error as e:
+    print(f"ERROR after {time.monotonic() - t:.2f} s: {e}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["frames", "packets"])
+def test_handshake_is_interruptible(runtime_dir, key, kind):
+    """A planted socket that accepts and never answers: Ctrl-C during the handshake raises
+    KeyboardInterrupt at once, not when handshake_timeout (10 s) runs out."""
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", HANDSHAKE_SCRIPT, runtime_dir, key, kind],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "CONNECTING"
+        time.sleep(1.0)  # well into the handshake
+        t = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+        took = time.monotonic() - t
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert "INTERRUPTED" in out, f"stdout: {out!r} stderr: {err!r}"
+    assert "accepted=0" not in out, "the subscriber never reached the planted socket"
+    assert took < 2.5, f"Ctrl-C took {took:.2f} s to end the handshake: {out!r}"
