@@ -690,9 +690,13 @@ fn an_idle_subscriber_sleeps_and_wakes_fast() {
         let idle_share =
             thread_cpu().saturating_sub(cpu0).as_secs_f64() / wall.elapsed().as_secs_f64();
         tx.send(idle_share).unwrap();
+        // Until the last of the 200 frames: a reader that a loaded machine delays may find
+        // some overwritten (the ring drops the oldest), which is not what this test measures.
         let mut lat = Vec::new();
-        for _ in 0..200 {
+        let mut seq = 0;
+        while seq < 200 {
             let f = s.next_frame(Some(Duration::from_secs(5))).unwrap();
+            seq = f.seq;
             lat.push(cuframes_core::testing::monotonic_ns() - f.pts_ns);
         }
         lat
@@ -720,10 +724,11 @@ fn an_idle_subscriber_sleeps_and_wakes_fast() {
     let mut lat = reader.join().unwrap();
     lat.sort();
     // Reported, not asserted: timing belongs to benchmarks.
+    let n = lat.len();
     eprintln!(
-        "publish-to-receive latency p50 {} us, p99 {} us",
-        lat[100] / 1000,
-        lat[198] / 1000
+        "publish-to-receive latency p50 {} us, p99 {} us ({n} of 200 frames read)",
+        lat[n / 2] / 1000,
+        lat[n * 99 / 100] / 1000
     );
 }
 

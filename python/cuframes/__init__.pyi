@@ -67,7 +67,9 @@ class Plane:
       every NumPy from 1.22. A zero-copy host plane is exported through a private
       copy-on-write view of its slot (no copy is made): a versioned capsule flags it
       read-only, and a consumer that writes anyway (a legacy import, torch) changes only its
-      own copy of the pages it writes, never what other subscribers read.
+      own copy of the pages it writes, never what other subscribers read. The live exports
+      of one plane share that view (one mapping, however many exports): such a write shows
+      in the plane's other exports alive at the time, all of this process.
     - ``__array_interface__`` (host planes): ``numpy.asarray(plane)`` is a read-only view.
     - ``__cuda_array_interface__`` v3 (CUDA planes), with strides.
 
@@ -322,7 +324,7 @@ class Subscriber:
         """``async for``: as iteration, without blocking the event loop."""
     def __anext__(self) -> Awaitable[Frame]: ...
     def anext(self, timeout: Optional[float] = None) -> Awaitable[Optional[Frame]]:
-        """Awaitable ``next()``: the wait runs in the event loop's default executor. A frame
+        """Awaitable ``next()``: the wait runs on a thread of cuframes' own. A frame
         that arrives for a task cancelled meanwhile is kept for the next read."""
     @property
     def zero_copy(self) -> bool: ...
@@ -385,15 +387,17 @@ class Publisher:
         Host planes: bytes, bytearray, memoryview, NumPy arrays or any object with the buffer
         protocol or ``__array_interface__`` (torch CPU tensors through ``__array__``), read at
         memcpy speed in C order whatever the strides (views, negative strides; uint8, or
-        uint16 for P010/P016), with the plane's rows densely, or ``strides[i]`` bytes apart.
-        An ``__array_interface__`` that lies (null pointer, shape past its data buffer,
+        uint16 for P010/P016), with the plane's rows densely, or ``strides[i]`` bytes apart;
+        a source of more bytes than the plane's rows at that stride (padding of the last row
+        included) is refused from its shape before it is read (ValueError), and only the
+        plane's bytes are gathered. An ``__array_interface__`` that lies (null pointer, shape past its data buffer,
         overflowing strides): ValueError. Device planes (``memory="cuda"`` rings only):
         objects with ``__cuda_array_interface__`` or a CUDA ``__dlpack__`` (torch, CuPy
         tensors), rows first and dense within a row (NV12 chroma ``[H/2, W/2, 2]`` or
         ``[H/2, W]``), any row stride; copied device to device on ``stream`` (int CUstream or
         a torch/CuPy stream; None, 0 and 1: the legacy default stream, which torch's and CuPy's
-        default streams are; 2: the calling thread's per-thread default stream) after the
-        producer's work, and
+        default streams are; 2: the calling thread's per-thread default stream; a bool:
+        TypeError; an int outside 0..2**64-1: ValueError) after the producer's work, and
         published when the copy is complete. All planes host or all device. Wrong sizes:
         ValueError; wrong types, a mix, or device planes into a host ring: TypeError.
         ``pts_ns`` None: the publisher's clock.
@@ -479,7 +483,8 @@ class PacketPublisher:
         keyframe: bool = False,
     ) -> int:
         """Publish one packet; returns its seq. ``data``: bytes, bytearray, memoryview, a NumPy
-        array or any buffer-protocol / ``__array_interface__`` object (its bytes in C order)."""
+        array or any buffer-protocol / ``__array_interface__`` object (its bytes in C order);
+        more bytes than the ring's ``data_size``: ValueError, before the source is read."""
     @property
     def subscriber_count(self) -> int: ...
     def wait_for_subscribers(self, count: int = 1, timeout: float = 5.0) -> bool: ...

@@ -12,9 +12,9 @@ use cuframes_core::colour::{
     ColourInfo, MATRIX_UNSPECIFIED, PRIMARIES_UNSPECIFIED, RANGE_FULL, RANGE_LIMITED,
     RANGE_UNSPECIFIED, TRANSFER_UNSPECIFIED,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict, PyInt};
 
 /// FFmpeg 7.1 / 9.0 `av_color_primaries_name`, by code point (None: no name of its own).
 const PRIMARIES: &[(u8, &str)] = &[
@@ -161,6 +161,26 @@ impl Field {
     fn parse(&self, v: &Bound<'_, PyAny>) -> PyResult<u8> {
         if v.is_none() {
             return Ok(self.unspecified);
+        }
+        if v.is_instance_of::<PyBool>() {
+            return Err(PyTypeError::new_err(format!(
+                "colour[{:?}] must be a name, an int code point or None, not a bool",
+                self.key
+            )));
+        }
+        if v.is_instance_of::<PyInt>() || v.hasattr("__index__")? {
+            // An int of the wrong value, not of the wrong type: code points are one byte
+            // (H.273), and the conversion's OverflowError would not say so.
+            return v.extract::<u8>().map_err(|e| {
+                if !e.is_instance_of::<PyOverflowError>(v.py()) {
+                    return e; // `__index__` itself failed: its own error
+                }
+                let shown = v.str().map_or_else(|_| "?".to_string(), |s| s.to_string());
+                PyValueError::new_err(format!(
+                    "colour[{:?}]: code point {shown} is out of range 0..=255 (H.273)",
+                    self.key
+                ))
+            });
         }
         if let Ok(code) = v.extract::<u8>() {
             return Ok(code);

@@ -15,14 +15,20 @@
 //!    pointer, a shape or strides that overflow the address space, a mask or an unknown
 //!    element type are refused);
 //! 4. `__array__()` (torch CPU tensors), whose result is read as above.
+//!
+//! What a source may hold is bounded by its destination ([`Wanted`]): a source's size comes
+//! from its shape alone (a broadcast array may describe terabytes over a few bytes), so it
+//! is checked against the destination before a byte is allocated, copied or gathered, and
+//! only the bytes the destination takes are read. An allocation that still fails is a
+//! `MemoryError`, never an abort.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PySlice, PyTuple};
 
 /// What the elements may be.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -31,6 +37,51 @@ pub enum Elements {
     Plane,
     /// Packets: any elements, read as their bytes.
     AnyBytes,
+}
+
+/// How many bytes a destination takes from a source (C order).
+pub struct Wanted {
+    /// A source of fewer bytes is refused (a plane's span at its stride).
+    pub least: usize,
+    /// A source of more bytes is refused before anything is read.
+    pub most: usize,
+    /// Only the first `used` bytes are read (the rest is never copied nor gathered).
+    pub used: usize,
+    /// The destination in the "too small" error: "36 rows of 64 bytes (stride 64)".
+    pub needs: String,
+    /// The destination's upper bound in the "too large" error, a whole clause: "the packet
+    /// ring's data_size is 8388608 bytes".
+    pub bound: String,
+}
+
+impl Wanted {
+    /// Up to `most` bytes, all of them read (packets, extradata).
+    pub fn up_to(most: usize, bound: String) -> Wanted {
+        Wanted {
+            least: 0,
+            most,
+            used: most,
+            needs: String::new(),
+            bound,
+        }
+    }
+
+    /// The bytes to read of a source of `size` bytes, or why it does not fit.
+    fn take(&self, what: &str, size: usize) -> PyResult<usize> {
+        if size < self.least {
+            return Err(PyValueError::new_err(format!(
+                "{what}: {} need {} bytes, got {size}",
+                self.needs, self.least
+            )));
+        }
+        if size > self.most {
+            return Err(PyValueError::new_err(format!(
+                "{what}: the source holds {size} bytes; {}",
+                self.bound
+            )));
+        }
+        Ok(size.min(self.used))
+    }
 }
 
 /// Whether `PyObject_GetBuffer` may be used where the interpreter has it in its stable ABI
@@ -74,44 +125,49 @@ impl HostBytes<'_> {
     }
 }
 
-/// The bytes of `obj` in C order; `what` names it in errors ("plane 0", "data").
+/// The first `wanted.used` bytes of `obj` in C order (all of them when fewer), refused when
+/// it holds fewer than `wanted.least` or more than `wanted.most`; `what` names it in errors
+/// ("plane 0", "data").
 pub fn read<'py>(
     obj: &Bound<'py, PyAny>,
     what: &str,
     elements: Elements,
+    wanted: &Wanted,
 ) -> PyResult<HostBytes<'py>> {
-    read_depth(obj, what, elements, 0)
+    read_depth(obj, what, elements, wanted, 0)
 }
 
 fn read_depth<'py>(
     obj: &Bound<'py, PyAny>,
     what: &str,
     elements: Elements,
+    wanted: &Wanted,
     depth: u32,
 ) -> PyResult<HostBytes<'py>> {
     if let Ok(b) = obj.downcast::<PyBytes>() {
         let s = b.as_bytes();
+        let len = wanted.take(what, s.len())?;
         return Ok(HostBytes {
             data: Data::Borrowed {
                 ptr: s.as_ptr(),
-                len: s.len(),
+                len,
             },
             _keep: Keep::Object(b.clone().into_any()),
         });
     }
     let py = obj.py();
-    let buffer_error = match from_buffer_protocol(obj, what, elements) {
+    let buffer_error = match from_buffer_protocol(obj, what, elements, wanted) {
         Ok(Some(b)) => return Ok(b),
         Ok(None) => None,
         Err(e) if is_not_a_buffer(py, &e) => Some(e),
         Err(e) => return Err(e),
     };
     if let Some(interface) = obj.getattr_opt("__array_interface__")? {
-        return from_array_interface(obj, &interface, what, elements);
+        return from_array_interface(obj, &interface, what, elements, wanted);
     }
     if depth == 0 && obj.hasattr("__array__")? {
         let array = obj.call_method0("__array__")?;
-        return read_depth(&array, what, elements, 1);
+        return read_depth(&array, what, elements, wanted, 1);
     }
     Err(PyTypeError::new_err(format!(
         "{what}: expected bytes, bytearray or an object with the buffer protocol or \
@@ -131,13 +187,14 @@ fn from_buffer_protocol<'py>(
     obj: &Bound<'py, PyAny>,
     what: &str,
     elements: Elements,
+    wanted: &Wanted,
 ) -> PyResult<Option<HostBytes<'py>>> {
     let py = obj.py();
     if USE_GET_BUFFER.load(Ordering::Relaxed) && py.version_info() >= (3, 11) {
         let view = BufferView::get(obj, RECORDS_RO)?;
         check_elements(what, view.itemsize(), view.format(), elements)?;
         let strided = view.strided()?;
-        let data = strided.read()?;
+        let data = strided.read(what, wanted)?;
         return Ok(Some(HostBytes {
             data,
             _keep: Keep::Buffer(view),
@@ -150,9 +207,15 @@ fn from_buffer_protocol<'py>(
     let itemsize: usize = view.getattr("itemsize")?.extract()?;
     let format: String = view.getattr("format")?.extract()?;
     check_elements(what, itemsize, Some(&format), elements)?;
+    // tobytes() copies every byte the view describes: its size is checked first.
+    let nbytes: usize = view.getattr("nbytes")?.extract()?;
+    if let Err(e) = wanted.take(what, nbytes) {
+        view.call_method0("release")?;
+        return Err(e);
+    }
     let bytes = view.call_method0("tobytes")?;
     view.call_method0("release")?;
-    read_depth(&bytes, what, elements, 1).map(Some)
+    read_depth(&bytes, what, elements, wanted, 1).map(Some)
 }
 
 fn check_elements(
@@ -224,31 +287,40 @@ impl Strided {
         true
     }
 
-    /// The elements in C order: borrowed when dense, else gathered.
+    /// The first bytes of the elements in C order, as many as `wanted` takes (checked
+    /// against their size before anything is allocated): borrowed when dense, else gathered.
     ///
     /// The caller guarantees that every element lies in memory readable while the result
     /// is used (within `extent()` from `base`).
-    fn read(&self) -> PyResult<Data> {
-        let size = self
-            .size()
-            .ok_or_else(|| PyValueError::new_err("the array is larger than memory"))?;
-        if size == 0 {
+    fn read(&self, what: &str, wanted: &Wanted) -> PyResult<Data> {
+        let size = self.size().ok_or_else(|| {
+            PyValueError::new_err(format!("{what}: the array is larger than memory"))
+        })?;
+        let take = wanted.take(what, size)?;
+        if take == 0 {
             return Ok(Data::Owned(Vec::new()));
         }
         if self.is_c_contiguous() {
             return Ok(Data::Borrowed {
                 ptr: self.base,
-                len: size,
+                len: take,
             });
         }
-        let mut out = vec![0u8; size];
+        let mut out = Vec::new();
+        out.try_reserve_exact(take).map_err(|_| {
+            PyMemoryError::new_err(format!(
+                "{what}: cannot allocate {take} bytes to gather the array's elements"
+            ))
+        })?;
+        out.resize(take, 0);
         // SAFETY: the caller's guarantee: every element this visits is readable; `out` holds
-        // exactly the `size` bytes of all elements.
+        // at most the `size` bytes of all elements.
         unsafe { self.gather(&mut out) };
         Ok(Data::Owned(out))
     }
 
-    /// Copies every element, in C order, into `out` (exactly their bytes long).
+    /// Copies the first `out.len()` bytes (at most all elements' bytes) of the elements, in
+    /// C order, into `out`.
     ///
     /// # Safety
     /// Every element (base + Σ index·stride, `itemsize` bytes) must be readable.
@@ -256,17 +328,19 @@ impl Strided {
         let n = self.shape.len();
         let item = self.itemsize;
         if n == 0 {
-            // A scalar: one element at `base`.
+            // A scalar: one element at `base` (out is at most its bytes long).
             // SAFETY: the caller's guarantee (the one element is readable).
-            out.copy_from_slice(unsafe { std::slice::from_raw_parts(self.base, item) });
+            out.copy_from_slice(unsafe { std::slice::from_raw_parts(self.base, out.len()) });
             return;
         }
         // Rows of the innermost axis, in C order; each copied as one run when its elements
         // are adjacent, else element by element with the element size known to the compiler.
+        // The last row may be cut short (only part of the elements is wanted), and with it
+        // its last element.
         let inner_n = self.shape[n - 1];
         let inner_s = self.strides[n - 1];
         let mut index = vec![0usize; n - 1];
-        for dst in out.chunks_exact_mut(inner_n * item) {
+        for dst in out.chunks_mut(inner_n * item) {
             let offset: isize = index
                 .iter()
                 .zip(&self.strides)
@@ -276,7 +350,9 @@ impl Strided {
             // (extent() checked that no such sum overflows).
             let row = unsafe { self.base.offset(offset) };
             // SAFETY: in every branch, element j of this row (at `row + j·inner_s`, its
-            // `item` bytes) is readable, by this function's contract.
+            // `item` bytes) is readable, by this function's contract; `dst` is at most the
+            // row's bytes long, so only elements of this row are read, and of the last one
+            // only its first `d.len()` bytes.
             unsafe {
                 if inner_s == item as isize {
                     dst.copy_from_slice(std::slice::from_raw_parts(row, dst.len()));
@@ -285,14 +361,15 @@ impl Strided {
                         *d = *row.offset(j as isize * inner_s);
                     }
                 } else if item == 2 {
-                    for (j, d) in dst.chunks_exact_mut(2).enumerate() {
+                    for (j, d) in dst.chunks_mut(2).enumerate() {
                         let e = row.offset(j as isize * inner_s);
-                        d.copy_from_slice(&std::ptr::read_unaligned(e as *const [u8; 2]));
+                        let v = std::ptr::read_unaligned(e as *const [u8; 2]);
+                        d.copy_from_slice(&v[..d.len()]);
                     }
                 } else {
-                    for (j, d) in dst.chunks_exact_mut(item).enumerate() {
+                    for (j, d) in dst.chunks_mut(item).enumerate() {
                         let e = row.offset(j as isize * inner_s);
-                        d.copy_from_slice(std::slice::from_raw_parts(e, item));
+                        d.copy_from_slice(std::slice::from_raw_parts(e, d.len()));
                     }
                 }
             }
@@ -433,6 +510,7 @@ fn from_array_interface<'py>(
     interface: &Bound<'py, PyAny>,
     what: &str,
     elements: Elements,
+    wanted: &Wanted,
 ) -> PyResult<HostBytes<'py>> {
     let bad = |why: String| PyValueError::new_err(format!("{what}: __array_interface__ {why}"));
     let d = interface
@@ -484,9 +562,9 @@ fn from_array_interface<'py>(
     let (lo, hi) = strided
         .extent()
         .ok_or_else(|| bad("shape and strides overflow the address space".into()))?;
-    if strided.size().is_none() {
+    let Some(size) = strided.size() else {
         return Err(bad("shape is larger than memory".into()));
-    }
+    };
     let empty = hi == lo;
     if let Ok(t) = data.downcast::<PyTuple>() {
         let (address, _read_only): (usize, bool) = t
@@ -505,7 +583,7 @@ fn from_array_interface<'py>(
         }
         strided.base = address as *const u8;
         // The protocol's promise (as NumPy takes it): the memory is valid while `obj` is.
-        let data = strided.read()?;
+        let data = strided.read(what, wanted)?;
         return Ok(HostBytes {
             data,
             _keep: Keep::Object(obj.clone()),
@@ -517,7 +595,7 @@ fn from_array_interface<'py>(
         ));
     }
     // A buffer object: the array lies in its bytes, from `offset`.
-    let (start, len, keep) = contiguous(&data).map_err(|_| {
+    let buffer = DataBuffer::of(&data).map_err(|_| {
         let name = data
             .get_type()
             .name()
@@ -532,7 +610,7 @@ fn from_array_interface<'py>(
             .map_err(|_| bad("offset must be an integer".into()))?,
         _ => 0,
     };
-    let len = len as isize;
+    let len = buffer.len() as isize;
     let inside = offset >= 0
         && offset.checked_add(lo).is_some_and(|f| f >= 0)
         && offset.checked_add(hi).is_some_and(|l| l <= len);
@@ -543,33 +621,90 @@ fn from_array_interface<'py>(
             offset.saturating_add(hi)
         )));
     }
-    // `offset` lies within the buffer (checked above), or the array is empty and `read`
-    // does not look at `base`.
-    strided.base = start.wrapping_offset(if empty { 0 } else { offset });
-    let data = strided.read()?;
+    // The array's bytes, `offset + lo .. offset + hi` of the buffer (checked above to lie
+    // within it), or none when the array is empty (then `read` does not look at `base`).
+    let (first, end) = if empty {
+        (0, 0)
+    } else {
+        ((offset + lo) as usize, (offset + hi) as usize)
+    };
+    // Before the window is taken: on CPython < 3.11 its bytes are copied.
+    wanted.take(what, size)?;
+    let (window, keep) = buffer.window(first, end)?;
+    // Element 0 lies `-lo` bytes into the window (lo <= 0).
+    strided.base = window.wrapping_offset(if empty { 0 } else { -lo });
+    let data = strided.read(what, wanted)?;
     Ok(HostBytes { data, _keep: keep })
 }
 
-/// The bytes of a buffer object: start, length and what keeps them (an export on CPython
-/// >= 3.11, else a `bytes` copy made through memoryview).
-fn contiguous<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(*const u8, usize, Keep<'py>)> {
-    let py = obj.py();
-    if USE_GET_BUFFER.load(Ordering::Relaxed) && py.version_info() >= (3, 11) {
-        let view = BufferView::get(obj, SIMPLE)?;
-        let len = usize::try_from(view.0.len).unwrap_or(0);
-        if view.0.buf.is_null() && len != 0 {
-            return Err(PyValueError::new_err("a buffer export without data"));
+/// A contiguous buffer object holding an array's bytes: an export on CPython >= 3.11, else a
+/// memoryview (its bytes copied once the part that is needed is known).
+enum DataBuffer<'py> {
+    Export(BufferView),
+    View(Bound<'py, PyAny>, usize),
+}
+
+impl<'py> DataBuffer<'py> {
+    fn of(obj: &Bound<'py, PyAny>) -> PyResult<DataBuffer<'py>> {
+        let py = obj.py();
+        if USE_GET_BUFFER.load(Ordering::Relaxed) && py.version_info() >= (3, 11) {
+            let view = BufferView::get(obj, SIMPLE)?;
+            let len = usize::try_from(view.0.len).unwrap_or(0);
+            if view.0.buf.is_null() && len != 0 {
+                return Err(PyValueError::new_err("a buffer export without data"));
+            }
+            return Ok(DataBuffer::Export(view));
         }
-        return Ok((view.0.buf as *const u8, len, Keep::Buffer(view)));
+        let view = py
+            .import("builtins")?
+            .getattr("memoryview")?
+            .call1((obj,))?;
+        // As PyBUF_SIMPLE refuses on the other path: tobytes() of a strided view would
+        // gather every byte it describes (a broadcast array describes any number).
+        if !view.getattr("c_contiguous")?.extract::<bool>()? {
+            view.call_method0("release")?;
+            return Err(PyTypeError::new_err("not a contiguous buffer"));
+        }
+        let len: usize = view.getattr("nbytes")?.extract()?;
+        Ok(DataBuffer::View(view, len))
     }
-    let view = py
-        .import("builtins")?
-        .getattr("memoryview")?
-        .call1((obj,))?;
-    let bytes = view.call_method0("tobytes")?.downcast_into::<PyBytes>()?;
-    view.call_method0("release")?;
-    let s = bytes.as_bytes();
-    Ok((s.as_ptr(), s.len(), Keep::Object(bytes.clone().into_any())))
+
+    fn len(&self) -> usize {
+        match self {
+            DataBuffer::Export(v) => usize::try_from(v.0.len).unwrap_or(0),
+            DataBuffer::View(_, len) => *len,
+        }
+    }
+
+    /// The address of byte `first` of bytes `first..end` (within the buffer), valid while
+    /// the returned value lives: the export's own memory, or a copy of those bytes only.
+    fn window(self, first: usize, end: usize) -> PyResult<(*const u8, Keep<'py>)> {
+        match self {
+            DataBuffer::Export(view) => {
+                let start = view.0.buf as *const u8;
+                // `first` lies within the export (or is 0), so this stays inside it.
+                Ok((start.wrapping_add(first), Keep::Buffer(view)))
+            }
+            DataBuffer::View(view, _) => {
+                // Only the array's bytes; a view whose format cannot be cast to bytes
+                // (a non-native one) is copied whole.
+                let part = match view.call_method1("cast", ("B",)) {
+                    Ok(b) => {
+                        let slice = PySlice::new(view.py(), first as isize, end as isize, 1);
+                        let part = b.get_item(slice)?.call_method0("tobytes")?;
+                        b.call_method0("release")?;
+                        (part, 0)
+                    }
+                    Err(_) => (view.call_method0("tobytes")?, first),
+                };
+                view.call_method0("release")?;
+                let (bytes, skip) = part;
+                let bytes = bytes.downcast_into::<PyBytes>()?;
+                let start = bytes.as_bytes().as_ptr().wrapping_add(skip);
+                Ok((start, Keep::Object(bytes.into_any())))
+            }
+        }
+    }
 }
 
 /// Bytes per element of a typestr (`|u1`, `<u2`, `<f4`, ...).

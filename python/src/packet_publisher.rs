@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::publisher::Publisher as CorePublisher;
-use cuframes_core::wire::{CODEC_ID_H264, NO_PTS, PACKET_FLAG_KEY};
+use cuframes_core::wire::{CODEC_ID_H264, MAX_EXTRADATA_SIZE, NO_PTS, PACKET_FLAG_KEY};
 use cuframes_core::ErrorCode;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::host_source::{self, Elements};
+use crate::host_source::{self, Elements, Wanted};
 use crate::packet::{codec_id, codec_name};
 use crate::publisher::create_publisher;
 use crate::{duration, error, lock, to_py};
@@ -40,7 +40,17 @@ pub struct PacketPublisher {
     /// The codec's id in FFmpeg's numbering (`AVCodecID`).
     #[pyo3(get)]
     codec_id: u32,
+    /// The packet data ring's size: the largest packet.
+    data_size: u32,
     key: String,
+}
+
+/// The ring holds at most `MAX_EXTRADATA_SIZE` bytes of extradata (§10.3), as given.
+fn extradata_wanted() -> Wanted {
+    Wanted::up_to(
+        MAX_EXTRADATA_SIZE,
+        format!("codec extradata holds at most {MAX_EXTRADATA_SIZE} bytes (§10.3)"),
+    )
 }
 
 impl PacketPublisher {
@@ -77,7 +87,7 @@ impl PacketPublisher {
             None => CODEC_ID_H264,
         };
         let extradata = match &extradata {
-            Some(e) => host_source::read(e, "extradata", Elements::AnyBytes)?
+            Some(e) => host_source::read(e, "extradata", Elements::AnyBytes, &extradata_wanted())?
                 .as_slice()
                 .to_vec(),
             None => Vec::new(),
@@ -92,6 +102,7 @@ impl PacketPublisher {
         Ok(PacketPublisher {
             inner: Mutex::new(Some(p)),
             codec_id,
+            data_size,
             key: key.to_string(),
         })
     }
@@ -118,7 +129,12 @@ impl PacketPublisher {
     /// at creation.
     #[pyo3(text_signature = "($self, extradata)")]
     fn set_extradata(&self, extradata: &Bound<'_, PyAny>) -> PyResult<()> {
-        let bytes = host_source::read(extradata, "extradata", Elements::AnyBytes)?;
+        let bytes = host_source::read(
+            extradata,
+            "extradata",
+            Elements::AnyBytes,
+            &extradata_wanted(),
+        )?;
         self.get()?
             .set_packet_extradata(bytes.as_slice())
             .map_err(to_py)
@@ -129,7 +145,8 @@ impl PacketPublisher {
     /// Parameters:
     ///     data: the packet's bytes: bytes, bytearray, memoryview, a NumPy array or any object
     ///         with the buffer protocol or `__array_interface__` (its bytes in C order),
-    ///         read at memcpy speed.
+    ///         read at memcpy speed; more than data_size bytes: ValueError, before it is
+    ///         read.
     ///     pts_ns, dts_ns: presentation and decoding times in nanoseconds; None: unknown.
     ///     keyframe: whether the packet starts a keyframe (a subscriber may start there).
     #[pyo3(signature = (data, pts_ns=None, dts_ns=None, keyframe=false))]
@@ -141,7 +158,16 @@ impl PacketPublisher {
         dts_ns: Option<i64>,
         keyframe: bool,
     ) -> PyResult<u64> {
-        let bytes = host_source::read(data, "data", Elements::AnyBytes)?;
+        // The ring refuses a packet larger than its data ring: refused here before a byte of
+        // a (possibly broadcast, terabyte-sized) source is read.
+        let wanted = Wanted::up_to(
+            self.data_size as usize,
+            format!(
+                "a packet holds at most the ring's data_size, {} bytes (raise data_size)",
+                self.data_size
+            ),
+        );
+        let bytes = host_source::read(data, "data", Elements::AnyBytes, &wanted)?;
         let data = bytes.as_slice();
         let p = self.get()?;
         let flags = if keyframe { PACKET_FLAG_KEY } else { 0 };

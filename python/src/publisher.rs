@@ -14,7 +14,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::host_source::{self, Elements, HostBytes};
+use crate::host_source::{self, Elements, HostBytes, Wanted};
 use crate::source::{device_plane, is_device_source};
 use crate::stream::stream_handle;
 use crate::{duration, error, lock, to_py};
@@ -258,12 +258,15 @@ impl Publisher {
     /// buffer protocol or `__array_interface__` (torch CPU tensors through `__array__`),
     /// read at memcpy speed in C order whatever its strides (views, negative strides), of
     /// bytes or 16-bit unsigned integers (P010 / P016). Its C-order bytes are the plane's
-    /// rows, dense, or `strides[i]` bytes apart. Device planes (CUDA rings only): objects with
+    /// rows, dense, or `strides[i]` bytes apart; a source of more bytes than the rows at that
+    /// stride (the last one padded too) is refused (ValueError) before it is read, and only
+    /// the plane's bytes are gathered. Device planes (CUDA rings only): objects with
     /// `__cuda_array_interface__` or a CUDA `__dlpack__` (torch, CuPy), rows first, dense
     /// within a row, any row stride; copied device to device on `stream` (an int CUstream or
     /// a torch/CuPy stream; None, 0 and 1: the legacy default stream, which torch's and CuPy's
-    /// default streams are; 2: the calling thread's per-thread default stream), after the
-    /// producer's work, and published once the copy is complete.
+    /// default streams are; 2: the calling thread's per-thread default stream; a bool is a
+    /// TypeError, an int outside 0..2**64-1 a ValueError), after the producer's work, and
+    /// published once the copy is complete.
     /// The wait for a free slot (strict_wait) and for the copy release the GIL.
     #[pyo3(signature = (planes, pts_ns=None, strides=None, stream=None))]
     fn publish(
@@ -293,16 +296,18 @@ impl Publisher {
             .iter()
             .map(is_device_source)
             .collect::<PyResult<Vec<bool>>>()?;
+        // Read by the one rule whether or not it is used (host planes need none): a wrong
+        // stream is an error on every path.
+        let stream = match stream {
+            Some(s) => stream_handle(s)?,
+            None => None,
+        };
         if on_device.iter().any(|&d| d) {
             if !on_device.iter().all(|&d| d) {
                 return Err(PyTypeError::new_err(
                     "planes must be all host buffers or all CUDA arrays, not a mix",
                 ));
             }
-            let stream = match stream {
-                Some(s) => stream_handle(s)?,
-                None => None,
-            };
             return self.publish_device(py, &planes, geometry, pts_ns, stream);
         }
         if let Some(s) = &strides {
@@ -313,18 +318,26 @@ impl Publisher {
         let mut data = Vec::with_capacity(planes.len());
         let mut pitches = Vec::with_capacity(planes.len());
         for (i, (obj, g)) in planes.iter().zip(geometry).enumerate() {
-            let bytes = host_source::read(obj, &format!("plane {i}"), Elements::Plane)?;
-            let len = bytes.as_slice().len();
             let stride = strides.as_ref().map_or(g.row_bytes, |s| s[i]);
             let need = g
                 .span_at(stride)
                 .map_err(|e| PyValueError::new_err(format!("plane {i}: {}", e.message())))?;
-            if len < need {
-                return Err(PyValueError::new_err(format!(
-                    "plane {i}: {} rows of {} bytes (stride {stride}) need {need} bytes, got {}",
-                    g.rows, g.row_bytes, len
-                )));
-            }
+            // The plane's rows at `stride`, the last one padded too (a source of rows × stride
+            // bytes, as a padded 2-d array is): more is a source shaped unlike the plane, and
+            // is refused before it is read (a broadcast array may describe terabytes).
+            let most = g.rows.saturating_mul(stride).max(need);
+            let wanted = Wanted {
+                least: need,
+                most,
+                used: need,
+                needs: format!("{} rows of {} bytes (stride {stride})", g.rows, g.row_bytes),
+                bound: format!(
+                    "{} rows of {} bytes (stride {stride}) take at most {most} (is it shaped \
+                     as the plane?)",
+                    g.rows, g.row_bytes
+                ),
+            };
+            let bytes = host_source::read(obj, &format!("plane {i}"), Elements::Plane, &wanted)?;
             data.push(bytes);
             pitches.push(stride);
         }

@@ -220,6 +220,24 @@ def test_bad_colour_names_are_refused(runtime_dir, key):
         cuframes.Publisher(key, format="nv12", width=W, height=H, colour={"gamma": 1})
 
 
+@pytest.mark.parametrize("code", [256, -1, 1 << 70, np.int64(300)])
+@pytest.mark.parametrize("field", ["range", "primaries", "transfer", "matrix", "chroma_location"])
+def test_colour_code_points_out_of_range_are_value_errors(runtime_dir, key, field, code):
+    # An int of the wrong value (code points are one byte), not the conversion's
+    # OverflowError nor a TypeError.
+    with pytest.raises(ValueError, match=rf'colour\["{field}"\]: code point -?\d+ is out of range 0..=255'):
+        cuframes.Publisher(key, format="nv12", width=W, height=H, colour={field: code})
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_colour_code_points_are_not_bools(runtime_dir, key, flag):
+    with pytest.raises(TypeError, match="not a bool"):
+        cuframes.Publisher(key, format="nv12", width=W, height=H, colour={"matrix": flag})
+    # np.uint8 and 255 are code points.
+    with cuframes.Publisher(key, format="nv12", width=W, height=H, colour={"matrix": np.uint8(5), "transfer": 255}):
+        pass
+
+
 def test_reprs(runtime_dir, key):
     planes = planes_of("nv12")
     pub, sub, f = one_frame(key, "nv12", "zero_copy", planes)

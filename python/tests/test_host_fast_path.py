@@ -7,12 +7,15 @@ memoryview.tobytes() (what CPython 3.9 and 3.10 use)."""
 
 import array
 import inspect
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import cuframes
-from conftest import needs_class_signatures
+from conftest import leaked_shm, needs_class_signatures
 from cuframes import _cuframes
 
 W, H = 64, 36
@@ -235,3 +238,186 @@ def test_publisher_constructor_signatures():
     assert psig.parameters["extradata"].default == b""
     assert psig.parameters["data_size"].default == 8 << 20
     assert "Ellipsis" not in str(sig) + str(psig)
+
+
+# --- Sources larger than their destination (red team F1) -------------------------------------
+#
+# A source's size comes from its shape alone: a broadcast array (stride 0) describes any number
+# of bytes over one. It is checked against what the destination takes (a plane's rows at its
+# stride, the packet ring's data_size, the 4096 bytes of extradata) before a byte is allocated
+# or gathered. Each case runs in a child whose address space is capped a little above what it
+# uses: a reader that allocates the source's size aborts the child (Rust's "memory allocation
+# failed") or raises MemoryError, and the test sees that instead of the expected ValueError.
+
+HUGE_CHILD = r"""
+import os, resource, sys, time
+import numpy as np
+import cuframes
+from cuframes import _cuframes
+
+case, key = sys.argv[1], sys.argv[2]
+W, H = 64, 36
+TIB = np.broadcast_to(np.zeros(1, np.uint8), (1 << 20, 1 << 20))  # 1 TiB over one byte
+GIB2 = np.broadcast_to(np.zeros(1, np.uint8), (1 << 15, 1 << 16))  # 2 GiB over one byte
+MIB256 = np.broadcast_to(np.zeros(1, np.uint8), (1 << 14, 1 << 14))  # fits under the cap
+uv = bytes(W * H // 2)
+
+
+class Interface:
+    def __init__(self, d, keep):
+        self.d, self.keep = d, keep
+
+    @property
+    def __array_interface__(self):
+        return self.d
+
+
+class ArrayOnly:  # as a torch CPU tensor: __array__() only
+    def __init__(self, a):
+        self.a = a
+
+    def __array__(self, *args, **kwargs):
+        return self.a
+
+
+def address_space_cap():
+    # What the process maps now plus 512 MiB: the ring, threads and NumPy are in place.
+    with open("/proc/self/status") as f:
+        vm = next(int(l.split()[1]) for l in f if l.startswith("VmSize:")) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (512 << 20), resource.RLIM_INFINITY))
+
+
+def attempt(publish):
+    address_space_cap()
+    t0 = time.monotonic()
+    try:
+        publish()
+        print("ACCEPTED")
+    except Exception as e:
+        print("RAISED", type(e).__name__, str(e))
+    print("SECONDS", time.monotonic() - t0)
+
+
+if case.startswith("packet") or case == "extradata":
+    with cuframes.PacketPublisher(key, codec="h264") as p:
+        if case == "packet":
+            attempt(lambda: p.publish(TIB))
+        elif case == "packet-memoryview":
+            _cuframes.Publisher._use_get_buffer(False)
+            attempt(lambda: p.publish(GIB2))
+        else:
+            attempt(lambda: p.set_extradata(GIB2))
+    sys.exit(0)
+
+with cuframes.Publisher(key, format="nv12", width=W, height=H) as p:
+    if case == "frame":
+        attempt(lambda: p.publish([TIB, uv]))
+    elif case == "frame-2gib":
+        attempt(lambda: p.publish([GIB2, uv]))
+    elif case == "frame-memoryview":
+        _cuframes.Publisher._use_get_buffer(False)
+        attempt(lambda: p.publish([GIB2, uv]))
+    elif case == "interface-pointer":
+        a = np.zeros(1, np.uint8)
+        d = {"version": 3, "shape": (1 << 31, 1 << 31), "typestr": "|u1", "strides": (0, 0),
+             "data": (a.ctypes.data, True)}
+        attempt(lambda: p.publish([Interface(d, a), uv]))
+    elif case == "interface-buffer":
+        d = {"version": 3, "shape": (1 << 31, 1 << 31), "typestr": "|u1", "strides": (0, 0),
+             "data": bytearray(16)}
+        attempt(lambda: p.publish([Interface(d, None), uv]))
+    elif case == "interface-buffer-memoryview":
+        # A broadcast data buffer: on CPython < 3.11 memoryview.tobytes() would gather it
+        # (256 MiB, under the cap: gathered, then the plane accepted) where PyBUF_SIMPLE
+        # refuses it on >= 3.11.
+        _cuframes.Publisher._use_get_buffer(False)
+        d = {"version": 3, "shape": (H, W), "typestr": "|u1", "data": MIB256}
+        attempt(lambda: p.publish([Interface(d, None), uv]))
+    elif case == "array":
+        attempt(lambda: p.publish([ArrayOnly(GIB2), uv]))
+    elif case == "huge-stride":
+        # Within bounds (rows x stride) but 35 TiB to gather: a MemoryError, not an abort.
+        stride = 1 << 40
+        src = np.broadcast_to(np.zeros(1, np.uint8), (H, stride))
+        attempt(lambda: p.publish([src, uv], strides=[stride, W]))
+"""
+
+
+@pytest.mark.parametrize(
+    "case, error, text",
+    [
+        ("frame", "ValueError", "plane 0: the source holds 1099511627776 bytes"),
+        ("frame-2gib", "ValueError", "plane 0: the source holds 2147483648 bytes"),
+        ("frame-memoryview", "ValueError", "plane 0: the source holds 2147483648 bytes"),
+        ("interface-pointer", "ValueError", "plane 0: the source holds 4611686018427387904"),
+        ("interface-buffer", "ValueError", "plane 0: the source holds 4611686018427387904"),
+        ("interface-buffer-memoryview", "ValueError", "plane 0: __array_interface__ data must be"),
+        ("array", "ValueError", "plane 0: the source holds 2147483648 bytes"),
+        ("packet", "ValueError", "data: the source holds 1099511627776 bytes; a packet holds at most"),
+        ("packet-memoryview", "ValueError", "data: the source holds 2147483648 bytes"),
+        ("extradata", "ValueError", "extradata: the source holds 2147483648 bytes; codec extradata"),
+        ("huge-stride", "MemoryError", "plane 0: cannot allocate"),
+    ],
+)
+def test_huge_sources_are_refused_before_they_are_read(runtime_dir, key, case, error, text):
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", HUGE_CHILD, case, key],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        # A child that aborted left its objects: ours to remove (the fixture then passes
+        # judgement on the test's assertions, not on the leak).
+        for name in leaked_shm(key):
+            os.unlink(f"/dev/shm/{name}")
+    out = r.stdout + r.stderr
+    if case == "huge-stride" and sys.version_info < (3, 11):
+        # Before 3.11 the source is read through memoryview.tobytes(), whose own
+        # MemoryError carries no message.
+        text = ""
+    assert r.returncode == 0, f"the child died (rc {r.returncode}): {out[-2000:]}"
+    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
+    assert lines.get("RAISED", "").startswith(f"{error} {text}"), out[-2000:]
+    # Refused from the shape alone: no gathering of gigabytes first (that took 2-4 s for the
+    # 2 GiB source here); generous for a loaded machine.
+    assert float(lines["SECONDS"]) < 5.0, out
+
+
+def test_sources_larger_than_the_plane_at_its_stride_are_refused(runtime_dir, key):
+    y, uv = frame_planes("nv12")
+    with cuframes.Publisher(key, format="nv12", width=W, height=H) as pub:
+        # One row too many, or rows twice as wide without strides=: shaped unlike the plane.
+        with pytest.raises(ValueError, match=r"plane 0: the source holds 2368 bytes; .*at most 2304"):
+            pub.publish([np.zeros((H + 1, W), np.uint8), uv])
+        with pytest.raises(ValueError, match="plane 1: the source holds 2304 bytes"):
+            pub.publish([y, np.zeros((H // 2, 2 * W), np.uint8)])
+        with pytest.raises(ValueError, match="at most"):
+            pub.publish([np.broadcast_to(np.uint8(3), (H + 1, W)), uv])
+    with cuframes.PacketPublisher(key + "-p", codec="h264", data_size=4096) as pp:
+        with pytest.raises(ValueError, match="data_size, 4096 bytes"):
+            pp.publish(bytes(4097))
+        with pytest.raises(ValueError, match="extradata: the source holds 4097 bytes"):
+            pp.set_extradata(bytes(4097))
+    with pytest.raises(ValueError, match="extradata: the source holds 4097 bytes"):
+        cuframes.PacketPublisher(key + "-q", codec="h264", extradata=bytes(4097))
+
+
+@pytest.mark.parametrize("fmt", ["nv12", "p010"])
+def test_only_the_planes_span_is_gathered_from_a_padded_source(runtime_dir, key, buffer_api, fmt):
+    """A strided source of rows x stride bytes (each row padded to the stride, the last one
+    too) for strides=[stride]: only the plane's span is gathered, the last row's padding is
+    not, and the frame holds the rows."""
+    planes = frame_planes(fmt)
+    item = planes[0].itemsize
+    stride = W * item + 24
+    rows = []
+    for p in planes:
+        padded = np.full((p.shape[0], stride // item), 0xAB, p.dtype)
+        padded[:, : p.shape[1]] = p
+        # Reversed and reversed back: the same content through negative strides (gathered).
+        rows.append(np.ascontiguousarray(padded[::-1, ::-1])[::-1, ::-1])
+    got = published(runtime_dir, key, fmt, rows, strides=[stride, stride])
+    for g, p in zip(got, planes):
+        np.testing.assert_array_equal(g.reshape(p.shape), p)

@@ -59,10 +59,74 @@ def test_none_is_no_stream():
     assert _cuframes._stream_handle(None) is None
 
 
-@pytest.mark.parametrize("bad", [object(), "0", -1, 1.5])
+@pytest.mark.parametrize("bad", [object(), "0", 1.5, np.float32(1)])
 def test_what_is_not_a_stream_is_a_type_error(bad):
     with pytest.raises(TypeError, match="legacy default stream"):
         _cuframes._stream_handle(bad)
+
+
+class Index:
+    """An integer by ``__index__`` only."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+@pytest.mark.parametrize("handle", [-1, 1 << 64, -(1 << 70), np.int64(-3), Index(-5)])
+@pytest.mark.parametrize("spelling", [lambda h: h, TorchLike, CupyLike, CudaStreamProtocol])
+def test_an_int_out_of_range_is_a_value_error_naming_the_rule(handle, spelling):
+    # Not the conversion's OverflowError: an int of the wrong value, said as such.
+    with pytest.raises(ValueError, match=r"is not a CUstream handle: an int from 0 to 2\*\*64 - 1"):
+        _cuframes._stream_handle(spelling(handle))
+
+
+def test_ints_by_index_and_the_largest_handle_are_taken():
+    assert _cuframes._stream_handle(np.uint64(5)) == 5
+    assert _cuframes._stream_handle(Index(7)) == 7
+    assert _cuframes._stream_handle(2**64 - 1) == 2**64 - 1
+
+
+@pytest.mark.parametrize("flag", [True, False])
+@pytest.mark.parametrize("spelling", [lambda h: h, TorchLike, CupyLike, CudaStreamProtocol])
+def test_a_bool_is_not_a_stream(flag, spelling):
+    # True is an int 1 to Python, but never meant as the legacy stream.
+    with pytest.raises(TypeError, match="a bool is not a stream"):
+        _cuframes._stream_handle(spelling(flag))
+
+
+@pytest.mark.parametrize("returned", ["x", None, (1, 2, 3), (0, "x"), (0, 1.5)])
+def test_a_malformed_cuda_stream_protocol_is_a_type_error(returned):
+    class Odd:
+        def __cuda_stream__(self):
+            return returned
+
+    with pytest.raises(TypeError, match="__cuda_stream__"):
+        _cuframes._stream_handle(Odd())
+
+
+def test_bad_streams_are_refused_by_every_call(runtime_dir, key):
+    """release, to_rgb and publish (host planes too) read stream= by the one rule."""
+    with cuframes.Publisher(key, format="nv12", width=W, height=H) as pub:
+        with cuframes.Subscriber(key, mode="copy") as sub:
+            assert pub.wait_for_subscribers(1, timeout=5)
+            for bad, error in [(True, TypeError), (False, TypeError), (-1, ValueError), (1 << 64, ValueError)]:
+                with pytest.raises(error):
+                    pub.publish(nv12(1), stream=bad)
+            pub.publish(nv12(2))
+            f = sub.next(timeout=5)
+            assert f is not None
+            for bad, error in [(True, TypeError), (-1, ValueError), (CudaStreamProtocol(-1), ValueError)]:
+                with pytest.raises(error):
+                    f.to_rgb(stream=bad)
+                with pytest.raises(error):
+                    f.release(stream=bad)
+                assert not f.released
+            f.release()
+            # Nothing was published by the refused calls: the next frame is the good one's.
+            assert sub.next(timeout=0.2) is None
 
 
 def nv12(n):

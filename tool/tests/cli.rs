@@ -308,7 +308,9 @@ fn ls_and_stat_show_a_live_publisher() {
             .filter(|l| !l.is_empty())
             .collect();
         assert!(
-            !problems.iter().any(|l| l.starts_with(&format!("{}:", env.key))),
+            !problems
+                .iter()
+                .any(|l| l.starts_with(&format!("{}:", env.key))),
             "{out}\n{err}"
         );
         assert_eq!(o.status.success(), problems.is_empty(), "{out}\n{err}");
