@@ -4,6 +4,20 @@
 //! each entry point runs its body under one of the wrappers of [`ffi`], which turn a panic into
 //! an error code and write the last error only when the call fails.
 //!
+//! # Map
+//!
+//! Imports run downwards only (a module uses the ones below it, never one above):
+//!
+//! | layer | modules | what they hold |
+//! |---|---|---|
+//! | handles | `api::publisher`, `api::frame_ring`, `api::cuda_publish`, `api::packet`, `api::subscriber`, `api::frame`, `api::codec`, `api::cuda`, `api::library` | the `extern "C"` functions, one file per handle or sub-API |
+//! | values | `api::types` | `repr(C)` structs that several handles share |
+//! | boundary | [`ffi`] | the panic-safe wrapper, C argument reading, the last error |
+//! | library | `cuframes_core` | everything the functions do |
+//!
+//! Within the handles: `frame_ring`, `cuda_publish` and `packet` build on `publisher`;
+//! `subscriber` builds on `frame` (it hands frames out), and `packet` on `subscriber`. Unit tests that cross handles are in `tests/`.
+//!
 //! # Pointer contract
 //!
 //! The `unsafe extern "C"` functions rely on what every C caller of cuframes.h must do (the
@@ -24,95 +38,21 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use std::ffi::c_char;
-
-use cuframes_core::wire::PROTOCOL_VERSION;
-use cuframes_core::ErrorCode;
-
-mod codec;
-mod colour;
-mod convert;
-mod error;
+mod api;
 mod ffi;
-mod ffmpeg_frames;
-mod frame_info;
-mod layout;
-mod packets;
-mod publisher;
-mod subscriber;
+#[cfg(test)]
+mod tests;
 
-use ffi::guard;
-
-pub use error::cuframes_last_error;
+pub use api::library::{cuframes_last_error, cuframes_protocol_version, cuframes_strerror};
 
 /// The `repr(C)` structs of the C API, public so that the conformance crate can check them
 /// against `cuframes.h` field by field.
 pub mod abi {
-    pub use crate::codec::CCodecVideoInfo;
-    pub use crate::colour::CColour;
-    pub use crate::layout::CFrameLayout;
-    pub use crate::packets::{CPacketInfo, CPacketRingConfig, CPacketStats};
-    pub use crate::publisher::{CFrameRingConfig, CPublisherOptions, CSlot, CSubscriberInfo};
-    pub use crate::subscriber::{CFrameInfo, CFrameStats, CSubscriberOptions};
-}
-
-/// The wire protocol version this library speaks (4).
-#[no_mangle]
-pub extern "C" fn cuframes_protocol_version() -> u32 {
-    PROTOCOL_VERSION
-}
-
-/// A static, human-readable description of an error code; never NULL.
-#[no_mangle]
-pub extern "C" fn cuframes_strerror(code: i32) -> *const c_char {
-    guard(c"unknown error".as_ptr(), || {
-        match ErrorCode::from_i32(code) {
-            Some(c) => strerror_cstr(c).as_ptr(),
-            None => c"unknown error".as_ptr(),
-        }
-    })
-}
-
-fn strerror_cstr(code: ErrorCode) -> &'static std::ffi::CStr {
-    match code {
-        ErrorCode::Ok => c"success",
-        ErrorCode::InvalidArg => c"invalid argument",
-        ErrorCode::Protocol => c"protocol error (malformed message or version mismatch)",
-        ErrorCode::Format => c"unsupported or mismatching frame format",
-        ErrorCode::TooMany => c"too many subscribers (at most 31)",
-        ErrorCode::NotFound => c"not found (no such publisher or ring)",
-        ErrorCode::AlreadyExists => c"a live publisher already owns this key",
-        ErrorCode::Timeout => c"timed out",
-        ErrorCode::Disconnected => c"disconnected from the publisher",
-        ErrorCode::PacketOverrun => c"packet ring overrun: packets were lost",
-        ErrorCode::Permission => c"permission denied",
-        ErrorCode::Cuda => c"CUDA error",
-        ErrorCode::Io => c"I/O error",
-        ErrorCode::NoMemory => c"out of memory",
-    }
-}
-
-#[cfg(test)]
-mod abi_success_tests;
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::ffi::CStr;
-
-    #[test]
-    fn strerror_matches_the_core_descriptions() {
-        for code in ErrorCode::ALL {
-            // SAFETY: cuframes_strerror returns a static NUL-terminated string.
-            let s = unsafe { CStr::from_ptr(cuframes_strerror(code as i32)) };
-            assert_eq!(s.to_str().unwrap(), code.description());
-        }
-        // SAFETY: as above, for an unknown code too.
-        let s = unsafe { CStr::from_ptr(cuframes_strerror(12345)) };
-        assert_eq!(s.to_str().unwrap(), "unknown error");
-    }
-
-    #[test]
-    fn version_is_4() {
-        assert_eq!(cuframes_protocol_version(), 4);
-    }
+    pub use crate::api::codec::CCodecVideoInfo;
+    pub use crate::api::frame::CFrameInfo;
+    pub use crate::api::frame_ring::{CFrameRingConfig, CSlot};
+    pub use crate::api::packet::{CPacketInfo, CPacketRingConfig, CPacketStats};
+    pub use crate::api::publisher::{CPublisherOptions, CPublisherWaitStats, CSubscriberInfo};
+    pub use crate::api::subscriber::{CFrameStats, CSubscriberOptions};
+    pub use crate::api::types::{CColour, CFrameLayout};
 }

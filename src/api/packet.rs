@@ -1,4 +1,5 @@
-//! Packet functions of the C API: publishing encoded packets and reading them (§10).
+//! The packet ring in the C API: a publisher's ring of encoded packets (configure, enable,
+//! publish) and a subscriber's reading of it (§10).
 
 use std::ffi::{c_int, c_void};
 use std::time::Duration;
@@ -6,10 +7,10 @@ use std::time::Duration;
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::{Error, ErrorCode};
 
-use crate::convert::{bytes, copy_out, input, out};
+use super::publisher::CPublisher;
+use super::subscriber::CSubscriber;
+use crate::ffi::args::{bytes, copy_out, input, out};
 use crate::ffi::status;
-use crate::publisher::CPublisher;
-use crate::subscriber::CSubscriber;
 
 /// Mirrors `cuframes_packet_ring_config_t`.
 #[repr(C)]

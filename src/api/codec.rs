@@ -6,7 +6,7 @@ use std::ffi::c_int;
 
 use cuframes_core::codec::{self, Codec};
 
-use crate::convert::{bytes, copy_out, out};
+use crate::ffi::args::{bytes, copy_out, out};
 use crate::ffi::status;
 
 /// Mirrors `cuframes_codec_video_info_t`.
@@ -102,7 +102,7 @@ pub unsafe extern "C" fn cuframes_codec_video_info(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuframes_last_error;
+    use crate::api::library::cuframes_last_error;
     use cuframes_core::ErrorCode;
     use std::ffi::CStr;
 
