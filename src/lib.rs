@@ -35,6 +35,7 @@
 //! - a CUDA stream argument is NULL or a live `CUstream` of the right device, as each
 //!   function's comment in cuframes.h says.
 
+#![warn(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

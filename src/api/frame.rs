@@ -33,12 +33,19 @@ impl CFrame {
 /// Mirrors `cuframes_frame_info_t`.
 #[repr(C)]
 pub struct CFrameInfo {
+    /// Seq of the frame.
     pub seq: u64,
+    /// Presentation time in ns.
     pub pts_ns: i64,
+    /// Where `data` points: `CUFRAMES_MEMORY_*` (host memory or a CUdeviceptr).
     pub memory_kind: u32,
+    /// 1: the ring's own memory, valid until the frame is released.
     pub zero_copy: u32,
+    /// Planes in use: 1..3.
     pub plane_count: u32,
+    /// Bytes from one row of each plane to the next.
     pub pitch: [u32; 3],
+    /// Address of each plane.
     pub data: [u64; 3],
 }
 

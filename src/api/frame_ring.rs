@@ -17,23 +17,36 @@ use crate::ffi::{guard, status};
 /// Mirrors `cuframes_frame_ring_config_t`.
 #[repr(C)]
 pub struct CFrameRingConfig {
+    /// Pixel format (`cuframes_format_t`).
     pub format: u32,
+    /// Width in pixels: 1..16384.
     pub width: u32,
+    /// Height in pixels: 1..16384.
     pub height: u32,
+    /// Slots of the ring: 1..16.
     pub ring_size: u32,
+    /// `CUFRAMES_POLICY_*`: drop the oldest frame, or wait for every subscriber.
     pub policy: u32,
+    /// STRICT_WAIT: a subscriber whose ACK is this late is declared dead (R11).
     pub ack_timeout_ms: u32,
+    /// `CUFRAMES_MEMORY_CUDA_VMM` or `CUFRAMES_MEMORY_HOST_MEMFD`.
     pub memory_kind: u32,
+    /// CUDA device ordinal of a CUDA VMM ring.
     pub cuda_device: i32,
+    /// The colour description announced to subscribers; `present` = 0: none.
     pub colour: CColour,
 }
 
 /// Mirrors `cuframes_slot_t`.
 #[repr(C)]
 pub struct CSlot {
+    /// The seq the frame gets when this slot is published.
     pub seq: u64,
+    /// Index of the slot in the ring.
     pub index: u32,
+    /// `CUFRAMES_MEMORY_*` of the ring.
     pub memory_kind: u32,
+    /// Where to write: a host pointer (host memory) or a CUdeviceptr (CUDA).
     pub address: u64,
 }
 

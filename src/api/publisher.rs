@@ -1,7 +1,7 @@
 //! `cuframes_publisher_t`: the publisher handle of the C API: options, create (one publisher
 //! per key and process, shared by the components of one ffmpeg command), destroy, and what
 //! its subscribers do (counts, statistics, where frames waited). Its frame ring is in
-//! [`super::frame_ring`] and [`super::cuda_publish`], its packet ring in [`super::packet`].
+//! `frame_ring.rs` and `cuda_publish.rs`, its packet ring in `packet.rs`.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int};
@@ -22,29 +22,48 @@ pub struct CPublisher(pub(crate) Arc<Publisher>);
 /// Mirrors `cuframes_publisher_options_t`.
 #[repr(C)]
 pub struct CPublisherOptions {
+    /// Directory of the socket; NULL: `$CUFRAMES_RUNTIME_DIR`, else /run/cuframes (R16).
     pub runtime_dir: *const c_char,
+    /// Mode of the socket and SHM objects; 0 = 0660.
     pub file_mode: u32,
+    /// Only this uid (or root) may subscribe; -1 = any.
     pub allowed_uid: i64,
+    /// Only this gid (or root) may subscribe; -1 = any.
     pub allowed_gid: i64,
+    /// A peer silent this long in the middle of a handshake is dropped; 0 = 5000.
     pub handshake_timeout_ms: u32,
+    /// Non-zero: admit frame subscribers without ACK pages (plain protocol v4 peers).
     pub allow_legacy_subscribers: u32,
+    /// Subscribers the processes of one uid may hold at once; 0 = the default.
     pub max_subscribers_per_uid: u32,
+    /// Subscribers one process may hold at once; 0 = the default.
     pub max_subscribers_per_pid: u32,
 }
 
 /// Mirrors `cuframes_subscriber_info_t`.
 #[repr(C)]
 pub struct CSubscriberInfo {
+    /// The subscriber's bit: 1..31.
     pub bit: u32,
+    /// Its process id.
     pub pid: u32,
+    /// Its name, NUL-terminated.
     pub name: [c_char; 32],
+    /// 1 if it reads frames.
     pub wants_frames: u32,
+    /// 1 if it reads packets.
     pub wants_packets: u32,
+    /// The publisher's seq minus the subscriber's last ACK.
     pub lag: u64,
+    /// The last seq it ACKed.
     pub last_seen_seq: u64,
+    /// CLOCK_REALTIME of its last ACK, in ns; 0 = none.
     pub last_ack_ns: i64,
+    /// Frames it received.
     pub delivered: u64,
+    /// Frames overwritten before it read them.
     pub dropped_overrun: u64,
+    /// Frames rewritten while it copied them.
     pub dropped_torn: u64,
 }
 
@@ -208,12 +227,19 @@ pub unsafe extern "C" fn cuframes_publisher_destroy(p: *mut CPublisher) {
 /// Mirrors `cuframes_publisher_wait_stats_t`: where the frame ring's frames waited.
 #[repr(C)]
 pub struct CPublisherWaitStats {
+    /// Acquires that waited for subscribers' ACKs (STRICT_WAIT).
     pub ack_waits: u64,
+    /// Their time in all, in ns.
     pub ack_wait_ns: u64,
+    /// Waits for a publication still queued on a CUDA stream.
     pub publication_waits: u64,
+    /// Their time in all, in ns.
     pub publication_wait_ns: u64,
+    /// Publications made by a host function on a CUDA stream.
     pub stream_publications: u64,
+    /// Their time in all, in ns (each holds up its stream).
     pub stream_publication_ns: u64,
+    /// The longest of them, in ns.
     pub stream_publication_max_ns: u64,
 }
 

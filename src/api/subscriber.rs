@@ -1,7 +1,7 @@
 //! `cuframes_subscriber_t`: the subscriber handle of the C API (`cuframes_subscriber_*`):
 //! options, connect and destroy, the next frame, and the queries of what the publisher
 //! announced (layout, colour, memory kind and GPU, counters). A frame it hands out is a
-//! `cuframes_frame_t` ([`super::frame`]); its packet calls are in [`super::packet`].
+//! `cuframes_frame_t` (`frame.rs`); its packet calls are in `packet.rs`.
 
 use std::ffi::{c_char, c_int};
 use std::sync::{Mutex, PoisonError};
@@ -104,25 +104,40 @@ const _: fn() = || {
 /// Mirrors `cuframes_subscriber_options_t`.
 #[repr(C)]
 pub struct CSubscriberOptions {
+    /// Directory of the publisher's socket; NULL: `$CUFRAMES_RUNTIME_DIR`, else /run/cuframes.
     pub runtime_dir: *const c_char,
+    /// Shown to operators; printable ASCII, at most 31 bytes; NULL: none.
     pub name: *const c_char,
+    /// GPU to import CUDA rings on: -1 = the publisher's GPU (found by its UUID).
     pub cuda_device: i32,
+    /// `cuframes_subscriber_mode_t`: COPY or ZERO_COPY.
     pub mode: u32,
+    /// `CUFRAMES_SUBSCRIBE_WANTS_*`; 0 = frames.
     pub flags: u32,
+    /// Bound of the connect and handshake; 0 = 5000.
     pub connect_timeout_ms: u32,
+    /// Non-zero: allow ZERO_COPY under DROP_OLDEST (R12).
     pub accept_zero_copy_overwrite: c_int,
+    /// Microseconds to poll before each sleep of a read; 0 = sleep at once.
     pub spin_us: u32,
+    /// How long to wait for a new publisher of the key when one goes; 0 = the stream ends.
     pub reconnect_ms: u32,
+    /// The largest packet data ring this subscriber maps, in bytes; 0 = the default.
     pub max_packet_ring_size: u32,
+    /// The largest packet this subscriber reads, in bytes; 0 = the default.
     pub max_packet_size: u32,
+    /// Accept only a publisher running as this uid; -1 = any.
     pub publisher_uid: i64,
 }
 
 /// Mirrors `cuframes_frame_stats_t`.
 #[repr(C)]
 pub struct CFrameStats {
+    /// Frames received.
     pub delivered: u64,
+    /// Frames overwritten before they were read (DROP_OLDEST).
     pub dropped_overrun: u64,
+    /// Frames rewritten while being copied (R10).
     pub dropped_torn: u64,
 }
 

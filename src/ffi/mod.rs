@@ -1,4 +1,4 @@
-//! The C boundary, below every handle of [`crate::api`]: what each `extern "C"` function runs
+//! The C boundary, below every handle of `api`: what each `extern "C"` function runs
 //! through, whatever handle it takes.
 //!
 //! - [`boundary`]: the one wrapper every entry point runs its body under (no panic crosses,
