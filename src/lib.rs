@@ -1,22 +1,27 @@
 //! The C ABI of cuframes: a thin, documented `extern "C"` layer over `cuframes-core`.
 //!
 //! Every function here is declared in `include/cuframes.h`. No panic crosses this boundary:
-//! each entry point runs its body under one of the wrappers of [`ffi`], which turn a panic into
+//! each entry point runs its body under one of the wrappers of `ffi`, which turn a panic into
 //! an error code and write the last error only when the call fails.
 //!
 //! # Map
 //!
 //! Imports run downwards only (a module uses the ones below it, never one above):
 //!
-//! | layer | modules | what they hold |
-//! |---|---|---|
-//! | handles | `api::publisher`, `api::frame_ring`, `api::cuda_publish`, `api::packet`, `api::subscriber`, `api::frame`, `api::codec`, `api::cuda`, `api::library` | the `extern "C"` functions, one file per handle or sub-API |
-//! | values | `api::types` | `repr(C)` structs that several handles share |
-//! | boundary | [`ffi`] | the panic-safe wrapper, C argument reading, the last error |
-//! | library | `cuframes_core` | everything the functions do |
+//! 1. `api`: the `extern "C"` functions, one file per handle or sub-API:
+//!    - `publisher` (`cuframes_publisher_t`), with `frame_ring` (its frame ring, host
+//!      publishes), `cuda_publish` (publishes from the GPU) and `packet` (its packet ring and
+//!      a subscriber's reading of it) built on it;
+//!    - `subscriber` (`cuframes_subscriber_t`), built on `frame` (`cuframes_frame_t`, the
+//!      frames it hands out); `packet` builds on it too;
+//!    - `codec` (extradata helpers), `cuda` (CUDA helpers for FFmpeg), `library` (version,
+//!      error texts, the last error);
+//!    - `types`: the `repr(C)` value types several handles share (layout, colour).
+//! 2. `ffi`: the boundary every function runs through: the panic-safe wrapper, C argument
+//!    reading, the calling thread's last error.
+//! 3. `cuframes_core`: everything the functions do.
 //!
-//! Within the handles: `frame_ring`, `cuda_publish` and `packet` build on `publisher`;
-//! `subscriber` builds on `frame` (it hands frames out), and `packet` on `subscriber`. Unit tests that cross handles are in `tests/`.
+//! Unit tests that call the API across handles, as a C program does, are in `tests/`.
 //!
 //! # Pointer contract
 //!

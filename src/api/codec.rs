@@ -19,7 +19,7 @@ pub struct CCodecVideoInfo {
     pub height: u32,
     /// H.264 profile_idc, HEVC general_profile_idc, AV1 seq_profile.
     pub profile: i32,
-    /// H.264 level_idc, HEVC general_level_idc, AV1 seq_level_idx[0].
+    /// H.264 level_idc, HEVC general_level_idc, AV1 `seq_level_idx[0]`.
     pub level: i32,
     /// 0 = monochrome, 1 = 4:2:0, 2 = 4:2:2, 3 = 4:4:4.
     pub chroma_format: u32,
