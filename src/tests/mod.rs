@@ -1,5 +1,6 @@
 //! Unit tests that call the C API across handles, as a C program does.
 
+mod codec;
 mod every_entry_point;
 mod publisher;
 mod subscriber_threads;
