@@ -13,7 +13,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "check-c-link: scripts/install.sh $tmp/prefix" >&2
 scripts/install.sh "$tmp/prefix" >&2
-for f in "$tmp/prefix/lib/libcuframes.a" "$tmp/prefix/lib/pkgconfig/cuframes.pc"; do
+for f in "$tmp/prefix/lib/libcuframes.a" "$tmp/prefix/lib/pkgconfig/cuframes.pc" \
+    "$tmp/prefix/include/cuframes.h" "$tmp/prefix/include/cuframes_protocol.h"; do
     if [ ! -f "$f" ]; then
         echo "check-c-link: $f is missing after the installation" >&2
         exit 1
@@ -24,9 +25,15 @@ export PKG_CONFIG_PATH=$tmp/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_
 flags=$(pkg-config --static --cflags --libs cuframes)
 echo "check-c-link: pkg-config --static --cflags --libs cuframes: $flags" >&2
 
+# link_smoke.c includes cuframes.h alone: the API header needs no other.
 # shellcheck disable=SC2086 # $flags is a list of compiler/linker arguments
 "${CC:-cc}" -std=c11 -Wall -Wextra -pedantic -Werror \
     -o "$tmp/link_smoke" tests/conformance/c/link_smoke.c $flags
+
+# The installed protocol header compiles on its own (it includes cuframes.h beside it).
+# shellcheck disable=SC2086
+echo '#include <cuframes_protocol.h>' |
+    "${CC:-cc}" -std=c11 -Wall -Wextra -pedantic -Werror -fsyntax-only -x c - $flags
 
 "$tmp/link_smoke"
 

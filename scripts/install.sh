@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install libcuframes.a, cuframes.h and cuframes.pc under PREFIX (default /usr/local).
+# Install libcuframes.a, cuframes.h (the C API), cuframes_protocol.h (the wire protocol, for
+# peers that map the shared memory themselves) and cuframes.pc under PREFIX (default
+# /usr/local).
 # Builds the release library first (a no-op when it is current). The .pc file is the one
 # build.rs wrote into cargo's OUT_DIR, with its prefix set to PREFIX.
 set -euo pipefail
@@ -21,7 +23,7 @@ for line in sys.stdin:
 version=$(sed -n 's/^Version: //p' "$out_dir/cuframes.pc")
 install -d "$prefix/lib/pkgconfig" "$prefix/include"
 install -m 0644 "$target/release/libcuframes.a" "$prefix/lib/"
-install -m 0644 include/cuframes.h "$prefix/include/"
+install -m 0644 include/cuframes.h include/cuframes_protocol.h "$prefix/include/"
 sed "s|^prefix=.*|prefix=$prefix|" "$out_dir/cuframes.pc" > "$prefix/lib/pkgconfig/cuframes.pc"
 chmod 0644 "$prefix/lib/pkgconfig/cuframes.pc"
 echo "installed libcuframes $version into $prefix"

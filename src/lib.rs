@@ -1,8 +1,27 @@
 //! The C ABI of cuframes: a thin, documented `extern "C"` layer over `cuframes-core`.
 //!
 //! Every function here is declared in `include/cuframes.h`. No panic crosses this boundary:
-//! each entry point runs its body under one of the wrappers of [`ffi`], which turn a panic into
+//! each entry point runs its body under one of the wrappers of `ffi`, which turn a panic into
 //! an error code and write the last error only when the call fails.
+//!
+//! # Map
+//!
+//! Imports run downwards only (a module uses the ones below it, never one above):
+//!
+//! 1. `api`: the `extern "C"` functions, one file per handle or sub-API:
+//!    - `publisher` (`cuframes_publisher_t`), with `frame_ring` (its frame ring, host
+//!      publishes), `cuda_publish` (publishes from the GPU) and `packet` (its packet ring and
+//!      a subscriber's reading of it) built on it;
+//!    - `subscriber` (`cuframes_subscriber_t`), built on `frame` (`cuframes_frame_t`, the
+//!      frames it hands out); `packet` builds on it too;
+//!    - `codec` (extradata helpers), `cuda` (CUDA helpers for FFmpeg), `library` (version,
+//!      error texts, the last error);
+//!    - `types`: the `repr(C)` value types several handles share (layout, colour).
+//! 2. `ffi`: the boundary every function runs through: the panic-safe wrapper, C argument
+//!    reading, the calling thread's last error.
+//! 3. `cuframes_core`: everything the functions do.
+//!
+//! Unit tests that call the API across handles, as a C program does, are in `tests/`.
 //!
 //! # Pointer contract
 //!
@@ -21,98 +40,25 @@
 //! - a CUDA stream argument is NULL or a live `CUstream` of the right device, as each
 //!   function's comment in cuframes.h says.
 
+#![warn(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use std::ffi::c_char;
-
-use cuframes_core::wire::PROTOCOL_VERSION;
-use cuframes_core::ErrorCode;
-
-mod codec;
-mod colour;
-mod convert;
-mod error;
+mod api;
 mod ffi;
-mod ffmpeg_frames;
-mod frame_info;
-mod layout;
-mod packets;
-mod publisher;
-mod subscriber;
+#[cfg(test)]
+mod tests;
 
-use ffi::guard;
-
-pub use error::cuframes_last_error;
+pub use api::library::{cuframes_last_error, cuframes_protocol_version, cuframes_strerror};
 
 /// The `repr(C)` structs of the C API, public so that the conformance crate can check them
 /// against `cuframes.h` field by field.
 pub mod abi {
-    pub use crate::codec::CCodecVideoInfo;
-    pub use crate::colour::CColour;
-    pub use crate::layout::CFrameLayout;
-    pub use crate::packets::{CPacketInfo, CPacketRingConfig, CPacketStats};
-    pub use crate::publisher::{CFrameRingConfig, CPublisherOptions, CSlot, CSubscriberInfo};
-    pub use crate::subscriber::{CFrameInfo, CFrameStats, CSubscriberOptions};
-}
-
-/// The wire protocol version this library speaks (4).
-#[no_mangle]
-pub extern "C" fn cuframes_protocol_version() -> u32 {
-    PROTOCOL_VERSION
-}
-
-/// A static, human-readable description of an error code; never NULL.
-#[no_mangle]
-pub extern "C" fn cuframes_strerror(code: i32) -> *const c_char {
-    guard(c"unknown error".as_ptr(), || {
-        match ErrorCode::from_i32(code) {
-            Some(c) => strerror_cstr(c).as_ptr(),
-            None => c"unknown error".as_ptr(),
-        }
-    })
-}
-
-fn strerror_cstr(code: ErrorCode) -> &'static std::ffi::CStr {
-    match code {
-        ErrorCode::Ok => c"success",
-        ErrorCode::InvalidArg => c"invalid argument",
-        ErrorCode::Protocol => c"protocol error (malformed message or version mismatch)",
-        ErrorCode::Format => c"unsupported or mismatching frame format",
-        ErrorCode::TooMany => c"too many subscribers (at most 31)",
-        ErrorCode::NotFound => c"not found (no such publisher or ring)",
-        ErrorCode::AlreadyExists => c"a live publisher already owns this key",
-        ErrorCode::Timeout => c"timed out",
-        ErrorCode::Disconnected => c"disconnected from the publisher",
-        ErrorCode::PacketOverrun => c"packet ring overrun: packets were lost",
-        ErrorCode::Permission => c"permission denied",
-        ErrorCode::Cuda => c"CUDA error",
-        ErrorCode::Io => c"I/O error",
-        ErrorCode::NoMemory => c"out of memory",
-    }
-}
-
-#[cfg(test)]
-mod abi_success_tests;
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::ffi::CStr;
-
-    #[test]
-    fn strerror_matches_the_core_descriptions() {
-        for code in ErrorCode::ALL {
-            // SAFETY: cuframes_strerror returns a static NUL-terminated string.
-            let s = unsafe { CStr::from_ptr(cuframes_strerror(code as i32)) };
-            assert_eq!(s.to_str().unwrap(), code.description());
-        }
-        // SAFETY: as above, for an unknown code too.
-        let s = unsafe { CStr::from_ptr(cuframes_strerror(12345)) };
-        assert_eq!(s.to_str().unwrap(), "unknown error");
-    }
-
-    #[test]
-    fn version_is_4() {
-        assert_eq!(cuframes_protocol_version(), 4);
-    }
+    pub use crate::api::codec::CCodecVideoInfo;
+    pub use crate::api::frame::CFrameInfo;
+    pub use crate::api::frame_ring::{CFrameRingConfig, CSlot};
+    pub use crate::api::packet::{CPacketInfo, CPacketRingConfig, CPacketStats};
+    pub use crate::api::publisher::{CPublisherOptions, CPublisherWaitStats, CSubscriberInfo};
+    pub use crate::api::subscriber::{CFrameStats, CSubscriberOptions};
+    pub use crate::api::types::{CColour, CFrameLayout};
 }

@@ -1,5 +1,6 @@
 /*
- * Conformance fixture of protocol-v4.md §8, in C, against include/cuframes.h.
+ * Conformance fixture of protocol-v4.md §8, in C, against include/cuframes_protocol.h and the
+ * include/cuframes.h it includes.
  *
  * Checks, with the values written out from the spec (§2, §3, §10) and the resolutions (R1,
  * R7, R13, R14, R28):
@@ -18,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuframes.h"
+#include "cuframes_protocol.h"
 
 int cuframes_conformance_run(char *report, size_t len);
 

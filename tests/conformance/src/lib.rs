@@ -1,4 +1,5 @@
-//! Protocol v4 conformance (protocol-v4.md §8) of `include/cuframes.h`.
+//! Protocol v4 conformance (protocol-v4.md §8) of the public headers, `include/cuframes.h`
+//! (the C API) and `include/cuframes_protocol.h` (the wire protocol).
 //!
 //! Two views of the header are built by `build.rs`:
 //! - [`run_c_fixture`] runs `c/layout.c`, the C fixture of §8, which checks offsetof, sizeof
@@ -13,7 +14,8 @@ use std::ffi::{c_char, c_int, CStr};
 // library itself.
 extern crate cuframes;
 
-/// bindgen's translation of `include/cuframes.h`.
+/// bindgen's translation of `include/cuframes_protocol.h` and the `include/cuframes.h` it
+/// includes.
 #[allow(
     non_camel_case_types,
     non_upper_case_globals,

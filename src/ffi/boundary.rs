@@ -12,7 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use cuframes_core::{Error, ErrorCode, Result};
 
-use crate::error::fail;
+use super::last_error::fail;
 
 /// Run a body that succeeds or fails: 0, or its error's (negative) code.
 pub(crate) fn status(body: impl FnOnce() -> Result<()>) -> c_int {
@@ -54,12 +54,12 @@ fn panic_error(payload: &(dyn Any + Send)) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuframes_last_error;
+    use crate::ffi::last_error::last_error_ptr;
 
     fn last_error() -> String {
-        // SAFETY: cuframes_last_error returns a NUL-terminated string owned by this thread's
+        // SAFETY: last_error_ptr returns a NUL-terminated string owned by this thread's
         // slot, valid until the next failing call on this thread (none in between).
-        unsafe { std::ffi::CStr::from_ptr(cuframes_last_error()) }
+        unsafe { std::ffi::CStr::from_ptr(last_error_ptr()) }
             .to_string_lossy()
             .into_owned()
     }

@@ -1,4 +1,4 @@
-//! Helpers for reading C arguments safely.
+//! Reading C arguments: strings, in- and out-pointers, byte buffers, variable-size results.
 //!
 //! Each helper is `unsafe` with the contract that cuframes.h gives C callers for that kind of
 //! argument (see "Pointer contract" in the crate documentation); it checks what can be

@@ -1,4 +1,5 @@
-//! Packet functions of the C API: publishing encoded packets and reading them (§10).
+//! The packet ring in the C API: a publisher's ring of encoded packets (configure, enable,
+//! publish) and a subscriber's reading of it (§10).
 
 use std::ffi::{c_int, c_void};
 use std::time::Duration;
@@ -6,38 +7,53 @@ use std::time::Duration;
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::{Error, ErrorCode};
 
-use crate::convert::{bytes, copy_out, input, out};
+use super::publisher::CPublisher;
+use super::subscriber::CSubscriber;
+use crate::ffi::args::{bytes, copy_out, input, out};
 use crate::ffi::status;
-use crate::publisher::CPublisher;
-use crate::subscriber::CSubscriber;
 
 /// Mirrors `cuframes_packet_ring_config_t`.
 #[repr(C)]
 pub struct CPacketRingConfig {
+    /// `CUFRAMES_CODEC_ID_*`: H.264 27, HEVC 173, AV1 226 (wire values).
     pub codec_id: u32,
+    /// Slots of the ring: 1..1024 (default 64).
     pub ring_slots: u32,
+    /// Bytes of the data ring: the largest packet that fits (default 8 MiB).
     pub data_size: u32,
+    /// Bytes at `extradata`: at most 4096; 0 = set later.
     pub extradata_size: u32,
+    /// Annex B SPS/PPS(/VPS), or the AV1 sequence header OBU (R30); copied.
     pub extradata: *const u8,
 }
 
 /// Mirrors `cuframes_packet_info_t`.
 #[repr(C)]
 pub struct CPacketInfo {
+    /// Seq of the packet.
     pub seq: u64,
+    /// Presentation time in ns; INT64_MIN = none (R25).
     pub pts_ns: i64,
+    /// Decoding time in ns; INT64_MIN = none.
     pub dts_ns: i64,
+    /// `CUFRAMES_PACKET_FLAG_*`.
     pub flags: u32,
+    /// Bytes of the packet.
     pub size: u32,
 }
 
 /// Mirrors `cuframes_packet_stats_t`.
 #[repr(C)]
 pub struct CPacketStats {
+    /// Packets read.
     pub packets: u64,
+    /// Bytes read.
     pub bytes: u64,
+    /// Times the reader was lapped and resumed on a keyframe (R9).
     pub overruns: u64,
+    /// Seq of the last packet read.
     pub last_seq: u64,
+    /// Packets skipped for exceeding the subscriber's `max_packet_size`.
     pub oversized: u64,
 }
 

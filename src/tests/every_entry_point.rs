@@ -1,6 +1,6 @@
 //! Every entry point that can run without a GPU, called successfully through the C ABI, one
-//! after the other as a C program would: none may touch the thread's last error (issue: the
-//! old wrapper wrote "a panic was caught" there before every body ran).
+//! after the other as a C program would: none may touch the thread's last error (a wrapper
+//! that wrote it before the body ran would leave a stale message after a success).
 //!
 //! Not here, because they need a CUDA driver: `cuframes_cuda_primary_context`,
 //! `cuframes_cuda_context_release`, `cuframes_publisher_publish_after_stream` and
@@ -14,18 +14,18 @@ use cuframes_core::wire::{
     Format, MemoryKind, Policy, SubscriberMode, SUBSCRIBE_WANTS_FRAMES, SUBSCRIBE_WANTS_PACKETS,
 };
 
-use crate::abi::*;
-use crate::codec::*;
-use crate::colour::*;
-use crate::cuframes_last_error;
-use crate::ffmpeg_frames::*;
-use crate::frame_info::*;
-use crate::packets::*;
-use crate::publisher::*;
-use crate::subscriber::*;
-use crate::{cuframes_protocol_version, cuframes_strerror};
+use super::Scratch;
+use crate::api::codec::*;
+use crate::api::cuda::*;
+use crate::api::frame::*;
+use crate::api::frame_ring::*;
+use crate::api::library::*;
+use crate::api::packet::*;
+use crate::api::publisher::*;
+use crate::api::subscriber::*;
+use crate::api::types::*;
 
-const SAMPLE_H264: &[u8] = include_bytes!("../fate-samples/test-25fps.h264");
+const SAMPLE_H264: &[u8] = include_bytes!("../../fate-samples/test-25fps.h264");
 
 fn last_error() -> String {
     // SAFETY: cuframes_last_error returns a NUL-terminated string of this thread's slot,
@@ -33,20 +33,6 @@ fn last_error() -> String {
     unsafe { CStr::from_ptr(cuframes_last_error()) }
         .to_string_lossy()
         .into_owned()
-}
-
-/// A runtime directory of our own; the rings' /dev/shm objects go with it, also on failure.
-struct Scratch {
-    dir: std::path::PathBuf,
-    key: String,
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}", self.key));
-        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}-packets", self.key));
-    }
 }
 
 #[test]
@@ -439,21 +425,19 @@ const NEEDS_CUDA: [&str; 8] = [
     "cuframes_publisher_publish_device_async",
 ];
 
+/// The `extern "C"` functions defined in the sources of `src/api/` (every file there, so a new
+/// one is covered too).
 fn exported_functions() -> Vec<String> {
-    let sources = [
-        include_str!("lib.rs"),
-        include_str!("codec.rs"),
-        include_str!("colour.rs"),
-        include_str!("error.rs"),
-        include_str!("ffmpeg_frames.rs"),
-        include_str!("frame_info.rs"),
-        include_str!("packets.rs"),
-        include_str!("publisher.rs"),
-        include_str!("subscriber.rs"),
-    ];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api");
+    let sources: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     let mut names = Vec::new();
     const DECL: &str = "extern \"C\" fn ";
-    for src in sources {
+    for src in &sources {
         for (at, _) in src.match_indices(DECL) {
             let name: String = src[at + DECL.len()..]
                 .chars()

@@ -1,5 +1,5 @@
-//! Error reporting across the C ABI: a code as the return value, and the detailed message of
-//! the last failure on this thread (`cuframes_last_error`).
+//! Error reporting across the C ABI: a failed call returns its code, and keeps its detailed
+//! message for the calling thread until its next failure (`cuframes_last_error` reads it).
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
@@ -17,9 +17,8 @@ pub(crate) fn fail(e: Error) -> i32 {
     e.code() as i32
 }
 
-/// The message of the last error on the calling thread ("" if none). Valid until the next
-/// failing call on this thread.
-#[no_mangle]
-pub extern "C" fn cuframes_last_error() -> *const c_char {
+/// The message of the last error on the calling thread ("" if none), NUL-terminated. Valid
+/// until the next failing call on this thread.
+pub(crate) fn last_error_ptr() -> *const c_char {
     LAST_ERROR.with(|l| l.borrow().as_ptr())
 }

@@ -1,11 +1,12 @@
-//! Frame helpers for FFmpeg (`hwupload_cuframes`, the `cuframes` input device): small queries
-//! the FFmpeg components need and that have no other home in the C API.
-//!
-//! Declared in the "Frame helpers for FFmpeg" section of `include/cuframes.h`.
+//! CUDA helpers of the C API: the host copies this process made, the CUDA devices a ring could
+//! use, and a reference on a device's primary context (`cuframes_cuda_context_t`). The FFmpeg
+//! components (`hwupload_cuframes`, the `cuframes` input device) build their CUDA contexts
+//! with them; they are declared in the "Frame helpers for FFmpeg" section of
+//! `include/cuframes.h`.
 
 use std::ffi::c_int;
 
-use crate::convert::out;
+use crate::ffi::args::out;
 use crate::ffi::{guard, status};
 
 /// Host<->device copies that cuframes made in this process (uploads of host frames into a
