@@ -15,7 +15,7 @@ an H100 that took 0.16 s for a plain decode and 0.74 s with 8 readers (docs/benc
 Prints the fps, or `nan` when fewer than two blocks had frames.
 
 With STEADY_FPS_WINDOW=FILE it also writes "t0 t1 fps_whole fps_middle q1 q2 q3 q4" into FILE:
-the window counted (CLOCK_MONOTONIC seconds; scripts/proc_sched.py --window profiles that
+the window counted (CLOCK_MONOTONIC seconds; tools/diag/proc_sched.py --window profiles that
 window only), the rate from the first block with frames to the final block (start-up after
 the first frame and the end included: what a user waits for), the middle rate again, and the
 rate of each quarter of the frames, the last one up to the final block (where a slow run loses
