@@ -11,7 +11,8 @@ its subscribers) nor the end is counted. The end cannot be cut off at "the first
 every frame": fftools stops printing progress once the muxer is done and prints its final
 block only after sch_stop has joined every thread, i.e. after the decoder was closed and the
 filter graph freed (a publisher's teardown, while its readers close their CUDA contexts); on
-an H100 that took 0.16 s for a plain decode and 0.74 s with 8 readers (docs/benchmarks.md).
+an H100 that takes 0.16 s for a plain decode and 0.74 s with 8 readers
+(docs/investigations/eight-readers-decode-speed.md).
 Prints the fps, or `nan` when fewer than two blocks had frames.
 
 With STEADY_FPS_WINDOW=FILE it also writes "t0 t1 fps_whole fps_middle q1 q2 q3 q4" into FILE:
