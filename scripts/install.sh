@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install libcuframes.a, cuframes.h and cuframes.pc under PREFIX (default /usr/local).
+# Install libcuframes.a, the headers of include/ and cuframes.pc under PREFIX (default /usr/local).
 # Builds the release library first (a no-op when it is current). The .pc file is the one
 # build.rs wrote into cargo's OUT_DIR, with its prefix set to PREFIX.
 set -euo pipefail
@@ -21,7 +21,8 @@ for line in sys.stdin:
 version=$(sed -n 's/^Version: //p' "$out_dir/cuframes.pc")
 install -d "$prefix/lib/pkgconfig" "$prefix/include"
 install -m 0644 "$target/release/libcuframes.a" "$prefix/lib/"
-install -m 0644 include/cuframes.h "$prefix/include/"
+# Every public header (cuframes.h and the headers it includes).
+install -m 0644 include/*.h "$prefix/include/"
 sed "s|^prefix=.*|prefix=$prefix|" "$out_dir/cuframes.pc" > "$prefix/lib/pkgconfig/cuframes.pc"
 chmod 0644 "$prefix/lib/pkgconfig/cuframes.pc"
 echo "installed libcuframes $version into $prefix"
