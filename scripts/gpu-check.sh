@@ -350,7 +350,7 @@ run() {
   step "frame ring on CUDA VMM (both policies, COPY/ZERO_COPY, 8 subscribers, bit-exact)" gpu_test "$out/frame_ring_cuda" --test-threads=1 --nocapture "${skips[@]}"
   step "release on a stream, then subscriber destroy, x${CUFRAMES_RELEASE_CYCLES:-1000}: torn down on our thread, no failed driver release, memory and mappings flat" \
     gpu_test "$out/frame_ring_cuda" --exact release_then_destroy_cycles_tear_down_on_our_thread --test-threads=1 --nocapture
-  step "dropping a zero-copy CUDA frame waits for the GPU work queued before it (the release follows the consumer's stream)" \
+  step "dropping a zero-copy CUDA frame waits for the GPU work queued before it, then ACKs" \
     gpu_test "$out/frame_ring_cuda" --exact dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before --test-threads=1 --nocapture
   step "dropping a COPY CUDA frame waits for the GPU work queued on it before its buffer is reused" \
     gpu_test "$out/frame_ring_cuda" --exact dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reused --test-threads=1 --nocapture
