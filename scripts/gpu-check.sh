@@ -12,12 +12,14 @@
 #   CUFRAMES_RELEASE_CYCLES=1000                       # release-then-destroy cycles
 #   GPU_HOSTILE_SECS=10                                # hostile-subscriber run, per policy
 #   GPU_SOAK_SECS=60                                   # ring-replacement soak on CUDA
+#   GPU_CHECK_DIAG=1 scripts/gpu-check.sh build        # also the diagnostics of tools/diag/
 #
 # .gpu/ is git-ignored; carry it to a GPU machine that has no toolchain. The summary ends
 # with "N passed, N failed, N skipped": a test that printed SKIPPED did not run and counts as
-# skipped, never as passed, and one that skipped for want of a GPU fails its step here. Where one command may run 10 minutes at most, run it as three
-# commands (GPU_CHECK_ONLY=core, =ffmpeg, =python): core alone took more than 338 s on the
-# H200 (2026-12-04; its frame benchmark is most of it).
+# skipped, never as passed, and one that skipped for want of a GPU fails its step here. Where
+# one command may run 10 minutes at most, run it as three commands (GPU_CHECK_ONLY=core,
+# =ffmpeg, =python): core alone takes more than 5 minutes on an H200 (its frame benchmark is
+# most of it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=.gpu
@@ -45,10 +47,15 @@ for l in sys.stdin:
   local tgt=${CARGO_TARGET_DIR:-target}
   cp "$tgt/release/examples/frame_bench" "$tgt/release/examples/packet_bench" "$tgt/release/cuframes-demo" "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
-  cp scripts/gpu-check.sh scripts/steady_fps.py scripts/ff-readers-diag.sh scripts/proc_sched.py \
-    scripts/ff-readers-ioctl.sh scripts/diag_subscriber.py "$out/"
-  # The ioctl tracer of ff-readers-ioctl.sh (an LD_PRELOAD shim; plain C, glibc only).
-  gcc -O2 -Wall -shared -fPIC -o "$out/ioctl_trace.so" scripts/ioctl_trace.c -ldl -lpthread
+  cp scripts/gpu-check.sh scripts/steady_fps.py scripts/ffbench.sh "$out/"
+  # The decode-pipeline diagnostics (tools/diag/README.md), only when asked for: they are a
+  # lab bench, not a check.
+  if [ -n "${GPU_CHECK_DIAG:-}" ]; then
+    cp tools/diag/ff-readers-diag.sh tools/diag/ff-readers-ioctl.sh tools/diag/proc_sched.py \
+      tools/diag/diag_subscriber.py "$out/"
+    # The ioctl tracer of ff-readers-ioctl.sh (an LD_PRELOAD shim; plain C, glibc only).
+    gcc -O2 -Wall -shared -fPIC -o "$out/ioctl_trace.so" tools/diag/ioctl_trace.c -ldl -lpthread
+  fi
   # The Python package: the abi3 wheel (any CPython >= 3.9) and its GPU check.
   scripts/build-python.sh
   cp "$(ls -t build/wheels/cuframes-*-abi3-*.whl | head -1)" "$out/"
@@ -120,19 +127,18 @@ ff_ring_check() { # readers, reader_opts, reader_filters, direct_filters, tag
 # hwupload_cuframes with 0, 1 (strict_wait, zero copy) and 8 `-f cuframes` readers; each
 # configuration GPU_BENCH_REPS (2) times, ratios to the decode-only run of the same round.
 ff_bench() {
-  local ff="$out/ffmpeg" d n size rep readers ring cfg ref refw pids fps i key opts
+  local ff="$out/ffmpeg" d size rep readers ring cfg ref refw pids fps i key opts
+  # shellcheck source=scripts/ffbench.sh
+  . "$out/ffbench.sh"
   d=$(mktemp -d /tmp/cuframes-ffb.XXXXXX)
   for size in 1080p 4k; do
     case $size in
-      1080p) n=1500; "$ff" -hide_banner -nostdin -loglevel error -y -f lavfi -i testsrc2=s=1920x1080:r=30 \
-        -frames:v $n -c:v libx264 -preset ultrafast -crf 30 -g 60 -pix_fmt yuv420p "$d/clip.h264" ;;
-      4k) n=600; "$ff" -hide_banner -nostdin -loglevel error -y -f lavfi -i testsrc2=s=3840x2160:r=30 \
-        -frames:v $n -c:v libx264 -preset ultrafast -crf 30 -g 60 -pix_fmt yuv420p "$d/clip.h264" ;;
+      1080p) ffbench_clip "$ff" 1920x1080 1500 "$d/clip.h264" ;;
+      4k) ffbench_clip "$ff" 3840x2160 600 "$d/clip.h264" ;;
     esac
     for rep in $(seq 1 "${GPU_BENCH_REPS:-2}"); do
-      ref=$("$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
-        -i "$d/clip.h264" -f null -progress pipe:1 -stats_period 0.05 -nostats - |
-        STEADY_FPS_WINDOW="$d/win" python3 "$out/steady_fps.py")
+      ref=$(ffbench_fps "$d/win" "$ff" -hide_banner -nostdin -loglevel error -hwaccel cuda -hwaccel_output_format cuda \
+        -i "$d/clip.h264")
       refw=$(cut -d' ' -f3 "$d/win")
       echo "$size round $rep: decode only (nvdec, CUDA frames): $ref fps (whole run: $refw fps)"
       # readers:ring_size. A STRICT_WAIT ring of 8 slots holds 8 frames in flight across
@@ -152,9 +158,8 @@ ff_bench() {
         # the readers close their CUDA contexts) is counted; the whole run is printed beside.
         # Verbose for the filter's closing line: where its frames waited (subscribers' ACKs,
         # queued publications), which tells a slow configuration's cause.
-        fps=$("$ff" -hide_banner -nostdin -loglevel verbose -hwaccel cuda -hwaccel_output_format cuda \
-          -i "$d/clip.h264" -vf "$opts" -f null -progress pipe:1 -stats_period 0.05 -nostats - 2>"$d/pub.log" |
-          STEADY_FPS_WINDOW="$d/win" python3 "$out/steady_fps.py")
+        fps=$(ffbench_fps "$d/win" "$ff" -hide_banner -nostdin -loglevel verbose -hwaccel cuda -hwaccel_output_format cuda \
+          -i "$d/clip.h264" -vf "$opts" 2>"$d/pub.log")
         for i in "${pids[@]}"; do wait "$i" || echo "reader $i failed: $(tail -2 "$d/r$i.log")"; done
         echo "$size round $rep: decode + hwupload_cuframes, $readers reader(s), ring $ring: $fps fps = $(awk -v a="$fps" -v b="$ref" 'BEGIN { printf "%.1f", 100 * a / b }') % of decode only (whole run: $(cut -d' ' -f3 "$d/win") fps = $(awk -v a="$(cut -d' ' -f3 "$d/win")" -v b="$refw" 'BEGIN { printf "%.1f", 100 * a / b }') %)"
         grep -o 'waited for .*' "$d/pub.log" | sed 's/^/    /'
@@ -287,9 +292,9 @@ gpu_test() {
   return "$rc"
 }
 # The churn soak (core/tests/frame_ring_churn.rs) with its slots on CUDA VMM device 0.
-# At most 8 subscriber processes (CI: 33): on the H200 a subscriber process's CUDA start-up
-# (driver + context) took 9.5 s on average with up to 33 starting at once, 1.3 s with 8, so
-# with 33 most of a 15 s soak was start-up and too few sessions ran for the soak's "the churn
+# At most 8 subscriber processes (CI: 33): on an H200 a subscriber process's CUDA start-up
+# (driver + context) takes 9.5 s on average with up to 33 starting at once, 1.3 s with 8, so
+# with 33 most of a 15 s soak is start-up and too few sessions run for the soak's "the churn
 # really happened" checks (rejoins, stalls, zombie ACKers) to hold.
 churn_cuda() {
   CUFRAMES_CHURN_MEMORY=cuda CUFRAMES_CHURN_SECS="${GPU_CHURN_SECS:-30}" CUFRAMES_CHURN_MAX="${GPU_CHURN_MAX:-8}" \
@@ -345,7 +350,7 @@ run() {
   step "frame ring on CUDA VMM (both policies, COPY/ZERO_COPY, 8 subscribers, bit-exact)" gpu_test "$out/frame_ring_cuda" --test-threads=1 --nocapture "${skips[@]}"
   step "release on a stream, then subscriber destroy, x${CUFRAMES_RELEASE_CYCLES:-1000}: torn down on our thread, no failed driver release, memory and mappings flat" \
     gpu_test "$out/frame_ring_cuda" --exact release_then_destroy_cycles_tear_down_on_our_thread --test-threads=1 --nocapture
-  step "dropping a zero-copy CUDA frame waits for the GPU work queued before it (R12)" \
+  step "dropping a zero-copy CUDA frame waits for the GPU work queued before it, then ACKs" \
     gpu_test "$out/frame_ring_cuda" --exact dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before --test-threads=1 --nocapture
   step "dropping a COPY CUDA frame waits for the GPU work queued on it before its buffer is reused" \
     gpu_test "$out/frame_ring_cuda" --exact dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reused --test-threads=1 --nocapture

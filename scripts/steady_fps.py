@@ -11,11 +11,12 @@ its subscribers) nor the end is counted. The end cannot be cut off at "the first
 every frame": fftools stops printing progress once the muxer is done and prints its final
 block only after sch_stop has joined every thread, i.e. after the decoder was closed and the
 filter graph freed (a publisher's teardown, while its readers close their CUDA contexts); on
-an H100 that took 0.16 s for a plain decode and 0.74 s with 8 readers (docs/benchmarks.md).
+an H100 that takes 0.16 s for a plain decode and 0.74 s with 8 readers
+(docs/investigations/eight-readers-decode-speed.md).
 Prints the fps, or `nan` when fewer than two blocks had frames.
 
 With STEADY_FPS_WINDOW=FILE it also writes "t0 t1 fps_whole fps_middle q1 q2 q3 q4" into FILE:
-the window counted (CLOCK_MONOTONIC seconds; scripts/proc_sched.py --window profiles that
+the window counted (CLOCK_MONOTONIC seconds; tools/diag/proc_sched.py --window profiles that
 window only), the rate from the first block with frames to the final block (start-up after
 the first frame and the end included: what a user waits for), the middle rate again, and the
 rate of each quarter of the frames, the last one up to the final block (where a slow run loses

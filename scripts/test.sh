@@ -138,6 +138,8 @@ stage "cargo fmt --check" cargo fmt --all -- --check
 stage "cargo clippy -D warnings" cargo clippy --workspace --all-targets --release -- -D warnings
 stage "kernel PTX is what its CUDA source gives (scripts/gen-ptx.sh --check)" scripts/gen-ptx.sh --check
 stage "C link through pkg-config --static" scripts/check-c-link.sh
+stage "the README's Rust and C examples compile and link (scripts/check-readme-examples.sh)" \
+  scripts/check-readme-examples.sh
 stage "FFmpeg with the cuframes components (cached: rebuilt only when its inputs change)" build_ffmpeg
 stage "your own FFmpeg tree: scripts/patch-ffmpeg.sh, a broad configure, a full build (cached)" \
   scripts/test-patch-ffmpeg.sh 9.0

@@ -73,8 +73,7 @@ typedef struct CuframesDemuxContext {
     int64_t wait_publisher;
     int64_t handshake_timeout;
     int64_t read_timeout;
-    int deprecated_connect_timeout_ms; /* -1: not set */
-    int deprecated_timeout_ms;         /* -2: not set */
+    int deprecated_timeout_ms; /* -2: not set */
     char *name;
     int64_t spin_us;
     char *runtime_dir;
@@ -253,21 +252,15 @@ static int setup_cuda_frames(AVFormatContext *avctx)
     return ret;
 }
 
-/* The millisecond options of cuframes 0.4 (connect_timeout, timeout), still accepted: they
- * set the durations that replaced them. */
+/* -timeout, the millisecond read timeout of cuframes 0.4, still accepted: it sets the
+ * duration that replaced it. */
 static void apply_deprecated_options(AVFormatContext *avctx)
 {
     CuframesDemuxContext *s = avctx->priv_data;
 
-    if (s->deprecated_connect_timeout_ms >= 0) {
-        av_log(avctx, AV_LOG_WARNING, "-connect_timeout (ms) is deprecated: "
-               "use -wait_publisher %d.%03d\n", s->deprecated_connect_timeout_ms / 1000,
-               s->deprecated_connect_timeout_ms % 1000);
-        s->wait_publisher = (int64_t)s->deprecated_connect_timeout_ms * 1000;
-    }
     if (s->deprecated_timeout_ms != -2) {
         av_log(avctx, AV_LOG_WARNING, "-timeout (ms) is deprecated: use -read_timeout\n");
-        /* -1 was "forever" (now 0); 0 was "fail at the first empty poll". */
+        /* -1 means forever (read_timeout 0); 0 fails at the first empty poll. */
         s->read_timeout = s->deprecated_timeout_ms < 0 ? 0 :
                           FFMAX((int64_t)s->deprecated_timeout_ms * 1000, 1);
     }
@@ -308,7 +301,8 @@ static av_cold int cuframes_read_header(AVFormatContext *avctx)
         s->out_cuda = s->output == OUTPUT_CUDA;
     if (s->mode == CUFRAMES_MODE_ZERO_COPY && !s->zero_copy)
         av_log(avctx, AV_LOG_WARNING, "ZERO_COPY is not possible under DROP_OLDEST without "
-               "accept_overwrite=1 (R12); frames are copied.\n");
+               "accept_overwrite=1 (the publisher can overwrite a frame while it is held); "
+               "frames are copied.\n");
     if (s->out_cuda || s->memory_kind == CUFRAMES_MEMORY_CUDA_VMM) {
         /* CUDA output, or a CUDA ring downloaded for software output. */
         ret = setup_cuda(avctx);
@@ -577,11 +571,11 @@ static const AVOption options[] = {
       OFFSET(mode), AV_OPT_TYPE_INT, { .i64 = MODE_AUTO }, -1, 1, FLAGS, .unit = "mode" },
         { "auto", "zero copy where the publisher's policy allows it (strict_wait), copy otherwise",
           0, AV_OPT_TYPE_CONST, { .i64 = MODE_AUTO }, 0, 0, FLAGS, .unit = "mode" },
-        { "zero_copy", "frames are the ring's slots, ACKed after the last reader (R12); warns and copies under drop_oldest unless accept_overwrite",
+        { "zero_copy", "frames are the ring's slots, ACKed once released and the GPU work queued on them is done; warns and copies under drop_oldest unless accept_overwrite",
           0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_MODE_ZERO_COPY }, 0, 0, FLAGS, .unit = "mode" },
         { "copy", "copy every frame out of the ring at once",
           0, AV_OPT_TYPE_CONST, { .i64 = CUFRAMES_MODE_COPY }, 0, 0, FLAGS, .unit = "mode" },
-    { "accept_overwrite", "allow zero copy under drop_oldest although a held frame can be overwritten (R12)",
+    { "accept_overwrite", "allow zero copy under drop_oldest although the publisher can overwrite a frame while it is held",
       OFFSET(accept_overwrite), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, FLAGS },
     { "output", "kind of the output frames",
       OFFSET(output), AV_OPT_TYPE_INT, { .i64 = OUTPUT_AUTO }, -1, 1, FLAGS, .unit = "output" },
@@ -601,8 +595,6 @@ static const AVOption options[] = {
       OFFSET(handshake_timeout), AV_OPT_TYPE_DURATION, { .i64 = FF_CUFRAMES_HANDSHAKE_TIMEOUT_DEFAULT }, 1000, INT64_MAX, FLAGS },
     { "read_timeout", FF_CUFRAMES_HELP_READ_TIMEOUT,
       OFFSET(read_timeout), AV_OPT_TYPE_DURATION, { .i64 = FF_CUFRAMES_READ_TIMEOUT_DEFAULT }, 0, INT64_MAX, FLAGS },
-    { "connect_timeout", "deprecated: milliseconds; use wait_publisher",
-      OFFSET(deprecated_connect_timeout_ms), AV_OPT_TYPE_INT, { .i64 = -1 }, -1, INT_MAX, FLAGS | AV_OPT_FLAG_DEPRECATED },
     { "timeout", "deprecated: milliseconds, -1 forever; use read_timeout",
       OFFSET(deprecated_timeout_ms), AV_OPT_TYPE_INT, { .i64 = -2 }, -2, INT_MAX, FLAGS | AV_OPT_FLAG_DEPRECATED },
     { "name", FF_CUFRAMES_HELP_NAME,

@@ -101,10 +101,11 @@ static av_cold int cuframes_upload_init(AVFilterContext *ctx)
         av_log(ctx, AV_LOG_ERROR, "The key option is required (e.g. hwupload_cuframes=key=cam1).\n");
         return AVERROR(EINVAL);
     }
-    /* cuframes 0.4 took these in milliseconds: ack_timeout=10000 now means 10000 s. */
+    /* Durations: a value of 1000 s or more is most likely milliseconds as cuframes 0.4 took
+     * them (ack_timeout=10000 means 10000 s), so it is warned about. */
     if (s->ack_timeout >= 1000 * INT64_C(1000000) || s->wait_timeout >= 1000 * INT64_C(1000000))
         av_log(ctx, AV_LOG_WARNING, "ack_timeout/wait_timeout are durations (10, 10s, "
-               "10000ms), no longer milliseconds: %.0f s / %.0f s is meant?\n",
+               "10000ms), not milliseconds: %.0f s / %.0f s is meant?\n",
                s->ack_timeout / 1e6, s->wait_timeout / 1e6);
     s->ring_pix_fmt = AV_PIX_FMT_NONE;
     s->host_copies_at_start = cuframes_host_copy_count();

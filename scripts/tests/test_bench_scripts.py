@@ -1,4 +1,4 @@
-"""The measuring scripts the benchmarks rely on: scripts/steady_fps.py and proc_sched.py."""
+"""The measuring scripts the benchmarks rely on: scripts/steady_fps.py and tools/diag/proc_sched.py."""
 
 import os
 import subprocess
@@ -6,6 +6,7 @@ import sys
 import time
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+DIAG = os.path.join(SCRIPTS, "..", "tools", "diag")
 
 
 def blocks(*frames):
@@ -46,8 +47,8 @@ def test_teardown_after_the_last_frame_is_not_counted(tmp_path):
 def test_teardown_before_the_final_block_is_not_counted(tmp_path):
     # What fftools really prints: progress stops when the muxer is done (here at 450 of 500
     # frames in ~0.45 s), and the final block, with every frame, comes after the threads were
-    # joined (0.6 s of teardown). Counting to the first block with every frame (this script
-    # before 2026-12-06) gave ~470 fps; the middle of the frames runs at ~1000.
+    # joined (0.6 s of teardown). Counting to the first block with every frame would give
+    # ~470 fps; the middle of the frames runs at ~1000.
     feed = [(blocks(n), 0.05) for n in range(0, 451, 50)]
     feed[-1] = (blocks(450), 0.6)
     feed.append(("frame=500\nprogress=end\n", 0))
@@ -76,7 +77,7 @@ def test_proc_sched_window_keeps_only_its_samples(tmp_path):
         "20.0\t1\tmain\tD ioctl nvidiactl 0xc0104629\t9000000\n"
     )
     out = subprocess.run(
-        [sys.executable, os.path.join(SCRIPTS, "proc_sched.py"), "--window", "10.5", "12.5",
+        [sys.executable, os.path.join(DIAG, "proc_sched.py"), "--window", "10.5", "12.5",
          str(samples)],
         capture_output=True, text=True, check=True,
     ).stdout
@@ -108,7 +109,7 @@ def test_proc_sched_timeline_places_the_ioctls(tmp_path):
         lines.append(f"{10 + i / 10:.1f}\t2\tother\tS futex\t0\n")
     samples.write_text("".join(lines))
     out = subprocess.run(
-        [sys.executable, os.path.join(SCRIPTS, "proc_sched.py"), "--timeline", "10", "13.95",
+        [sys.executable, os.path.join(DIAG, "proc_sched.py"), "--timeline", "10", "13.95",
          str(samples)],
         capture_output=True, text=True, check=True,
     ).stdout
@@ -124,7 +125,7 @@ def test_proc_sched_ends_tells_when_threads_went(tmp_path):
         "10.0\t2\tmux0:null\tS futex\t0\n12.0\t2\tmux0:null\tS futex\t0\n"
     )
     out = subprocess.run(
-        [sys.executable, os.path.join(SCRIPTS, "proc_sched.py"), "--ends", "11", str(samples)],
+        [sys.executable, os.path.join(DIAG, "proc_sched.py"), "--ends", "11", str(samples)],
         capture_output=True, text=True, check=True,
     ).stdout
     assert "vf#0:0 -0.500" in out and "mux0:null +1.000" in out, out

@@ -16,12 +16,12 @@
 #   also holding a CUDA context), and the CPUs held out of deep idle states (lat0).
 # DIAG_GPU=1 adds the GPU's and NVDEC's utilisation and the SM clock during each decode;
 # DIAG_HIST=1 where each thread of the decoder (and of reader 1) spent its time in the steady
-# window (scripts/proc_sched.py --window) and the filter's wait statistics.
-# Each line: steady fps (scripts/steady_fps.py), % of decode only, and the publisher's CPU
-# seconds, the time its threads waited runnable for a CPU (scripts/proc_sched.py) and its
-# involuntary context switches, the readers' CPU seconds.
+# window (proc_sched.py --window) and the filter's wait statistics.
+# Each line: steady fps (steady_fps.py through ffbench.sh, both in scripts/), % of decode
+# only, and the publisher's CPU seconds, the time its threads waited runnable for a CPU
+# (proc_sched.py) and its involuntary context switches, the readers' CPU seconds.
 #
-#   scripts/gpu-check.sh build                                          # here (copies it to .gpu/)
+#   GPU_CHECK_DIAG=1 scripts/gpu-check.sh build                         # here (copies it to .gpu/)
 #   bash .gpu/ff-readers-diag.sh                                        # on the GPU machine
 #   DIAG_ROWS="base strict8 idle8 pinned8 spin8 py8" bash .gpu/ff-readers-diag.sh   # some rows
 #   DIAG_ROWS="base strict8 sync8 query8" ...                           # driver calls per frame?
@@ -31,7 +31,7 @@
 set -uo pipefail
 out=$(cd "$(dirname "$0")" && pwd)
 ff="$out/ffmpeg"
-[ -x "$ff" ] || { echo "no $ff: run scripts/gpu-check.sh build first"; exit 1; }
+[ -x "$ff" ] || { echo "no $ff: run GPU_CHECK_DIAG=1 scripts/gpu-check.sh build first"; exit 1; }
 export CUFRAMES_RUNTIME_DIR=${CUFRAMES_RUNTIME_DIR:-$(mktemp -d /tmp/cuframes-diag-rt.XXXXXX)}
 d=$(mktemp -d /tmp/cuframes-diag.XXXXXX)
 helpers=()
@@ -41,7 +41,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Runs a command (stdout kept), its scheduling line (scripts/proc_sched.py) into file $1.
+# Runs a command (stdout kept), its scheduling line (proc_sched.py) into file $1.
 # With DIAG_HIST=1, also where each thread's time went (OUT.hist, printed under the row).
 # SCHED_HIST=0 turns the histogram off for one command (readers 2..n: sampling costs CPU).
 sched() { local f=$1; shift; PROC_SCHED_HIST=${SCHED_HIST:-${DIAG_HIST:-0}} python3 "$out/proc_sched.py" "$f" "$@"; }
@@ -55,8 +55,9 @@ gpu_off() { [ "${DIAG_GPU:-0}" = 1 ] || return 0
   kill "$gpu_pid" 2>/dev/null; wait "$gpu_pid" 2>/dev/null
   awk -F', *' 'NF >= 3 { g += $1; e += $2; c += $3; n++ } END { if (n) printf "GPU %.0f %%, NVDEC %.0f %%, SM %.0f MHz (%d samples)", g / n, e / n, c / n, n }' "$d/gpu.log" >"$d/gpu.txt"; }
 
-"$ff" -hide_banner -nostdin -loglevel error -y -f lavfi -i testsrc2=s=1920x1080:r=30 \
-  -frames:v 1500 -c:v libx264 -preset ultrafast -crf 30 -g 60 -pix_fmt yuv420p "$d/clip.h264"
+# shellcheck source=scripts/ffbench.sh
+. "$out/ffbench.sh"
+ffbench_clip "$ff" 1920x1080 1500 "$d/clip.h264"
 
 # DIAG_LOOP=N: the clip N+1 times over (-stream_loop needs a container that can seek: MP4).
 clip=$d/clip.h264 loop=()
@@ -75,9 +76,8 @@ decode() { # filter (or empty): prints the steady fps; scheduling line in $d/pub
   [ -n "$1" ] && vf=(-vf "$1")
   gpu_on
   # Verbose, into a log: the filter's wait statistics (printed with the row), and errors.
-  sched "$d/pub.ru" "${pin[@]}" "$ff" -hide_banner -nostdin -loglevel level+verbose -hwaccel cuda -hwaccel_output_format cuda \
-    "${loop[@]}" -i "$clip" "${vf[@]}" -f null -progress pipe:1 -stats_period 0.05 -nostats - 2>"$d/pub.log" |
-    STEADY_FPS_WINDOW="$d/win" python3 "$out/steady_fps.py"
+  ffbench_fps "$d/win" sched "$d/pub.ru" "${pin[@]}" "$ff" -hide_banner -nostdin -loglevel level+verbose -hwaccel cuda \
+    -hwaccel_output_format cuda "${loop[@]}" -i "$clip" "${vf[@]}" 2>"$d/pub.log"
   grep -h '\[error\]\|\[fatal\]' "$d/pub.log" >&2
   gpu_off
 }
@@ -85,7 +85,7 @@ decode() { # filter (or empty): prints the steady fps; scheduling line in $d/pub
 ref=
 row() { # label, fps, readers' part
   local cpu wait nivcsw threads
-  read -r cpu wait nivcsw threads <"$d/pub.ru"
+  read -r cpu wait nivcsw _ <"$d/pub.ru"
   printf '%-58s %7s fps %6s %%  publisher %s s CPU, %s ms runnable-waiting, %s preempted  %s\n' "$1" "$2" \
     "$(awk -v a="$2" -v b="${ref:-$2}" 'BEGIN { printf "%.1f", 100 * a / b }')" \
     "$cpu" "$wait" "$nivcsw" "${3:-}"
@@ -159,7 +159,7 @@ ring() { # label, readers, policy, kind of reader (ffmpeg|idle|pinned|spin|pytho
     local SCHED_HIST=${DIAG_HIST:-0}
     [ "$i" -gt 1 ] && SCHED_HIST=0
     case $kind in
-      # Python subscribers (scripts/diag_subscriber.py; env execs python, which proc_sched sees).
+      # Python subscribers (diag_subscriber.py; env execs python, which proc_sched sees).
       python|mapsync) sched "$d/r$i.ru" env PYTHONPATH="$d/py" python3 "$out/diag_subscriber.py" "$key" "r$i" \
           "$([ "$kind" = python ] && echo read || echo mapsync)" 2>"$d/r$i.log" & pids+=($!) ;;
       watch|watchctx) sched "$d/r$i.ru" bash -c "$(declare -f watcher); watcher $key $([ "$kind" = watchctx ] && echo 1 || echo 0)" 2>"$d/r$i.log" & pids+=($!) ;;

@@ -1,4 +1,4 @@
-/* Which driver calls make a process's NVIDIA ioctls (scripts/ff-readers-ioctl.sh).
+/* Which driver calls make a process's NVIDIA ioctls (ff-readers-ioctl.sh).
  *
  *   gcc -O2 -shared -fPIC -o ioctl_trace.so ioctl_trace.c -ldl -lpthread
  *   IOCTL_TRACE_OUT=/tmp/t LD_PRELOAD=$PWD/ioctl_trace.so ffmpeg ...     # -> /tmp/t.PID

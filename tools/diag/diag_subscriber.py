@@ -25,7 +25,7 @@ def subscribe(key, name):
     deadline = time.monotonic() + 30
     while True:
         try:
-            return cuframes.Subscriber(key, name=name, mode="zero_copy", connect_timeout=30)
+            return cuframes.Subscriber(key, name=name, mode="zero_copy", handshake_timeout=30)
         except cuframes.Error:
             if time.monotonic() > deadline:
                 raise

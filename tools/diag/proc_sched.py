@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run a command and report how the scheduler treated it (scripts/ff-readers-diag.sh).
+"""Run a command and report how the scheduler treated it (ff-readers-diag.sh).
 
     python3 proc_sched.py OUT_FILE command args...
     PROC_SCHED_HIST=1 python3 proc_sched.py OUT_FILE command args...   # and OUT_FILE.hist
