@@ -10,8 +10,6 @@
 //! against different FFmpeg versions agree. 0 means "unspecified" for every field except
 //! the matrix, where 2 does (0 is H.273's "identity", i.e. RGB/GBR).
 
-use crate::convert::{ColorMatrix, ColorRange};
-
 /// Colour range (FFmpeg `AVColorRange`).
 pub const RANGE_UNSPECIFIED: u8 = 0;
 pub const RANGE_LIMITED: u8 = 1;
@@ -69,57 +67,8 @@ impl Default for ColourInfo {
 }
 
 impl ColourInfo {
-    /// The matrix [`crate::convert`] should use, when the stream names one it implements
-    /// (BT.601 is announced as BT.470BG or SMPTE 170M, which share the coefficients).
-    pub fn rgb_matrix(&self) -> Option<ColorMatrix> {
-        match self.matrix {
-            MATRIX_BT709 => Some(ColorMatrix::Bt709),
-            MATRIX_BT470BG | MATRIX_SMPTE170M => Some(ColorMatrix::Bt601),
-            MATRIX_BT2020_NCL => Some(ColorMatrix::Bt2020),
-            _ => None,
-        }
-    }
-
-    /// The range [`crate::convert`] should use, when the stream says.
-    pub fn rgb_range(&self) -> Option<ColorRange> {
-        match self.range {
-            RANGE_LIMITED => Some(ColorRange::Limited),
-            RANGE_FULL => Some(ColorRange::Full),
-            _ => None,
-        }
-    }
-
     /// The sample aspect ratio when it is a real ratio (both terms non-zero).
     pub fn sample_aspect_ratio(&self) -> Option<(u32, u32)> {
         (self.sar.0 != 0 && self.sar.1 != 0).then_some(self.sar)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn typed_views_follow_the_code_points() {
-        let mut c = ColourInfo::default();
-        assert_eq!((c.rgb_matrix(), c.rgb_range()), (None, None));
-        assert_eq!(c.sample_aspect_ratio(), None);
-        c.matrix = MATRIX_BT709;
-        c.range = RANGE_FULL;
-        c.sar = (4, 3);
-        assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt709));
-        assert_eq!(c.rgb_range(), Some(ColorRange::Full));
-        assert_eq!(c.sample_aspect_ratio(), Some((4, 3)));
-        for m in [MATRIX_BT470BG, MATRIX_SMPTE170M] {
-            c.matrix = m;
-            assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt601));
-        }
-        c.matrix = MATRIX_BT2020_NCL;
-        c.range = RANGE_LIMITED;
-        assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt2020));
-        assert_eq!(c.rgb_range(), Some(ColorRange::Limited));
-        c.matrix = MATRIX_RGB;
-        c.sar = (1, 0);
-        assert_eq!((c.rgb_matrix(), c.sample_aspect_ratio()), (None, None));
     }
 }

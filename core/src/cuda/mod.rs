@@ -18,11 +18,9 @@
 //! - [`stream`]: [`Stream`] and [`Event`].
 //! - [`copy`]: 2D copies, memset, and the host-copy counter.
 //! - [`buffer`]: [`DeviceBuffer`], plain device memory.
-//! - [`convert`]: [`RgbKernel`], the RGB conversion of [`crate::convert`] on the GPU.
 
 pub mod buffer;
 pub mod context;
-pub mod convert;
 pub mod copy;
 pub mod device;
 pub mod driver;
@@ -32,7 +30,6 @@ pub mod vmm;
 
 pub use buffer::DeviceBuffer;
 pub use context::{current_context, ContextGuard};
-pub use convert::RgbKernel;
 pub use copy::{copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count, memset_d8_async};
 pub use device::CudaDevice;
 pub use driver::{device_count, driver_available, driver_version, release_failures};

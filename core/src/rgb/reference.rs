@@ -1,8 +1,10 @@
-//! The per-pixel host conversion as it was first written (one pixel at a time, the formulas
-//! of the module documentation verbatim): the reference the fast row code and its tests are
-//! held to, bit for bit.
+//! The per-pixel host conversion (one pixel at a time, the formulas of the module
+//! documentation of [`crate::rgb`] verbatim): the reference the fast row code of `host` is
+//! held to, bit for bit, by the tests here.
 
-use super::{f32_to_f16, rgb_size, Coefficients, RgbDtype, RgbLayout, RgbSpec, SourceKind};
+use super::coefficients::{Coefficients, SourceKind};
+use super::spec::{rgb_size, RgbDtype, RgbLayout, RgbSpec};
+use super::store::f32_to_f16;
 use crate::format::FrameLayout;
 
 /// R, G, B of one pixel from its samples, unclamped (as the kernel computes it).
@@ -102,13 +104,16 @@ fn store(out: &mut [u8], dtype: RgbDtype, out_scale: f32, i: usize, value: f32) 
 
 #[cfg(test)]
 mod tests {
-    use super::super::{to_rgb_host, ColorMatrix, ColorRange};
     use super::*;
+    use crate::rgb::{to_rgb_host, ColourMatrix, ColourRange};
     use crate::wire::Format;
 
-    const MATRICES: [ColorMatrix; 3] =
-        [ColorMatrix::Bt601, ColorMatrix::Bt709, ColorMatrix::Bt2020];
-    const RANGES: [ColorRange; 2] = [ColorRange::Limited, ColorRange::Full];
+    const MATRICES: [ColourMatrix; 3] = [
+        ColourMatrix::Bt601,
+        ColourMatrix::Bt709,
+        ColourMatrix::Bt2020,
+    ];
+    const RANGES: [ColourRange; 2] = [ColourRange::Limited, ColourRange::Full];
     const DTYPES: [RgbDtype; 3] = [RgbDtype::U8, RgbDtype::F16, RgbDtype::F32];
     const LAYOUTS: [RgbLayout; 2] = [RgbLayout::Chw, RgbLayout::Hwc];
 
