@@ -14,7 +14,8 @@
 //! - [`identity`]: [`GpuUuid`], and which local ordinal a publisher's announced GPU is.
 //! - [`context`]: [`ContextGuard`]: every call that needs a context pushes it and pops it
 //!   again, so the caller's current context is never replaced.
-//! - [`vmm`]: [`VmmAllocation`] (create + export fd) and [`VmmImport`] (import fd + map).
+//! - [`vmm`]: [`VmmAllocation`] (create + export fd) and [`VmmImport`] (import fd + map);
+//!   `vmm_prop`: the allocation properties both it and the device's granularity use.
 //! - [`stream`]: [`Stream`] and [`Event`].
 //! - [`copy`]: 2D copies, memset, and the host-copy counter.
 //! - [`buffer`]: [`DeviceBuffer`], plain device memory.
@@ -27,6 +28,7 @@ pub mod driver;
 pub mod identity;
 pub mod stream;
 pub mod vmm;
+mod vmm_prop;
 
 pub use buffer::DeviceBuffer;
 pub use context::{current_context, ContextGuard};

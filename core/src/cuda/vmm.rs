@@ -15,6 +15,7 @@ use cudarc::driver::sys;
 
 use super::device::CudaDevice;
 use super::driver::{call, release, release_failed};
+use super::vmm_prop::{allocation_prop, device_location, POSIX_FD};
 use crate::error::{Error, Result};
 
 static LIVE_MAPPINGS: AtomicU64 = AtomicU64::new(0);
@@ -24,55 +25,6 @@ static LIVE_MAPPINGS: AtomicU64 = AtomicU64::new(0);
 /// a leak shows here (and in [`release_failures`](super::release_failures)).
 pub fn live_mappings() -> u64 {
     LIVE_MAPPINGS.load(Ordering::Relaxed)
-}
-
-const POSIX_FD: sys::CUmemAllocationHandleType =
-    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-
-fn device_location(dev: &CudaDevice) -> sys::CUmemLocation {
-    sys::CUmemLocation {
-        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-        id: dev.cu_device(),
-    }
-}
-
-/// Pinned device memory on `dev`, exportable as a POSIX file descriptor.
-fn allocation_prop(dev: &CudaDevice) -> sys::CUmemAllocationProp {
-    sys::CUmemAllocationProp {
-        type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-        requestedHandleTypes: POSIX_FD,
-        location: device_location(dev),
-        win32HandleMetaData: std::ptr::null_mut(),
-        allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
-            compressionType: 0,
-            gpuDirectRDMACapable: 0,
-            usage: 0,
-            reserved: [0; 4],
-        },
-    }
-}
-
-/// `cuMemGetAllocationGranularity(MINIMUM)` for [`allocation_prop`] (use
-/// [`CudaDevice::vmm_granularity`], which caches it).
-pub(crate) fn query_granularity(dev: &CudaDevice) -> Result<usize> {
-    let _current = dev.push_current()?;
-    let prop = allocation_prop(dev);
-    let mut granularity = 0usize;
-    // SAFETY: valid out-pointer and property struct; the device's context is current.
-    call("cuMemGetAllocationGranularity", || unsafe {
-        sys::cuMemGetAllocationGranularity(
-            &mut granularity,
-            &prop,
-            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-        )
-    })?;
-    if granularity == 0 || !granularity.is_power_of_two() {
-        return Err(Error::new(
-            crate::error::ErrorCode::Cuda,
-            format!("cuMemGetAllocationGranularity returned {granularity}"),
-        ));
-    }
-    Ok(granularity)
 }
 
 /// `size` rounded up to a multiple of `granularity` (R20); 0 and overflow are refused.
@@ -148,7 +100,7 @@ impl Mapping {
         })?;
         self.mapped = true;
         let desc = sys::CUmemAccessDesc {
-            location: device_location(&self.dev),
+            location: device_location(self.dev.cu_device()),
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
         // SAFETY: the range is mapped (above); `desc` lives across the call.
@@ -225,7 +177,7 @@ impl VmmAllocation {
         let granularity = dev.vmm_granularity()?;
         let size = round_up_to_granularity(min_size, granularity)?;
         let _current = dev.push_current()?;
-        let prop = allocation_prop(dev);
+        let prop = allocation_prop(dev.cu_device());
         let mut mapping = Mapping::new(dev, size);
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         // SAFETY: valid out-pointer and property struct; the device's context is current.
