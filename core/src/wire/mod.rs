@@ -11,6 +11,9 @@ pub mod ack_page;
 pub mod frame;
 pub mod meta_ext;
 pub mod packet;
+mod shm_header;
+
+pub use shm_header::{PRODUCER_PID_OFFSET, SHM_MAGICS};
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("cuframes protocol v4 is little-endian only (protocol-v4.md, header)");
@@ -21,15 +24,6 @@ pub const FRAME_MAGIC: u32 = 0xCC7C_1DCE;
 pub const LEGACY_FRAME_MAGIC: u32 = 0xCC7C_1DCC;
 /// Magic of the packet SHM header (§10.2).
 pub const PACKET_MAGIC: u32 = 0xCC7C_1DCD;
-/// Offset of `producer_pid` in every cuframes SHM header: the frame ring's (§2.0, the same in
-/// v1–v3) and the packet ring's (§10.2) alike, so an object's producer can be read before
-/// knowing which ring it is (crash recovery, `cuframes clean`).
-pub const PRODUCER_PID_OFFSET: usize = core::mem::offset_of!(frame::SharedHeader, producer_pid);
-const _: () =
-    assert!(PRODUCER_PID_OFFSET == core::mem::offset_of!(packet::PacketRingHeader, producer_pid));
-/// The magic of every cuframes SHM object that records a producer pid at
-/// [`PRODUCER_PID_OFFSET`].
-pub const SHM_MAGICS: [u32; 3] = [FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC];
 /// The wire protocol version this library speaks (§7.1).
 pub const PROTOCOL_VERSION: u32 = 4;
 
