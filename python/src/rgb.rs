@@ -20,7 +20,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use cuframes_core::cuda::{CudaDevice, DeviceBuffer, Event, Stream};
-use cuframes_core::format::FrameLayout;
+use cuframes_core::format::FrameGeometry;
 use cuframes_core::rgb::{
     rgb_size, to_rgb_host, ColourMatrix, ColourRange, RgbDtype, RgbKernel, RgbLayout, RgbSpec,
 };
@@ -424,7 +424,7 @@ pub fn parse_spec(
     })
 }
 
-fn shape_of(layout: &FrameLayout, spec: &RgbSpec) -> [i64; 3] {
+fn shape_of(layout: &FrameGeometry, spec: &RgbSpec) -> [i64; 3] {
     let (w, h) = (i64::from(layout.width), i64::from(layout.height));
     match spec.layout {
         RgbLayout::Chw => [3, h, w],
@@ -433,7 +433,7 @@ fn shape_of(layout: &FrameLayout, spec: &RgbSpec) -> [i64; 3] {
 }
 
 /// Converts a host frame whose bytes are `src` (laid out by `layout`).
-pub fn host_tensor(src: &[u8], layout: &FrameLayout, spec: &RgbSpec) -> PyResult<Tensor> {
+pub fn host_tensor(src: &[u8], layout: &FrameGeometry, spec: &RgbSpec) -> PyResult<Tensor> {
     let mut out = vec![0u8; rgb_size(layout.width, layout.height, spec.dtype)];
     to_rgb_host(src, layout, spec, &mut out).map_err(to_py)?;
     Ok(Tensor {
@@ -459,7 +459,7 @@ pub fn host_tensor(src: &[u8], layout: &FrameLayout, spec: &RgbSpec) -> PyResult
 pub unsafe fn device_tensor(
     gpu: &Arc<RgbGpu>,
     src: u64,
-    layout: &FrameLayout,
+    layout: &FrameGeometry,
     spec: &RgbSpec,
     stream: usize,
 ) -> PyResult<(Tensor, Arc<Event>)> {

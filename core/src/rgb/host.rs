@@ -17,7 +17,7 @@ use super::coefficients::{Coefficients, SourceKind};
 use super::spec::{rgb_size, RgbDtype, RgbLayout, RgbSpec};
 use super::store::{f32_to_f16, store_u8};
 use crate::error::{Error, Result};
-use crate::format::{FrameLayout, Plane};
+use crate::format::{FrameGeometry, Plane};
 
 /// Pixels below which one thread converts the whole frame (starting threads costs more).
 const PARALLEL_MIN_PIXELS: usize = 1 << 18;
@@ -72,34 +72,39 @@ enum BandOut<'a> {
     Hwc(&'a mut [u8]),
 }
 
-/// Converts a host frame: `src` holds the frame as laid out by `layout` (planes at their
+/// Converts a host frame: `src` holds the frame as laid out by `geometry` (planes at their
 /// offsets and pitches, as [`crate::subscriber::Frame::copy_to`] writes it), `out` receives
 /// exactly [`rgb_size`] bytes (native-endian elements).
-pub fn to_rgb_host(src: &[u8], layout: &FrameLayout, spec: &RgbSpec, out: &mut [u8]) -> Result<()> {
-    let k = Coefficients::new(layout.format, spec)?;
-    let (w, h) = (layout.width as usize, layout.height as usize);
-    if out.len() != rgb_size(layout.width, layout.height, spec.dtype) {
+pub fn to_rgb_host(
+    src: &[u8],
+    geometry: &FrameGeometry,
+    spec: &RgbSpec,
+    out: &mut [u8],
+) -> Result<()> {
+    let k = Coefficients::new(geometry.format, spec)?;
+    let (w, h) = (geometry.width as usize, geometry.height as usize);
+    if out.len() != rgb_size(geometry.width, geometry.height, spec.dtype) {
         return Err(Error::invalid(format!(
             "RGB output of {} bytes for a {w}x{h} {:?} image (needs {})",
             out.len(),
             spec.dtype,
-            rgb_size(layout.width, layout.height, spec.dtype)
+            rgb_size(geometry.width, geometry.height, spec.dtype)
         )));
     }
-    if src.len() < layout.frame_size {
+    if src.len() < geometry.frame_size {
         return Err(Error::invalid(format!(
             "frame of {} bytes, its layout needs {}",
             src.len(),
-            layout.frame_size
+            geometry.frame_size
         )));
     }
-    convert(src, layout, spec, &k, out);
+    convert(src, geometry, spec, &k, out);
     Ok(())
 }
 
-/// Converts the frame in `src` (validated by [`to_rgb_host`]: sizes, layout) into `out`.
-fn convert(src: &[u8], layout: &FrameLayout, spec: &RgbSpec, k: &Coefficients, out: &mut [u8]) {
-    let (w, h) = (layout.width as usize, layout.height as usize);
+/// Converts the frame in `src` (validated by [`to_rgb_host`]: sizes, geometry) into `out`.
+fn convert(src: &[u8], geometry: &FrameGeometry, spec: &RgbSpec, k: &Coefficients, out: &mut [u8]) {
+    let (w, h) = (geometry.width as usize, geometry.height as usize);
     if w == 0 || h == 0 {
         return;
     }
@@ -131,7 +136,7 @@ fn convert(src: &[u8], layout: &FrameLayout, spec: &RgbSpec, k: &Coefficients, o
                 .collect()
         }
     };
-    let planes = layout.planes();
+    let planes = geometry.planes();
     let job = |(y0, o): (usize, BandOut<'_>)| band(src, planes, w, y0, k, spec.dtype, o);
     if bands.len() == 1 {
         bands.into_iter().for_each(job);
@@ -467,13 +472,13 @@ mod tests {
     use crate::rgb::spec::{ColourMatrix, RgbDtype, RgbLayout};
     use crate::wire::Format;
 
-    fn layout(format: Format, w: u32, h: u32) -> FrameLayout {
-        FrameLayout::new(format, w, h).expect("layout")
+    fn geometry(format: Format, w: u32, h: u32) -> FrameGeometry {
+        FrameGeometry::new(format, w, h).expect("geometry")
     }
 
     #[test]
     fn limited_range_black_and_white_are_exact() {
-        let l = layout(Format::Nv12, 4, 2);
+        let l = geometry(Format::Nv12, 4, 2);
         let mut src = vec![0u8; l.frame_size];
         let [y, uv, ..] = l.planes() else { panic!() };
         for r in 0..2 {
@@ -499,7 +504,7 @@ mod tests {
     #[test]
     fn bt709_and_bt601_differ_on_colour() {
         // Pure red in BT.709 limited range: Y 63, Cb 102, Cr 240.
-        let l = layout(Format::Yuv444p, 2, 2);
+        let l = geometry(Format::Yuv444p, 2, 2);
         let mut src = vec![0u8; l.frame_size];
         let p = l.planes().to_vec();
         for (plane, value) in [(0, 63u8), (1, 102), (2, 240)] {
@@ -534,7 +539,7 @@ mod tests {
 
     #[test]
     fn p010_uses_its_top_ten_bits() {
-        let l = layout(Format::P010, 2, 2);
+        let l = geometry(Format::P010, 2, 2);
         let mut src = vec![0u8; l.frame_size];
         let p = l.planes().to_vec();
         for r in 0..2 {
@@ -565,7 +570,7 @@ mod tests {
 
     #[test]
     fn wrong_sizes_and_format_none_are_refused() {
-        let l = layout(Format::Nv12, 4, 2);
+        let l = geometry(Format::Nv12, 4, 2);
         let src = vec![0u8; l.frame_size];
         let mut short = vec![0u8; 5];
         assert!(to_rgb_host(&src, &l, &RgbSpec::default(), &mut short).is_err());
