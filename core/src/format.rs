@@ -9,7 +9,8 @@ use crate::wire::frame::FrameMeta;
 use crate::wire::Format;
 
 /// Rows of every plane start on this boundary: what GPU copies and texture reads prefer
-/// (R17 recommends multiples of 256; cudaMallocPitch uses 512 on current GPUs, 256 divides it).
+/// (the plane rule, R17, recommends multiples of 256; cudaMallocPitch uses 512 on current
+/// GPUs, 256 divides it).
 pub const PITCH_ALIGNMENT: u32 = 256;
 
 /// Largest width or height accepted (beyond 16K there is no video hardware to feed).
@@ -28,6 +29,7 @@ pub struct Plane {
     pub pitch: usize,
     /// Bytes of image data in one row (<= pitch).
     pub row_bytes: usize,
+    /// Number of rows.
     pub rows: usize,
 }
 
@@ -117,13 +119,19 @@ impl Plane {
 /// The geometry of one frame: up to three planes, contiguous in one allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameGeometry {
+    /// Pixel format.
     pub format: Format,
+    /// Width in pixels.
     pub width: u32,
+    /// Height in pixels.
     pub height: u32,
+    /// Bytes between rows of the luma (or only) plane.
     pub pitch_y: u32,
+    /// Bytes between rows of the chroma planes (0 when there are none).
     pub pitch_uv: u32,
     planes: [Plane; 3],
     plane_count: usize,
+    /// Bytes of all planes together (the end of the last plane's last row).
     pub frame_size: usize,
 }
 
@@ -309,6 +317,7 @@ impl FrameGeometry {
         }
     }
 
+    /// The planes of the frame (one to three), in order.
     pub fn planes(&self) -> &[Plane] {
         &self.planes[..self.plane_count]
     }

@@ -93,9 +93,9 @@
 //! 2. Operating-system plumbing: [`paths`] ([`Key`], runtime directory, object names),
 //!    [`shm`] (the one hardened open of `/dev/shm`, mappings, memfds: [`shm::Mapping`] is in
 //!    the signature of [`packet::PacketRingReader::from_mapping`]), [`liveness`] (the one
-//!    meaning of "alive": zombies are dead); crate-private: `futex` (the waits of R13/R28),
-//!    `sock` (SCM_RIGHTS message I/O), `util` (clocks, C strings), `sync` (the atomics the
-//!    memory-order models swap).
+//!    meaning of "alive": zombies are dead); crate-private: `futex` (idle readers and
+//!    publishers sleep on shared futex words, R13, R28), `sock` (SCM_RIGHTS message I/O),
+//!    `util` (clocks, C strings), `sync` (the atomics the memory-order models swap).
 //! 3. Devices and formats: [`format`] (plane geometry), [`cuda`] (devices, streams, VMM
 //!    memory, pitched copies), [`codec`] (parameter sets of encoded streams).
 //! 4. Rings: [`packet`] (the packet ring: writer, reader, header checks); the frame ring

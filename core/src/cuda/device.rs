@@ -205,6 +205,7 @@ impl CudaDevice {
         Ok((free, total))
     }
 
+    /// The CUDA ordinal of the device in this process.
     pub fn ordinal(&self) -> i32 {
         self.ordinal
     }

@@ -4,7 +4,8 @@
 //! `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, a reserved address range, mapped read-write) and
 //! hands [`VmmAllocation::export_fd`] to each subscriber over the socket (SCM_RIGHTS); the
 //! subscriber maps it with [`VmmImport::import`], which closes the fd once the driver holds its
-//! own reference (§3.7 step 4). Sizes are multiples of the device's VMM granularity (R20).
+//! own reference (§3.7 step 4). Sizes are multiples of the device's VMM granularity (the
+//! size rule, R20).
 
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -228,10 +229,12 @@ impl VmmAllocation {
         self.mapping.size
     }
 
+    /// The granularity the size was rounded to.
     pub fn granularity(&self) -> usize {
         self.granularity
     }
 
+    /// The device the memory is on.
     pub fn device(&self) -> &Arc<CudaDevice> {
         &self.mapping.dev
     }
@@ -281,14 +284,17 @@ impl VmmImport {
         Ok(VmmImport { mapping })
     }
 
+    /// The device address the import is mapped at.
     pub fn device_ptr(&self) -> u64 {
         self.mapping.ptr
     }
 
+    /// Mapped size in bytes.
     pub fn size(&self) -> usize {
         self.mapping.size
     }
 
+    /// The device the import is mapped on.
     pub fn device(&self) -> &Arc<CudaDevice> {
         &self.mapping.dev
     }

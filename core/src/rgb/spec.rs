@@ -9,27 +9,36 @@ use crate::colour::{
 /// The YCbCr matrix of the source (ISO/IEC 23091-2 MatrixCoefficients 5/6, 1 and 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColourMatrix {
+    /// ITU-R BT.601 (SD): Kr 0.299, Kb 0.114.
     Bt601,
+    /// ITU-R BT.709 (HD): Kr 0.2126, Kb 0.0722.
     Bt709,
+    /// ITU-R BT.2020 non-constant luminance: Kr 0.2627, Kb 0.0593.
     Bt2020,
 }
 
 /// Whether the samples use the whole code range or the "studio" (limited, video) range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColourRange {
+    /// Studio range: luma 16..=235, chroma 16..=240 (8-bit; scaled for more bits).
     Limited,
+    /// The whole code range.
     Full,
 }
 
 /// Element type of the RGB output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RgbDtype {
+    /// `uint8`, 0..=255.
     U8,
+    /// IEEE binary16, 0..=1.
     F16,
+    /// IEEE binary32, 0..=1.
     F32,
 }
 
 impl RgbDtype {
+    /// Bytes of one element.
     pub fn size(self) -> usize {
         match self {
             RgbDtype::U8 => 1,
@@ -42,16 +51,22 @@ impl RgbDtype {
 /// Order of the RGB output: planar `[3][h][w]` or interleaved `[h][w][3]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RgbLayout {
+    /// Planar: `[3][height][width]`.
     Chw,
+    /// Interleaved: `[height][width][3]`.
     Hwc,
 }
 
 /// What to convert to, and how to read the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RgbSpec {
+    /// The YCbCr matrix of the source.
     pub matrix: ColourMatrix,
+    /// The code range of the source's samples.
     pub range: ColourRange,
+    /// The element type of the output.
     pub dtype: RgbDtype,
+    /// The channel order of the output.
     pub layout: RgbLayout,
 }
 
