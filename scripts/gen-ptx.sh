@@ -3,8 +3,8 @@
 # (no CUDA toolkit needed). `--check`: fail if a committed .ptx differs from what its .cu gives
 # (scripts/test.sh runs this, so a kernel edit cannot ship with stale PTX).
 #
-# Kernels: core/src/cuda/convert.cu -> convert.ptx (RGB conversion). The test kernels
-# (core/src/testing/kernels.cu) were generated with nvcc on the GPU machine; see that file.
+# Kernels: core/src/rgb/kernel.cu -> kernel.ptx (RGB conversion). The test kernels
+# (core/src/testing/kernels.cu) are generated with nvcc on the GPU machine; see that file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 check=0
@@ -12,7 +12,7 @@ check=0
 CLANG=${CLANG:-clang}
 command -v "$CLANG" >/dev/null || { echo "gen-ptx: $CLANG not found (apt-get install clang)" >&2; exit 1; }
 status=0
-for cu in core/src/cuda/convert.cu; do
+for cu in core/src/rgb/*.cu; do
   ptx=${cu%.cu}.ptx
   tmp=$(mktemp)
   # -O3 and no FP contraction (see the .cu); sm_75 = Turing, the oldest GPU with the features

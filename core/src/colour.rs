@@ -10,33 +10,46 @@
 //! against different FFmpeg versions agree. 0 means "unspecified" for every field except
 //! the matrix, where 2 does (0 is H.273's "identity", i.e. RGB/GBR).
 
-use crate::convert::{ColorMatrix, ColorRange};
-
 /// Colour range (FFmpeg `AVColorRange`).
 pub const RANGE_UNSPECIFIED: u8 = 0;
+/// Limited ("studio", "tv", "mpeg") range.
 pub const RANGE_LIMITED: u8 = 1;
+/// Full ("pc", "jpeg") range.
 pub const RANGE_FULL: u8 = 2;
 
 /// H.273 ColourPrimaries (subset named here; every value travels).
 pub const PRIMARIES_BT709: u8 = 1;
+/// Primaries unspecified.
 pub const PRIMARIES_UNSPECIFIED: u8 = 2;
+/// BT.470 System B/G primaries (PAL, BT.601 625 lines).
 pub const PRIMARIES_BT470BG: u8 = 5;
+/// SMPTE 170M primaries (NTSC, BT.601 525 lines).
 pub const PRIMARIES_SMPTE170M: u8 = 6;
+/// BT.2020 / BT.2100 primaries.
 pub const PRIMARIES_BT2020: u8 = 9;
 
 /// H.273 TransferCharacteristics (subset).
 pub const TRANSFER_BT709: u8 = 1;
+/// Transfer unspecified.
 pub const TRANSFER_UNSPECIFIED: u8 = 2;
+/// SMPTE 170M (BT.601) transfer.
 pub const TRANSFER_SMPTE170M: u8 = 6;
+/// SMPTE ST 2084 (PQ) transfer.
 pub const TRANSFER_PQ: u8 = 16;
+/// ARIB STD-B67 (HLG) transfer.
 pub const TRANSFER_HLG: u8 = 18;
 
 /// H.273 MatrixCoefficients (subset).
 pub const MATRIX_RGB: u8 = 0;
+/// BT.709 matrix.
 pub const MATRIX_BT709: u8 = 1;
+/// Matrix unspecified.
 pub const MATRIX_UNSPECIFIED: u8 = 2;
+/// BT.470 System B/G matrix (the BT.601 coefficients).
 pub const MATRIX_BT470BG: u8 = 5;
+/// SMPTE 170M matrix (the BT.601 coefficients).
 pub const MATRIX_SMPTE170M: u8 = 6;
+/// BT.2020 non-constant-luminance matrix.
 pub const MATRIX_BT2020_NCL: u8 = 9;
 
 /// The colour description of a stream (all fields as announced; unknown values are kept).
@@ -44,7 +57,9 @@ pub const MATRIX_BT2020_NCL: u8 = 9;
 pub struct ColourInfo {
     /// [`RANGE_LIMITED`], [`RANGE_FULL`] or [`RANGE_UNSPECIFIED`].
     pub range: u8,
+    /// Colour primaries (H.273 ColourPrimaries).
     pub primaries: u8,
+    /// Transfer characteristics (H.273 TransferCharacteristics).
     pub transfer: u8,
     /// YCbCr matrix coefficients.
     pub matrix: u8,
@@ -69,57 +84,8 @@ impl Default for ColourInfo {
 }
 
 impl ColourInfo {
-    /// The matrix [`crate::convert`] should use, when the stream names one it implements
-    /// (BT.601 is announced as BT.470BG or SMPTE 170M, which share the coefficients).
-    pub fn rgb_matrix(&self) -> Option<ColorMatrix> {
-        match self.matrix {
-            MATRIX_BT709 => Some(ColorMatrix::Bt709),
-            MATRIX_BT470BG | MATRIX_SMPTE170M => Some(ColorMatrix::Bt601),
-            MATRIX_BT2020_NCL => Some(ColorMatrix::Bt2020),
-            _ => None,
-        }
-    }
-
-    /// The range [`crate::convert`] should use, when the stream says.
-    pub fn rgb_range(&self) -> Option<ColorRange> {
-        match self.range {
-            RANGE_LIMITED => Some(ColorRange::Limited),
-            RANGE_FULL => Some(ColorRange::Full),
-            _ => None,
-        }
-    }
-
     /// The sample aspect ratio when it is a real ratio (both terms non-zero).
     pub fn sample_aspect_ratio(&self) -> Option<(u32, u32)> {
         (self.sar.0 != 0 && self.sar.1 != 0).then_some(self.sar)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn typed_views_follow_the_code_points() {
-        let mut c = ColourInfo::default();
-        assert_eq!((c.rgb_matrix(), c.rgb_range()), (None, None));
-        assert_eq!(c.sample_aspect_ratio(), None);
-        c.matrix = MATRIX_BT709;
-        c.range = RANGE_FULL;
-        c.sar = (4, 3);
-        assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt709));
-        assert_eq!(c.rgb_range(), Some(ColorRange::Full));
-        assert_eq!(c.sample_aspect_ratio(), Some((4, 3)));
-        for m in [MATRIX_BT470BG, MATRIX_SMPTE170M] {
-            c.matrix = m;
-            assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt601));
-        }
-        c.matrix = MATRIX_BT2020_NCL;
-        c.range = RANGE_LIMITED;
-        assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt2020));
-        assert_eq!(c.rgb_range(), Some(ColorRange::Limited));
-        c.matrix = MATRIX_RGB;
-        c.sar = (1, 0);
-        assert_eq!((c.rgb_matrix(), c.sample_aspect_ratio()), (None, None));
     }
 }

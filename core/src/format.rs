@@ -1,6 +1,6 @@
 //! Plane geometry of a frame inside one slot allocation (R17).
 //!
-//! The publisher chooses pitches; subscribers recompute the layout from the `FrameMeta`
+//! The publisher chooses pitches; subscribers recompute the geometry from the `FrameMeta`
 //! they receive and refuse any meta whose pitches or sizes do not add up, so a hostile
 //! HELLO_RESP can never make a reader index past a slot.
 
@@ -9,7 +9,8 @@ use crate::wire::frame::FrameMeta;
 use crate::wire::Format;
 
 /// Rows of every plane start on this boundary: what GPU copies and texture reads prefer
-/// (R17 recommends multiples of 256; cudaMallocPitch uses 512 on current GPUs, 256 divides it).
+/// (the plane rule, R17, recommends multiples of 256; cudaMallocPitch uses 512 on current
+/// GPUs, 256 divides it).
 pub const PITCH_ALIGNMENT: u32 = 256;
 
 /// Largest width or height accepted (beyond 16K there is no video hardware to feed).
@@ -28,6 +29,7 @@ pub struct Plane {
     pub pitch: usize,
     /// Bytes of image data in one row (<= pitch).
     pub row_bytes: usize,
+    /// Number of rows.
     pub rows: usize,
 }
 
@@ -114,16 +116,22 @@ impl Plane {
     }
 }
 
-/// The full layout of one frame: up to three planes, contiguous in one allocation.
+/// The geometry of one frame: up to three planes, contiguous in one allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FrameLayout {
+pub struct FrameGeometry {
+    /// Pixel format.
     pub format: Format,
+    /// Width in pixels.
     pub width: u32,
+    /// Height in pixels.
     pub height: u32,
+    /// Bytes between rows of the luma (or only) plane.
     pub pitch_y: u32,
+    /// Bytes between rows of the chroma planes (0 when there are none).
     pub pitch_uv: u32,
     planes: [Plane; 3],
     plane_count: usize,
+    /// Bytes of all planes together (the end of the last plane's last row).
     pub frame_size: usize,
 }
 
@@ -164,9 +172,13 @@ fn align_up(value: usize, alignment: usize) -> usize {
     value.div_ceil(alignment) * alignment
 }
 
-impl FrameLayout {
-    /// The layout the publisher uses: pitches rounded up to [`PITCH_ALIGNMENT`].
-    pub fn new(format: Format, width: u32, height: u32) -> Result<FrameLayout> {
+/// The name [`FrameGeometry`] had; callers move to the new name, and this alias goes.
+#[doc(hidden)]
+pub type FrameLayout = FrameGeometry;
+
+impl FrameGeometry {
+    /// The geometry the publisher uses: pitches rounded up to [`PITCH_ALIGNMENT`].
+    pub fn new(format: Format, width: u32, height: u32) -> Result<FrameGeometry> {
         let sh = shape(format).ok_or_else(|| Error::invalid("frame format NONE has no layout"))?;
         check_dimensions(width, height)?;
         let (luma_row, chroma_row) = row_bytes(&sh, width);
@@ -176,17 +188,17 @@ impl FrameLayout {
         } else {
             align_up(chroma_row, PITCH_ALIGNMENT as usize) as u32
         };
-        FrameLayout::with_pitches(format, width, height, pitch_y, pitch_uv)
+        FrameGeometry::with_pitches(format, width, height, pitch_y, pitch_uv)
     }
 
-    /// The layout for given pitches, refused when a pitch is shorter than a row.
+    /// The geometry for given pitches, refused when a pitch is shorter than a row.
     pub fn with_pitches(
         format: Format,
         width: u32,
         height: u32,
         pitch_y: u32,
         pitch_uv: u32,
-    ) -> Result<FrameLayout> {
+    ) -> Result<FrameGeometry> {
         let sh = shape(format).ok_or_else(|| Error::invalid("frame format NONE has no layout"))?;
         check_dimensions(width, height)?;
         let (luma_row, chroma_row) = row_bytes(&sh, width);
@@ -248,7 +260,7 @@ impl FrameLayout {
             };
             offset += pitch_uv as usize * chroma_rows;
         }
-        Ok(FrameLayout {
+        Ok(FrameGeometry {
             format,
             width,
             height,
@@ -260,22 +272,22 @@ impl FrameLayout {
         })
     }
 
-    /// Rebuild and verify the layout a peer announced in its frame meta.
-    pub fn from_meta(meta: &FrameMeta) -> Result<FrameLayout> {
+    /// Rebuild and verify the geometry a peer announced in its frame meta.
+    pub fn from_meta(meta: &FrameMeta) -> Result<FrameGeometry> {
         let format = Format::from_u32(meta.format).ok_or_else(|| {
             Error::new(
                 crate::ErrorCode::Format,
                 format!("unknown frame format {}", meta.format),
             )
         })?;
-        let layout = FrameLayout::with_pitches(
+        let geometry = FrameGeometry::with_pitches(
             format,
             meta.width,
             meta.height,
             meta.pitch_y,
             meta.pitch_uv,
         )?;
-        if layout.frame_size as u64 != meta.frame_size_bytes {
+        if geometry.frame_size as u64 != meta.frame_size_bytes {
             return Err(Error::new(
                 crate::ErrorCode::Format,
                 format!(
@@ -284,14 +296,14 @@ impl FrameLayout {
                     meta.width,
                     meta.height,
                     format.name(),
-                    layout.frame_size
+                    geometry.frame_size
                 ),
             ));
         }
-        Ok(layout)
+        Ok(geometry)
     }
 
-    /// The frame meta that describes this layout (§2.1).
+    /// The frame meta that describes this geometry (§2.1).
     pub fn to_meta(&self) -> FrameMeta {
         FrameMeta {
             format: self.format as u32,
@@ -305,6 +317,7 @@ impl FrameLayout {
         }
     }
 
+    /// The planes of the frame (one to three), in order.
     pub fn planes(&self) -> &[Plane] {
         &self.planes[..self.plane_count]
     }
@@ -360,13 +373,13 @@ mod tests {
     /// every check passed and a COPY reader aborted allocating 51 539 607 552 bytes.
     #[test]
     fn pitches_far_beyond_a_row_are_refused() {
-        let e = FrameLayout::with_pitches(Format::Nv12, 64, 16384, 1 << 21, 1 << 21).unwrap_err();
+        let e = FrameGeometry::with_pitches(Format::Nv12, 64, 16384, 1 << 21, 1 << 21).unwrap_err();
         assert_eq!(e.code(), crate::ErrorCode::Format);
-        let e = FrameLayout::with_pitches(Format::Nv12, 64, 16, 256, 1 << 21).unwrap_err();
+        let e = FrameGeometry::with_pitches(Format::Nv12, 64, 16, 256, 1 << 21).unwrap_err();
         assert_eq!(e.code(), crate::ErrorCode::Format);
         // Generous alignment is fine; the largest frame stays bounded.
-        FrameLayout::with_pitches(Format::Nv12, 64, 16, 64 + 4096, 64 + 4096).unwrap();
-        let big = FrameLayout::with_pitches(
+        FrameGeometry::with_pitches(Format::Nv12, 64, 16, 64 + 4096, 64 + 4096).unwrap();
+        let big = FrameGeometry::with_pitches(
             Format::Rgba,
             MAX_DIMENSION,
             MAX_DIMENSION,
@@ -379,7 +392,7 @@ mod tests {
 
     #[test]
     fn nv12_1080p_follows_r17() {
-        let l = FrameLayout::new(Format::Nv12, 1920, 1080).unwrap();
+        let l = FrameGeometry::new(Format::Nv12, 1920, 1080).unwrap();
         assert_eq!(l.pitch_y, 2048);
         assert_eq!(l.pitch_uv, 2048);
         let p = l.planes();
@@ -391,7 +404,7 @@ mod tests {
 
     #[test]
     fn yuv420p_odd_size_rounds_chroma_up() {
-        let l = FrameLayout::new(Format::Yuv420p, 33, 17).unwrap();
+        let l = FrameGeometry::new(Format::Yuv420p, 33, 17).unwrap();
         let p = l.planes();
         assert_eq!(p.len(), 3);
         assert_eq!(p[1].row_bytes, 17);
@@ -402,25 +415,25 @@ mod tests {
     #[test]
     fn every_format_round_trips_through_meta() {
         for f in Format::ALL.into_iter().skip(1) {
-            let l = FrameLayout::new(f, 640, 360).unwrap();
-            assert_eq!(FrameLayout::from_meta(&l.to_meta()).unwrap(), l);
+            let l = FrameGeometry::new(f, 640, 360).unwrap();
+            assert_eq!(FrameGeometry::from_meta(&l.to_meta()).unwrap(), l);
         }
     }
 
     #[test]
     fn hostile_meta_is_refused() {
-        let mut m = FrameLayout::new(Format::Nv12, 64, 64).unwrap().to_meta();
+        let mut m = FrameGeometry::new(Format::Nv12, 64, 64).unwrap().to_meta();
         m.frame_size_bytes += 1;
-        assert!(FrameLayout::from_meta(&m).is_err());
-        let mut m = FrameLayout::new(Format::Nv12, 64, 64).unwrap().to_meta();
+        assert!(FrameGeometry::from_meta(&m).is_err());
+        let mut m = FrameGeometry::new(Format::Nv12, 64, 64).unwrap().to_meta();
         m.pitch_y = 10;
-        assert!(FrameLayout::from_meta(&m).is_err());
-        let mut m = FrameLayout::new(Format::Rgba, 64, 64).unwrap().to_meta();
+        assert!(FrameGeometry::from_meta(&m).is_err());
+        let mut m = FrameGeometry::new(Format::Rgba, 64, 64).unwrap().to_meta();
         m.pitch_uv = 4;
-        assert!(FrameLayout::from_meta(&m).is_err());
+        assert!(FrameGeometry::from_meta(&m).is_err());
         m.format = 99;
-        assert!(FrameLayout::from_meta(&m).is_err());
-        assert!(FrameLayout::new(Format::Nv12, 0, 64).is_err());
-        assert!(FrameLayout::new(Format::Nv12, 64, 100_000).is_err());
+        assert!(FrameGeometry::from_meta(&m).is_err());
+        assert!(FrameGeometry::new(Format::Nv12, 0, 64).is_err());
+        assert!(FrameGeometry::new(Format::Nv12, 64, 100_000).is_err());
     }
 }

@@ -194,7 +194,7 @@ fn a_long_spin_still_sees_the_publisher_leave() {
 #[test]
 fn the_colour_description_travels_with_the_ring() {
     use cuframes_core::colour::{self, ColourInfo};
-    use cuframes_core::convert::{ColorMatrix, ColorRange};
+    use cuframes_core::rgb::{ColourMatrix, ColourRange};
     let env = TestEnv::new("colour");
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
     let described = ColourInfo {
@@ -214,8 +214,8 @@ fn the_colour_description_travels_with_the_ring() {
     let f = s.next_frame(Some(Duration::from_secs(2))).unwrap();
     let c = f.colour.expect("the frame carries the ring's description");
     assert_eq!(c, described);
-    assert_eq!(c.rgb_matrix(), Some(ColorMatrix::Bt709));
-    assert_eq!(c.rgb_range(), Some(ColorRange::Full));
+    assert_eq!(c.rgb_matrix(), Some(ColourMatrix::Bt709));
+    assert_eq!(c.rgb_range(), Some(ColourRange::Full));
     assert_eq!(c.sample_aspect_ratio(), Some((64, 45)));
     drop(f);
     drop(s);

@@ -1,6 +1,6 @@
 //! `Frame.to_rgb`: RGB images ready for inference, as `cuframes.Tensor` objects.
 //!
-//! CUDA frames are converted on the GPU (`cuframes_core::cuda::RgbKernel`) into device
+//! CUDA frames are converted on the GPU (`cuframes_core::rgb::RgbKernel`) into device
 //! buffers from a pool of the subscriber's; host frames on the host (`to_rgb_host`, the
 //! same arithmetic) into a buffer the tensor owns.
 //!
@@ -19,11 +19,11 @@
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
-use cuframes_core::convert::{
-    rgb_size, to_rgb_host, ColorMatrix, ColorRange, RgbDtype, RgbLayout, RgbSpec,
+use cuframes_core::cuda::{CudaDevice, DeviceBuffer, Event, Stream};
+use cuframes_core::format::FrameGeometry;
+use cuframes_core::rgb::{
+    rgb_size, to_rgb_host, ColourMatrix, ColourRange, RgbDtype, RgbKernel, RgbLayout, RgbSpec,
 };
-use cuframes_core::cuda::{CudaDevice, DeviceBuffer, Event, RgbKernel, Stream};
-use cuframes_core::format::FrameLayout;
 use cuframes_core::ErrorCode;
 use pyo3::exceptions::{PyAttributeError, PyValueError};
 use pyo3::prelude::*;
@@ -386,18 +386,18 @@ pub fn parse_spec(
     // Unnamed: what the ring's colour description says, else BT.709 limited.
     let matrix_default = described
         .and_then(|c| c.rgb_matrix())
-        .unwrap_or(ColorMatrix::Bt709);
+        .unwrap_or(ColourMatrix::Bt709);
     let range_default = described
         .and_then(|c| c.rgb_range())
-        .unwrap_or(ColorRange::Limited);
+        .unwrap_or(ColourRange::Limited);
     let matrix = match matrix.unwrap_or(match matrix_default {
-        ColorMatrix::Bt601 => "bt601",
-        ColorMatrix::Bt709 => "bt709",
-        ColorMatrix::Bt2020 => "bt2020",
+        ColourMatrix::Bt601 => "bt601",
+        ColourMatrix::Bt709 => "bt709",
+        ColourMatrix::Bt2020 => "bt2020",
     }) {
-        "bt709" => ColorMatrix::Bt709,
-        "bt601" | "smpte170m" | "bt470bg" => ColorMatrix::Bt601,
-        "bt2020" | "bt2020nc" => ColorMatrix::Bt2020,
+        "bt709" => ColourMatrix::Bt709,
+        "bt601" | "smpte170m" | "bt470bg" => ColourMatrix::Bt601,
+        "bt2020" | "bt2020nc" => ColourMatrix::Bt2020,
         other => {
             return Err(PyValueError::new_err(format!(
                 "matrix must be \"bt709\", \"bt601\" or \"bt2020\", not {other:?}"
@@ -405,11 +405,11 @@ pub fn parse_spec(
         }
     };
     let range = match range.unwrap_or(match range_default {
-        ColorRange::Limited => "limited",
-        ColorRange::Full => "full",
+        ColourRange::Limited => "limited",
+        ColourRange::Full => "full",
     }) {
-        "limited" | "tv" | "mpeg" => ColorRange::Limited,
-        "full" | "pc" | "jpeg" => ColorRange::Full,
+        "limited" | "tv" | "mpeg" => ColourRange::Limited,
+        "full" | "pc" | "jpeg" => ColourRange::Full,
         other => {
             return Err(PyValueError::new_err(format!(
                 "range must be \"limited\" or \"full\", not {other:?}"
@@ -424,7 +424,7 @@ pub fn parse_spec(
     })
 }
 
-fn shape_of(layout: &FrameLayout, spec: &RgbSpec) -> [i64; 3] {
+fn shape_of(layout: &FrameGeometry, spec: &RgbSpec) -> [i64; 3] {
     let (w, h) = (i64::from(layout.width), i64::from(layout.height));
     match spec.layout {
         RgbLayout::Chw => [3, h, w],
@@ -433,7 +433,7 @@ fn shape_of(layout: &FrameLayout, spec: &RgbSpec) -> [i64; 3] {
 }
 
 /// Converts a host frame whose bytes are `src` (laid out by `layout`).
-pub fn host_tensor(src: &[u8], layout: &FrameLayout, spec: &RgbSpec) -> PyResult<Tensor> {
+pub fn host_tensor(src: &[u8], layout: &FrameGeometry, spec: &RgbSpec) -> PyResult<Tensor> {
     let mut out = vec![0u8; rgb_size(layout.width, layout.height, spec.dtype)];
     to_rgb_host(src, layout, spec, &mut out).map_err(to_py)?;
     Ok(Tensor {
@@ -459,7 +459,7 @@ pub fn host_tensor(src: &[u8], layout: &FrameLayout, spec: &RgbSpec) -> PyResult
 pub unsafe fn device_tensor(
     gpu: &Arc<RgbGpu>,
     src: u64,
-    layout: &FrameLayout,
+    layout: &FrameGeometry,
     spec: &RgbSpec,
     stream: usize,
 ) -> PyResult<(Tensor, Arc<Event>)> {

@@ -13,6 +13,7 @@ use super::device::CudaDevice;
 use super::driver::{call, release, release_failed};
 use crate::error::{Error, Result};
 
+/// Plain device memory of `cuMemAlloc` on one device, freed on drop.
 pub struct DeviceBuffer {
     dev: Arc<CudaDevice>,
     ptr: sys::CUdeviceptr,
@@ -52,14 +53,17 @@ impl DeviceBuffer {
         })
     }
 
+    /// The device address of the first byte.
     pub fn device_ptr(&self) -> u64 {
         self.ptr
     }
 
+    /// Size in bytes.
     pub fn size(&self) -> usize {
         self.size
     }
 
+    /// The device the memory is on.
     pub fn device(&self) -> &Arc<CudaDevice> {
         &self.dev
     }

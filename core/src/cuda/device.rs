@@ -20,7 +20,7 @@ use super::context::ContextGuard;
 #[cfg(feature = "testing")]
 use super::driver::release_failed;
 use super::driver::{call, driver_available, release};
-use super::vmm;
+use super::vmm_prop;
 use crate::error::{Error, Result};
 
 /// One CUDA device with a context. `Send + Sync`; share it as `Arc<CudaDevice>`.
@@ -205,6 +205,7 @@ impl CudaDevice {
         Ok((free, total))
     }
 
+    /// The CUDA ordinal of the device in this process.
     pub fn ordinal(&self) -> i32 {
         self.ordinal
     }
@@ -227,7 +228,10 @@ impl CudaDevice {
     /// (`cuMemGetAllocationGranularity`, queried once): every VMM size is a multiple of it.
     pub fn vmm_granularity(&self) -> Result<usize> {
         self.granularity
-            .get_or_init(|| vmm::query_granularity(self))
+            .get_or_init(|| {
+                let _current = self.push_current()?;
+                vmm_prop::query_granularity(self.device)
+            })
             .clone()
     }
 

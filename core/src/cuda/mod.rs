@@ -14,25 +14,24 @@
 //! - [`identity`]: [`GpuUuid`], and which local ordinal a publisher's announced GPU is.
 //! - [`context`]: [`ContextGuard`]: every call that needs a context pushes it and pops it
 //!   again, so the caller's current context is never replaced.
-//! - [`vmm`]: [`VmmAllocation`] (create + export fd) and [`VmmImport`] (import fd + map).
+//! - [`vmm`]: [`VmmAllocation`] (create + export fd) and [`VmmImport`] (import fd + map);
+//!   `vmm_prop`: the allocation properties both it and the device's granularity use.
 //! - [`stream`]: [`Stream`] and [`Event`].
 //! - [`copy`]: 2D copies, memset, and the host-copy counter.
 //! - [`buffer`]: [`DeviceBuffer`], plain device memory.
-//! - [`convert`]: [`RgbKernel`], the RGB conversion of [`crate::convert`] on the GPU.
 
 pub mod buffer;
 pub mod context;
-pub mod convert;
 pub mod copy;
 pub mod device;
 pub mod driver;
 pub mod identity;
 pub mod stream;
 pub mod vmm;
+mod vmm_prop;
 
 pub use buffer::DeviceBuffer;
 pub use context::{current_context, ContextGuard};
-pub use convert::RgbKernel;
 pub use copy::{copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count, memset_d8_async};
 pub use device::CudaDevice;
 pub use driver::{device_count, driver_available, driver_version, release_failures};

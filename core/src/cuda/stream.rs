@@ -54,11 +54,19 @@ pub enum StreamIdentity {
     /// A stream made by `cuStreamCreate`: its handle.
     Created(usize),
     /// The legacy default stream of a context.
-    Legacy { context: usize },
+    Legacy {
+        /// The context's handle.
+        context: usize,
+    },
     /// The per-thread default stream of a context on one thread (a token unique to the
     /// thread for the process's lifetime: thread ids are reused, streams of dead threads
     /// may still hold work).
-    PerThread { context: usize, thread: u64 },
+    PerThread {
+        /// The context's handle.
+        context: usize,
+        /// The thread's token.
+        thread: u64,
+    },
 }
 
 impl StreamIdentity {
@@ -245,6 +253,7 @@ impl std::fmt::Debug for Event {
 }
 
 impl Event {
+    /// An event of `dev`, made with its context current (timing disabled).
     pub fn new(dev: &Arc<CudaDevice>) -> Result<Event> {
         let _current = dev.push_current()?;
         let mut raw: sys::CUevent = std::ptr::null_mut();

@@ -4,7 +4,8 @@
 //! `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, a reserved address range, mapped read-write) and
 //! hands [`VmmAllocation::export_fd`] to each subscriber over the socket (SCM_RIGHTS); the
 //! subscriber maps it with [`VmmImport::import`], which closes the fd once the driver holds its
-//! own reference (§3.7 step 4). Sizes are multiples of the device's VMM granularity (R20).
+//! own reference (§3.7 step 4). Sizes are multiples of the device's VMM granularity (the
+//! size rule, R20).
 
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -15,6 +16,7 @@ use cudarc::driver::sys;
 
 use super::device::CudaDevice;
 use super::driver::{call, release, release_failed};
+use super::vmm_prop::{allocation_prop, device_location, POSIX_FD};
 use crate::error::{Error, Result};
 
 static LIVE_MAPPINGS: AtomicU64 = AtomicU64::new(0);
@@ -24,55 +26,6 @@ static LIVE_MAPPINGS: AtomicU64 = AtomicU64::new(0);
 /// a leak shows here (and in [`release_failures`](super::release_failures)).
 pub fn live_mappings() -> u64 {
     LIVE_MAPPINGS.load(Ordering::Relaxed)
-}
-
-const POSIX_FD: sys::CUmemAllocationHandleType =
-    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-
-fn device_location(dev: &CudaDevice) -> sys::CUmemLocation {
-    sys::CUmemLocation {
-        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-        id: dev.cu_device(),
-    }
-}
-
-/// Pinned device memory on `dev`, exportable as a POSIX file descriptor.
-fn allocation_prop(dev: &CudaDevice) -> sys::CUmemAllocationProp {
-    sys::CUmemAllocationProp {
-        type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-        requestedHandleTypes: POSIX_FD,
-        location: device_location(dev),
-        win32HandleMetaData: std::ptr::null_mut(),
-        allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
-            compressionType: 0,
-            gpuDirectRDMACapable: 0,
-            usage: 0,
-            reserved: [0; 4],
-        },
-    }
-}
-
-/// `cuMemGetAllocationGranularity(MINIMUM)` for [`allocation_prop`] (use
-/// [`CudaDevice::vmm_granularity`], which caches it).
-pub(crate) fn query_granularity(dev: &CudaDevice) -> Result<usize> {
-    let _current = dev.push_current()?;
-    let prop = allocation_prop(dev);
-    let mut granularity = 0usize;
-    // SAFETY: valid out-pointer and property struct; the device's context is current.
-    call("cuMemGetAllocationGranularity", || unsafe {
-        sys::cuMemGetAllocationGranularity(
-            &mut granularity,
-            &prop,
-            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-        )
-    })?;
-    if granularity == 0 || !granularity.is_power_of_two() {
-        return Err(Error::new(
-            crate::error::ErrorCode::Cuda,
-            format!("cuMemGetAllocationGranularity returned {granularity}"),
-        ));
-    }
-    Ok(granularity)
 }
 
 /// `size` rounded up to a multiple of `granularity` (R20); 0 and overflow are refused.
@@ -148,7 +101,7 @@ impl Mapping {
         })?;
         self.mapped = true;
         let desc = sys::CUmemAccessDesc {
-            location: device_location(&self.dev),
+            location: device_location(self.dev.cu_device()),
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
         // SAFETY: the range is mapped (above); `desc` lives across the call.
@@ -225,7 +178,7 @@ impl VmmAllocation {
         let granularity = dev.vmm_granularity()?;
         let size = round_up_to_granularity(min_size, granularity)?;
         let _current = dev.push_current()?;
-        let prop = allocation_prop(dev);
+        let prop = allocation_prop(dev.cu_device());
         let mut mapping = Mapping::new(dev, size);
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         // SAFETY: valid out-pointer and property struct; the device's context is current.
@@ -276,10 +229,12 @@ impl VmmAllocation {
         self.mapping.size
     }
 
+    /// The granularity the size was rounded to.
     pub fn granularity(&self) -> usize {
         self.granularity
     }
 
+    /// The device the memory is on.
     pub fn device(&self) -> &Arc<CudaDevice> {
         &self.mapping.dev
     }
@@ -329,14 +284,17 @@ impl VmmImport {
         Ok(VmmImport { mapping })
     }
 
+    /// The device address the import is mapped at.
     pub fn device_ptr(&self) -> u64 {
         self.mapping.ptr
     }
 
+    /// Mapped size in bytes.
     pub fn size(&self) -> usize {
         self.mapping.size
     }
 
+    /// The device the import is mapped on.
     pub fn device(&self) -> &Arc<CudaDevice> {
         &self.mapping.dev
     }

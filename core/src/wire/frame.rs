@@ -1,4 +1,4 @@
-//! Frame SHM layout (§2) with the fixed 7424-byte header of R1.
+//! Frame SHM layout (§2) with its fixed 7424-byte header (R1).
 
 use core::mem::{offset_of, size_of};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -13,7 +13,9 @@ use super::{MAX_RING_SIZE, MAX_SUBSCRIBER_SLOTS};
 pub struct FrameMeta {
     /// `cuframes_format_t` ([`super::Format`]).
     pub format: u32,
+    /// Width in pixels.
     pub width: u32,
+    /// Height in pixels.
     pub height: u32,
     /// Bytes per row of plane 0.
     pub pitch_y: u32,
@@ -23,6 +25,7 @@ pub struct FrameMeta {
     pub bits_per_pixel: u32,
     /// Sum of the planes, unrounded (R20).
     pub frame_size_bytes: u64,
+    /// Zero in v4; the meta extension (`meta_ext`) lives here.
     pub reserved: [u8; 32],
 }
 
@@ -32,13 +35,19 @@ pub struct FrameMeta {
 pub struct SlotDescriptor {
     /// Published seq, atomic; `INVALID_SEQ` while the slot is being written (R10).
     pub seq: u64,
+    /// Presentation time in ns of the frame in the slot.
     pub pts_ns: i64,
     /// Atomic; bit i = subscriber i ACKed this seq.
     pub ack_bitmap: u64,
+    /// Bytes of the frame written.
     pub written_bytes: u64,
+    /// Reserved for a memory handle; zero.
     pub reserved_mem_handle: [u8; 64],
+    /// Reserved for external use; zero.
     pub reserved_external: [u8; 32],
+    /// Reserved; zero.
     pub reserved_a: [u8; 16],
+    /// Reserved; zero.
     pub reserved_b: [u8; 48],
 }
 
@@ -48,6 +57,7 @@ pub struct SlotDescriptor {
 pub struct SubscriberSlot {
     /// Atomic [`super::SubscriberState`].
     pub state: u64,
+    /// The subscriber's pid, from `SO_PEERCRED`.
     pub consumer_pid: u64,
     /// Last ACKed seq (R23).
     pub last_seen_seq: u64,
@@ -55,6 +65,7 @@ pub struct SubscriberSlot {
     pub last_ack_ns: i64,
     /// ASCII, zero-terminated, at most 31 characters.
     pub consumer_name: [u8; 32],
+    /// Reserved; the counters extension lives here.
     pub reserved: [u8; 64],
 }
 
@@ -62,46 +73,67 @@ pub struct SubscriberSlot {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct SharedHeader {
+    /// [`super::FRAME_MAGIC`].
     pub magic: u32,
+    /// [`super::PROTOCOL_VERSION`].
     pub proto_version: u32,
+    /// Version of the library that created the object (diagnostics).
     pub lib_version_major: u32,
+    /// Minor version of that library.
     pub lib_version_minor: u32,
+    /// Patch version of that library.
     pub lib_version_patch: u32,
+    /// Reserved; zero.
     pub reserved_a: u32,
+    /// pid of the publishing process.
     pub producer_pid: u64,
+    /// Slots in use (1..=16).
     pub ring_size: u64,
+    /// Ownership mode: [`super::OWNERSHIP_LIBRARY`].
     pub ownership_mode: u64,
+    /// [`super::Policy`].
     pub policy: u64,
+    /// Subscribers the publisher admits.
     pub max_subscribers: u64,
+    /// The geometry of every frame of the ring.
     pub meta: FrameMeta,
+    /// Reserved; zero.
     pub reserved_events: [u8; 64],
-    /// Atomic, monotonic; its low 32 bits double as the R13 futex word.
+    /// Atomic, monotonic; its low 32 bits double as the futex word waiting readers sleep on
+    /// (R13).
     pub global_seq: u64,
     /// Atomic; bit i set while subscriber i is active.
     pub subscriber_bitmap: u64,
     /// Atomic; 1 once the publisher shuts down.
     pub shutdown_flag: u64,
-    /// The first 4 bytes hold the R28 futex waiter count ([`FRAME_WAITERS_OFFSET`]).
+    /// The first 4 bytes hold the count of readers sleeping on the futex, so a publish wakes
+    /// only when someone waits (R28, [`FRAME_WAITERS_OFFSET`]).
     pub reserved_b: [u8; 40],
+    /// The slot descriptors (the first `ring_size` in use).
     pub slots: [SlotDescriptor; MAX_RING_SIZE],
+    /// The subscriber slots (bit i = slot i).
     pub subscribers: [SubscriberSlot; MAX_SUBSCRIBER_SLOTS],
 }
 
 /// Size of the frame SHM object (R1).
 pub const FRAME_SHM_SIZE: usize = 7424;
-/// Offset of the R28 waiter count (first 4 bytes of `reserved_b`).
+/// Offset of the count of readers sleeping on the futex (R28; first 4 bytes of
+/// `reserved_b`).
 pub const FRAME_WAITERS_OFFSET: usize = 0x00D8;
-/// Extension (compatible, in `reserved_b` after the R28 waiter count): the ring's memory kind
+/// Extension (compatible, in `reserved_b` after the futex waiter count): the ring's memory kind
 /// plus one (0 = not recorded), so that operators see it without a handshake
 /// (`docs/protocol.md`, "Extensions").
 pub const FRAME_MEMORY_KIND_OFFSET: usize = 0x00DC;
 /// Extension (compatible, in a subscriber slot's `reserved` bytes, §7.3): counters the
 /// subscriber keeps for operators. Offsets inside the 128-byte subscriber slot.
 pub const SUB_DELIVERED_OFFSET: usize = 0x40;
+/// Frames dropped because the publisher lapped the subscriber.
 pub const SUB_DROPPED_OVERRUN_OFFSET: usize = 0x48;
+/// Frames dropped because they changed while being copied.
 pub const SUB_DROPPED_TORN_OFFSET: usize = 0x50;
 /// Offset of `slots[0]` and of `subscribers[0]` (R1).
 pub const FRAME_SLOTS_OFFSET: usize = 0x0100;
+/// Offset of `subscribers[0]`.
 pub const FRAME_SUBSCRIBERS_OFFSET: usize = 0x0D00;
 
 /// Byte offset of slot `index` inside the frame SHM.

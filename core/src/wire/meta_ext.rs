@@ -47,7 +47,9 @@ const _: () = assert!(GPU_UUID + 16 == 32 && META_EXT_OFFSET == 0x20);
 /// What the extension of one meta says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MetaExt {
+    /// The stream's colour description; None when the publisher records none.
     pub colour: Option<ColourInfo>,
+    /// The UUID of the publisher's GPU (CUDA rings); None when not announced.
     pub gpu_uuid: Option<[u8; 16]>,
 }
 

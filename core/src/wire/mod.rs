@@ -11,6 +11,9 @@ pub mod ack_page;
 pub mod frame;
 pub mod meta_ext;
 pub mod packet;
+mod shm_header;
+
+pub use shm_header::{PRODUCER_PID_OFFSET, SHM_MAGICS};
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("cuframes protocol v4 is little-endian only (protocol-v4.md, header)");
@@ -21,15 +24,6 @@ pub const FRAME_MAGIC: u32 = 0xCC7C_1DCE;
 pub const LEGACY_FRAME_MAGIC: u32 = 0xCC7C_1DCC;
 /// Magic of the packet SHM header (§10.2).
 pub const PACKET_MAGIC: u32 = 0xCC7C_1DCD;
-/// Offset of `producer_pid` in every cuframes SHM header: the frame ring's (§2.0, the same in
-/// v1–v3) and the packet ring's (§10.2) alike, so an object's producer can be read before
-/// knowing which ring it is (crash recovery, `cuframes clean`).
-pub const PRODUCER_PID_OFFSET: usize = core::mem::offset_of!(frame::SharedHeader, producer_pid);
-const _: () =
-    assert!(PRODUCER_PID_OFFSET == core::mem::offset_of!(packet::PacketRingHeader, producer_pid));
-/// The magic of every cuframes SHM object that records a producer pid at
-/// [`PRODUCER_PID_OFFSET`].
-pub const SHM_MAGICS: [u32; 3] = [FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC];
 /// The wire protocol version this library speaks (§7.1).
 pub const PROTOCOL_VERSION: u32 = 4;
 
@@ -38,14 +32,18 @@ pub const LIB_VERSION: (u32, u32, u32) = (0, 4, 0);
 
 /// Frame ring sizes (§2.0).
 pub const MAX_RING_SIZE: usize = 16;
+/// Subscriber slots in the frame SHM header (bit 0 included).
 pub const MAX_SUBSCRIBER_SLOTS: usize = 32;
 /// Bit 0 is a sentinel (§2.3, R2): bits 1..=31 are usable.
 pub const MAX_SUBSCRIBERS: usize = 31;
 
 /// Packet ring limits (§10.2, §10.3).
 pub const MAX_PACKET_RING_SLOTS: u32 = 1024;
+/// Largest codec extradata in the packet SHM header.
 pub const MAX_EXTRADATA_SIZE: usize = 4096;
+/// Packet slots of a ring when the publisher names no count.
 pub const DEFAULT_PACKET_RING_SLOTS: u32 = 64;
+/// Bytes of a packet data ring when the publisher names no size.
 pub const DEFAULT_PACKET_DATA_SIZE: u32 = 8 * 1024 * 1024;
 
 /// `seq` value of a slot that holds nothing valid (§2.2, §10.4, R10).
@@ -62,17 +60,26 @@ pub const MAX_CONSUMER_NAME_LEN: usize = 31;
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
+    /// No frames (a packet-only publisher).
     None = 0,
+    /// Y plane, interleaved UV plane (4:2:0), 8 bits.
     Nv12 = 1,
+    /// As NV12 with 16-bit samples holding 10 bits at the top.
     P010 = 2,
+    /// As NV12 with 16-bit samples.
     P016 = 3,
+    /// Y, U and V planes, 4:2:0, 8 bits.
     Yuv420p = 4,
+    /// Y, U and V planes, 4:4:4, 8 bits.
     Yuv444p = 5,
+    /// Packed R, G, B, A bytes.
     Rgba = 6,
+    /// Packed B, G, R, A bytes.
     Bgra = 7,
 }
 
 impl Format {
+    /// Every format, in wire order.
     pub const ALL: [Format; 8] = [
         Format::None,
         Format::Nv12,
@@ -84,10 +91,12 @@ impl Format {
         Format::Bgra,
     ];
 
+    /// The format of a wire value, None for an unknown one.
     pub fn from_u32(v: u32) -> Option<Format> {
         Format::ALL.iter().copied().find(|f| *f as u32 == v)
     }
 
+    /// The lower-case name (FFmpeg's pixel format name where it has one).
     pub fn name(self) -> &'static str {
         match self {
             Format::None => "none",
@@ -113,6 +122,7 @@ pub enum SubscriberMode {
 }
 
 impl SubscriberMode {
+    /// The mode of a wire value, None for an unknown one.
     pub fn from_u32(v: u32) -> Option<SubscriberMode> {
         match v {
             0 => Some(SubscriberMode::Copy),
@@ -126,11 +136,14 @@ impl SubscriberMode {
 #[repr(u64)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Policy {
+    /// A publish overwrites the oldest slot; slow subscribers lose frames.
     DropOldest = 0,
+    /// A publish waits for every subscriber to ACK the slot it reuses.
     StrictWait = 1,
 }
 
 impl Policy {
+    /// The policy of a wire value, None for an unknown one.
     pub fn from_u64(v: u64) -> Option<Policy> {
         match v {
             0 => Some(Policy::DropOldest),
@@ -139,6 +152,7 @@ impl Policy {
         }
     }
 
+    /// The name operators see.
     pub fn name(self) -> &'static str {
         match self {
             Policy::DropOldest => "drop_oldest",
@@ -151,11 +165,14 @@ impl Policy {
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MemoryKind {
+    /// CUDA VMM allocations shared as POSIX file descriptors.
     CudaVmm = 0,
+    /// Sealed host memfds.
     HostMemfd = 1,
 }
 
 impl MemoryKind {
+    /// The memory kind of a wire value, None for an unknown one.
     pub fn from_u32(v: u32) -> Option<MemoryKind> {
         match v {
             0 => Some(MemoryKind::CudaVmm),
@@ -164,6 +181,7 @@ impl MemoryKind {
         }
     }
 
+    /// The name operators see.
     pub fn name(self) -> &'static str {
         match self {
             MemoryKind::CudaVmm => "cuda",
@@ -176,13 +194,18 @@ impl MemoryKind {
 #[repr(u64)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SubscriberState {
+    /// Unused.
     Free = 0,
+    /// Handshake in progress.
     Connecting = 1,
+    /// Subscribed and reading.
     Active = 2,
+    /// Leaving (draining its last frames).
     Draining = 3,
 }
 
 impl SubscriberState {
+    /// The state of a wire value, None for an unknown one.
     pub fn from_u64(v: u64) -> Option<SubscriberState> {
         match v {
             0 => Some(SubscriberState::Free),
@@ -199,6 +222,7 @@ pub const OWNERSHIP_LIBRARY: u64 = 0;
 
 /// HELLO_REQ subscribe flags (§10.9, R3).
 pub const SUBSCRIBE_WANTS_FRAMES: u32 = 1 << 0;
+/// The subscriber wants the packet ring.
 pub const SUBSCRIBE_WANTS_PACKETS: u32 = 1 << 1;
 /// Extension (negotiated, `docs/protocol.md` "ACK pages"): this subscriber ACKs through a page
 /// of its own and maps the frame SHM read-only.
@@ -210,23 +234,32 @@ pub const PUBLISHER_ACK_PAGES: u32 = 1 << 0;
 
 /// Packet flags (§10.5).
 pub const PACKET_FLAG_KEY: u32 = 1 << 0;
+/// The publisher detected a damaged packet; a subscriber may skip it.
 pub const PACKET_FLAG_CORRUPT: u32 = 1 << 1;
+/// There is a gap before this packet (a reconnect to the source, or an overrun the reader
+/// re-anchored after).
 pub const PACKET_FLAG_DISCONTINUITY: u32 = 1 << 2;
+/// The last NAL unit of an access unit (for muxers that wait for a whole frame).
 pub const PACKET_FLAG_LAST_IN_AU: u32 = 1 << 3;
+/// Every flag bit this version knows.
 pub const PACKET_FLAGS_KNOWN: u32 = 0xF;
 
 /// SHUTDOWN reasons (§3.8).
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ShutdownReason {
+    /// The publisher ended normally.
     Normal = 0,
+    /// The publisher ended on an error.
     Error = 1,
+    /// The publisher ends to be upgraded.
     Upgrade = 2,
     /// Extension: see [`SHUTDOWN_NEW_RING`].
     NewRing = 3,
 }
 
 impl ShutdownReason {
+    /// The reason of a wire value, None for an unknown one.
     pub fn from_u32(v: u32) -> Option<ShutdownReason> {
         match v {
             0 => Some(ShutdownReason::Normal),
@@ -249,5 +282,7 @@ pub const SHUTDOWN_NEW_RING: u32 = ShutdownReason::NewRing as u32;
 /// enum (9.0: HEVC 172, AV1 222), so FFmpeg code maps explicitly
 /// (`ffmpeg-glue/libavformat/cuframes_pkt.h`).
 pub const CODEC_ID_H264: u32 = 27;
+/// HEVC (`AV_CODEC_ID_HEVC`).
 pub const CODEC_ID_HEVC: u32 = 173;
+/// AV1 (`AV_CODEC_ID_AV1`).
 pub const CODEC_ID_AV1: u32 = 226;

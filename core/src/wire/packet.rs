@@ -9,7 +9,9 @@ use super::MAX_EXTRADATA_SIZE;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct PacketRingHeader {
+    /// [`super::PACKET_MAGIC`].
     pub magic: u32,
+    /// [`super::PROTOCOL_VERSION`].
     pub proto_version: u32,
     /// N, 1..=1024.
     pub ring_slots: u32,
@@ -19,8 +21,9 @@ pub struct PacketRingHeader {
     pub codec_id: u32,
     /// <= 4096.
     pub codec_extradata_size: u32,
+    /// pid of the publishing process.
     pub producer_pid: u64,
-    /// Atomic; low 32 bits double as the R13 futex word.
+    /// Atomic; low 32 bits double as the futex word waiting readers sleep on (R13).
     pub global_seq: u64,
     /// Atomic.
     pub last_keyframe_seq: u64,
@@ -28,6 +31,7 @@ pub struct PacketRingHeader {
     pub write_offset: u64,
     /// Atomic.
     pub shutdown_flag: u64,
+    /// The codec's extradata, its first `codec_extradata_size` bytes.
     pub codec_extradata: [u8; MAX_EXTRADATA_SIZE],
 }
 
@@ -37,16 +41,23 @@ pub struct PacketRingHeader {
 pub struct PacketSlotEntry {
     /// Atomic; `INVALID_SEQ` while rewritten (R29).
     pub seq: u64,
+    /// Presentation time in ns ([`super::NO_PTS`] when unknown).
     pub pts_ns: i64,
+    /// Decoding time in ns ([`super::NO_PTS`] when unknown).
     pub dts_ns: i64,
     /// Absolute cursor; index = `data_offset % header.data_size`.
     pub data_offset: u64,
+    /// Bytes of the packet.
     pub data_size: u32,
+    /// Packet flags (`PACKET_FLAG_*`).
     pub flags: u32,
+    /// Reserved; zero.
     pub reserved: [u8; 24],
 }
 
+/// Size of the packet SHM header.
 pub const PACKET_HEADER_SIZE: usize = 0x1040;
+/// Size of one slot entry.
 pub const PACKET_SLOT_SIZE: usize = 64;
 
 /// Offset of slot `index` in the packet SHM.

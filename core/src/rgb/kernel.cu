@@ -1,8 +1,8 @@
-// RGB conversion of cuframes frames on the GPU (core/src/cuda/convert.rs launches it; the same
-// arithmetic runs on the host in core/src/convert/host.rs, and the tests compare both with a
+// RGB conversion of cuframes frames on the GPU (core/src/rgb/cuda.rs launches it; the same
+// arithmetic runs on the host in core/src/rgb/host.rs, and the tests compare both with a
 // NumPy reference).
 //
-// convert.ptx next to this file is generated from it by Debian's clang (no CUDA toolkit needed):
+// kernel.ptx next to this file is generated from it by Debian's clang (no CUDA toolkit needed):
 //
 //     scripts/gen-ptx.sh          # (scripts/test.sh checks that the committed PTX is current)
 //
@@ -10,14 +10,14 @@
 // -ffp-contract=off -S`. The result is PTX ISA 6.3 for sm_75: any driver since CUDA 10 can
 // JIT it for Turing and newer GPUs. -ffp-contract=off keeps every multiply and add separately
 // rounded, as the host implementation computes them, so the two agree bit for bit. The
-// parameter block must stay byte-identical to `ConvertParams` in convert.rs.
+// parameter block must stay byte-identical to `ConvertParams` in cuda.rs.
 
 // Without the CUDA headers: the attributes and threadIdx & co. come from clang itself.
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
 #include <__clang_cuda_builtin_vars.h>
 
-// Source layouts (convert.rs `SourceKind`).
+// Source layouts (coefficients.rs `SourceKind`).
 #define CF_SEMI_PLANAR_8 0   // NV12: Y plane, interleaved UV plane, 4:2:0
 #define CF_SEMI_PLANAR_16 1  // P010/P016: as NV12 with 16-bit samples (>> shift)
 #define CF_PLANAR_420 2      // YUV420P: Y, U, V planes, 4:2:0
@@ -25,7 +25,7 @@
 #define CF_RGBA 4            // packed R, G, B, A bytes
 #define CF_BGRA 5            // packed B, G, R, A bytes
 
-// Output element types (convert.rs `RgbDtype`).
+// Output element types (spec.rs `RgbDtype`).
 #define CF_OUT_U8 0
 #define CF_OUT_F16 1
 #define CF_OUT_F32 2

@@ -1,9 +1,11 @@
-//! The per-pixel host conversion as it was first written (one pixel at a time, the formulas
-//! of the module documentation verbatim): the reference the fast row code and its tests are
-//! held to, bit for bit.
+//! The per-pixel host conversion (one pixel at a time, the formulas of the module
+//! documentation of [`crate::rgb`] verbatim): the reference the fast row code of `host` is
+//! held to, bit for bit, by the tests here.
 
-use super::{f32_to_f16, rgb_size, Coefficients, RgbDtype, RgbLayout, RgbSpec, SourceKind};
-use crate::format::FrameLayout;
+use super::coefficients::{Coefficients, SourceKind};
+use super::spec::{rgb_size, RgbDtype, RgbLayout, RgbSpec};
+use super::store::f32_to_f16;
+use crate::format::FrameGeometry;
 
 /// R, G, B of one pixel from its samples, unclamped (as the kernel computes it).
 fn rgb(k: &Coefficients, y: f32, u: f32, v: f32) -> [f32; 3] {
@@ -18,13 +20,21 @@ fn rgb(k: &Coefficients, y: f32, u: f32, v: f32) -> [f32; 3] {
 }
 
 /// `to_rgb_host` of the reference: same contract, sizes checked by assertions.
-pub(super) fn to_rgb_reference(src: &[u8], layout: &FrameLayout, spec: &RgbSpec, out: &mut [u8]) {
-    let k = Coefficients::new(layout.format, spec).expect("a convertible format");
-    let (w, h) = (layout.width as usize, layout.height as usize);
-    assert_eq!(out.len(), rgb_size(layout.width, layout.height, spec.dtype));
-    assert!(src.len() >= layout.frame_size);
-    let planes = layout.planes();
-    // Row `y` of plane `i` (the layout was validated: every row lies inside frame_size).
+pub(super) fn to_rgb_reference(
+    src: &[u8],
+    geometry: &FrameGeometry,
+    spec: &RgbSpec,
+    out: &mut [u8],
+) {
+    let k = Coefficients::new(geometry.format, spec).expect("a convertible format");
+    let (w, h) = (geometry.width as usize, geometry.height as usize);
+    assert_eq!(
+        out.len(),
+        rgb_size(geometry.width, geometry.height, spec.dtype)
+    );
+    assert!(src.len() >= geometry.frame_size);
+    let planes = geometry.planes();
+    // Row `y` of plane `i` (the geometry was validated: every row lies inside frame_size).
     let row = |i: usize, y: usize| -> &[u8] {
         let p = planes[i];
         &src[p.offset + y * p.pitch..p.offset + y * p.pitch + p.row_bytes]
@@ -102,13 +112,16 @@ fn store(out: &mut [u8], dtype: RgbDtype, out_scale: f32, i: usize, value: f32) 
 
 #[cfg(test)]
 mod tests {
-    use super::super::{to_rgb_host, ColorMatrix, ColorRange};
     use super::*;
+    use crate::rgb::{to_rgb_host, ColourMatrix, ColourRange};
     use crate::wire::Format;
 
-    const MATRICES: [ColorMatrix; 3] =
-        [ColorMatrix::Bt601, ColorMatrix::Bt709, ColorMatrix::Bt2020];
-    const RANGES: [ColorRange; 2] = [ColorRange::Limited, ColorRange::Full];
+    const MATRICES: [ColourMatrix; 3] = [
+        ColourMatrix::Bt601,
+        ColourMatrix::Bt709,
+        ColourMatrix::Bt2020,
+    ];
+    const RANGES: [ColourRange; 2] = [ColourRange::Limited, ColourRange::Full];
     const DTYPES: [RgbDtype; 3] = [RgbDtype::U8, RgbDtype::F16, RgbDtype::F32];
     const LAYOUTS: [RgbLayout; 2] = [RgbLayout::Chw, RgbLayout::Hwc];
 
@@ -128,15 +141,15 @@ mod tests {
     }
 
     /// Both conversions of `src`; panics at the first element that differs.
-    fn assert_same(src: &[u8], layout: &FrameLayout, spec: &RgbSpec, what: &str) {
-        let size = rgb_size(layout.width, layout.height, spec.dtype);
+    fn assert_same(src: &[u8], geometry: &FrameGeometry, spec: &RgbSpec, what: &str) {
+        let size = rgb_size(geometry.width, geometry.height, spec.dtype);
         let (mut fast, mut slow) = (vec![0xa5u8; size], vec![0x5au8; size]);
-        to_rgb_host(src, layout, spec, &mut fast).expect("fast conversion");
-        to_rgb_reference(src, layout, spec, &mut slow);
+        to_rgb_host(src, geometry, spec, &mut fast).expect("fast conversion");
+        to_rgb_reference(src, geometry, spec, &mut slow);
         if let Some(i) = fast.iter().zip(&slow).position(|(a, b)| a != b) {
             panic!(
                 "{what} {:?} {}x{} {spec:?}: byte {i} of {size} is {} (reference {})",
-                layout.format, layout.width, layout.height, fast[i], slow[i]
+                geometry.format, geometry.width, geometry.height, fast[i], slow[i]
             );
         }
     }
@@ -163,7 +176,7 @@ mod tests {
         // 16 YUV444p frames of 4096x256 hold each (y, u, v) once: pixel p = y | u << 8 | v << 16.
         // Each spec goes through them all (CHW for even frames, HWC for odd ones); a frame of
         // 2^20 pixels is converted by several threads, so band edges are covered too.
-        let l = FrameLayout::new(Format::Yuv444p, 4096, 256).unwrap();
+        let l = FrameGeometry::new(Format::Yuv444p, 4096, 256).unwrap();
         let planes = l.planes().to_vec();
         let mut frames = Vec::new();
         for f in 0..16u32 {
@@ -212,10 +225,10 @@ mod tests {
         let small = [(1, 1), (2, 2), (3, 5), (17, 9), (64, 33), (333, 77)];
         for format in formats {
             for &(w, h) in &small {
-                let dense = FrameLayout::new(format, w, h).unwrap();
+                let dense = FrameGeometry::new(format, w, h).unwrap();
                 let rows: Vec<u32> = dense.planes().iter().map(|p| p.row_bytes as u32).collect();
                 let padded_uv = rows.get(1).map_or(0, |r| r + 32);
-                let padded = FrameLayout::with_pitches(format, w, h, rows[0] + 64, padded_uv);
+                let padded = FrameGeometry::with_pitches(format, w, h, rows[0] + 64, padded_uv);
                 let layouts = [dense, padded.unwrap()];
                 for l in &layouts {
                     let mut src = vec![0u8; l.frame_size];
@@ -226,7 +239,7 @@ mod tests {
                 }
             }
             for (i, (w, h)) in [(1920u32, 1080u32), (1283, 721)].into_iter().enumerate() {
-                let l = FrameLayout::new(format, w, h).unwrap();
+                let l = FrameGeometry::new(format, w, h).unwrap();
                 let mut src = vec![0u8; l.frame_size];
                 rng.fill(&mut src);
                 // Every dtype and layout, the matrices and ranges in turn (a 1080p reference
@@ -246,7 +259,7 @@ mod tests {
         // Every 16-bit sample value as luma, against chroma of every 16-bit value in steps
         // (P016 reads all 16 bits, P010 the top 10 of them): clamping on both sides.
         for format in [Format::P010, Format::P016] {
-            let l = FrameLayout::new(format, 256, 256).unwrap();
+            let l = FrameGeometry::new(format, 256, 256).unwrap();
             let p = l.planes().to_vec();
             let mut src = vec![0u8; l.frame_size];
             for row in 0..256usize {

@@ -13,8 +13,11 @@
 //! the scalar code does: the output bits are those of the per-pixel reference (the tests
 //! compare them exhaustively).
 
-use super::{store_u8, Coefficients, RgbDtype, RgbLayout, RgbSpec, SourceKind};
-use crate::format::{FrameLayout, Plane};
+use super::coefficients::{Coefficients, SourceKind};
+use super::spec::{rgb_size, RgbDtype, RgbLayout, RgbSpec};
+use super::store::{f32_to_f16, store_u8};
+use crate::error::{Error, Result};
+use crate::format::{FrameGeometry, Plane};
 
 /// Pixels below which one thread converts the whole frame (starting threads costs more).
 const PARALLEL_MIN_PIXELS: usize = 1 << 18;
@@ -69,15 +72,39 @@ enum BandOut<'a> {
     Hwc(&'a mut [u8]),
 }
 
-/// Converts the frame in `src` (validated by the caller: sizes, layout) into `out`.
-pub(super) fn convert(
+/// Converts a host frame: `src` holds the frame as laid out by `geometry` (planes at their
+/// offsets and pitches, as [`crate::subscriber::Frame::copy_to`] writes it), `out` receives
+/// exactly [`rgb_size`] bytes (native-endian elements).
+pub fn to_rgb_host(
     src: &[u8],
-    layout: &FrameLayout,
+    geometry: &FrameGeometry,
     spec: &RgbSpec,
-    k: &Coefficients,
     out: &mut [u8],
-) {
-    let (w, h) = (layout.width as usize, layout.height as usize);
+) -> Result<()> {
+    let k = Coefficients::new(geometry.format, spec)?;
+    let (w, h) = (geometry.width as usize, geometry.height as usize);
+    if out.len() != rgb_size(geometry.width, geometry.height, spec.dtype) {
+        return Err(Error::invalid(format!(
+            "RGB output of {} bytes for a {w}x{h} {:?} image (needs {})",
+            out.len(),
+            spec.dtype,
+            rgb_size(geometry.width, geometry.height, spec.dtype)
+        )));
+    }
+    if src.len() < geometry.frame_size {
+        return Err(Error::invalid(format!(
+            "frame of {} bytes, its layout needs {}",
+            src.len(),
+            geometry.frame_size
+        )));
+    }
+    convert(src, geometry, spec, &k, out);
+    Ok(())
+}
+
+/// Converts the frame in `src` (validated by [`to_rgb_host`]: sizes, geometry) into `out`.
+fn convert(src: &[u8], geometry: &FrameGeometry, spec: &RgbSpec, k: &Coefficients, out: &mut [u8]) {
+    let (w, h) = (geometry.width as usize, geometry.height as usize);
     if w == 0 || h == 0 {
         return;
     }
@@ -109,7 +136,7 @@ pub(super) fn convert(
                 .collect()
         }
     };
-    let planes = layout.planes();
+    let planes = geometry.planes();
     let job = |(y0, o): (usize, BandOut<'_>)| band(src, planes, w, y0, k, spec.dtype, o);
     if bands.len() == 1 {
         bands.into_iter().for_each(job);
@@ -390,7 +417,7 @@ fn store_row(out: &mut [u8], values: &[f32], dtype: RgbDtype) {
         }
         RgbDtype::F16 => {
             for (o, &v) in out.chunks_exact_mut(2).zip(values) {
-                o.copy_from_slice(&super::f32_to_f16(v.clamp(0.0, 1.0)).to_ne_bytes());
+                o.copy_from_slice(&f32_to_f16(v.clamp(0.0, 1.0)).to_ne_bytes());
             }
         }
         RgbDtype::F32 => {
@@ -436,5 +463,120 @@ fn interleave<const N: usize>(out: &mut [u8], r: &[u8], g: &[u8], b: &[u8]) {
         o[..N].copy_from_slice(r);
         o[N..2 * N].copy_from_slice(g);
         o[2 * N..3 * N].copy_from_slice(b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rgb::spec::{ColourMatrix, RgbDtype, RgbLayout};
+    use crate::wire::Format;
+
+    fn geometry(format: Format, w: u32, h: u32) -> FrameGeometry {
+        FrameGeometry::new(format, w, h).expect("geometry")
+    }
+
+    #[test]
+    fn limited_range_black_and_white_are_exact() {
+        let l = geometry(Format::Nv12, 4, 2);
+        let mut src = vec![0u8; l.frame_size];
+        let [y, uv, ..] = l.planes() else { panic!() };
+        for r in 0..2 {
+            src[y.offset + r * y.pitch..][..2].fill(16); // black
+            src[y.offset + r * y.pitch + 2..][..2].fill(235); // white
+        }
+        src[uv.offset..][..4].fill(128);
+        for spec in [
+            RgbSpec::default(),
+            RgbSpec {
+                matrix: ColourMatrix::Bt601,
+                ..RgbSpec::default()
+            },
+        ] {
+            let mut out = vec![0u8; rgb_size(4, 2, RgbDtype::U8)];
+            to_rgb_host(&src, &l, &spec, &mut out).unwrap();
+            for c in 0..3 {
+                assert_eq!(&out[c * 8..c * 8 + 4], &[0, 0, 255, 255], "channel {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn bt709_and_bt601_differ_on_colour() {
+        // Pure red in BT.709 limited range: Y 63, Cb 102, Cr 240.
+        let l = geometry(Format::Yuv444p, 2, 2);
+        let mut src = vec![0u8; l.frame_size];
+        let p = l.planes().to_vec();
+        for (plane, value) in [(0, 63u8), (1, 102), (2, 240)] {
+            for r in 0..2 {
+                src[p[plane].offset + r * p[plane].pitch..][..2].fill(value);
+            }
+        }
+        let mut out = vec![0u8; rgb_size(2, 2, RgbDtype::U8)];
+        let hwc = RgbSpec {
+            layout: RgbLayout::Hwc,
+            ..RgbSpec::default()
+        };
+        to_rgb_host(&src, &l, &hwc, &mut out).unwrap();
+        let px = &out[..3];
+        assert!(
+            px[0] >= 253 && px[1] <= 2 && px[2] <= 2,
+            "709 red decodes as {px:?}"
+        );
+        to_rgb_host(
+            &src,
+            &l,
+            &RgbSpec {
+                matrix: ColourMatrix::Bt601,
+                ..hwc
+            },
+            &mut out,
+        )
+        .unwrap();
+        // BT.601 reads the same samples as a duller red: R = (63-16)/219 + 1.402·(240-128)/224.
+        assert_eq!(out[0], 233, "601 reads 709 red as {:?}", &out[..3]);
+    }
+
+    #[test]
+    fn p010_uses_its_top_ten_bits() {
+        let l = geometry(Format::P010, 2, 2);
+        let mut src = vec![0u8; l.frame_size];
+        let p = l.planes().to_vec();
+        for r in 0..2 {
+            for x in 0..2 {
+                // Y = 940 (10-bit white), Cb = Cr = 512, stored << 6 with garbage in the low bits.
+                let yv: u16 = (940 << 6) | 0x3f;
+                src[p[0].offset + r * p[0].pitch + 2 * x..][..2].copy_from_slice(&yv.to_ne_bytes());
+            }
+        }
+        for x in 0..2 {
+            src[p[1].offset + 2 * x..][..2].copy_from_slice(&((512u16 << 6) | 0x15).to_ne_bytes());
+        }
+        let mut out = vec![0u8; rgb_size(2, 2, RgbDtype::F32)];
+        to_rgb_host(
+            &src,
+            &l,
+            &RgbSpec {
+                dtype: RgbDtype::F32,
+                ..RgbSpec::default()
+            },
+            &mut out,
+        )
+        .unwrap();
+        for v in out.chunks(4) {
+            assert_eq!(f32::from_ne_bytes(v.try_into().unwrap()), 1.0);
+        }
+    }
+
+    #[test]
+    fn wrong_sizes_and_format_none_are_refused() {
+        let l = geometry(Format::Nv12, 4, 2);
+        let src = vec![0u8; l.frame_size];
+        let mut short = vec![0u8; 5];
+        assert!(to_rgb_host(&src, &l, &RgbSpec::default(), &mut short).is_err());
+        let mut out = vec![0u8; rgb_size(4, 2, RgbDtype::U8)];
+        assert!(to_rgb_host(&src[..10], &l, &RgbSpec::default(), &mut out).is_err());
+        let e = Coefficients::new(Format::None, &RgbSpec::default()).unwrap_err();
+        assert_eq!(e.code(), crate::ErrorCode::Format);
     }
 }
