@@ -711,8 +711,10 @@ impl Publisher {
                 // The publication goes behind the copy, on the stream the copy runs on; the
                 // ring's own stream needs the ring's context current for cuLaunchHostFunc.
                 let _current = match &used {
-                    crate::frames::writer::StreamRef::Own(_) => Some(ring.push_ring_context()?),
-                    crate::frames::writer::StreamRef::Caller(_) => None,
+                    crate::frames::writer::cuda_publish::StreamRef::Own(_) => {
+                        Some(ring.push_ring_context()?)
+                    }
+                    crate::frames::writer::cuda_publish::StreamRef::Caller(_) => None,
                 };
                 // SAFETY: `used` is the caller's live stream (its context current) or our own
                 // stream with our context pushed.
