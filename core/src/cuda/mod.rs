@@ -16,6 +16,7 @@
 //!   again, so the caller's current context is never replaced.
 //! - [`vmm`]: [`VmmAllocation`] (create + export fd) and [`VmmImport`] (import fd + map).
 //! - [`stream`]: [`Stream`] and [`Event`].
+//! - [`stream_handle`]: [`CudaStream`], the stream a caller names to the publish API.
 //! - [`copy`]: 2D copies, memset, and the host-copy counter.
 //! - [`buffer`]: [`DeviceBuffer`], plain device memory.
 //! - [`convert`]: [`RgbKernel`], the RGB conversion of [`crate::convert`] on the GPU.
@@ -28,6 +29,7 @@ pub mod device;
 pub mod driver;
 pub mod identity;
 pub mod stream;
+pub mod stream_handle;
 pub mod vmm;
 
 pub use buffer::DeviceBuffer;
@@ -38,4 +40,5 @@ pub use device::CudaDevice;
 pub use driver::{device_count, driver_available, driver_version, release_failures};
 pub use identity::{device_uuid, resolve_device, visible_gpus, GpuUuid, DEVICE_AUTO};
 pub use stream::{launch_host_func, Event, Stream, StreamIdentity};
+pub use stream_handle::CudaStream;
 pub use vmm::{live_mappings, VmmAllocation, VmmImport};

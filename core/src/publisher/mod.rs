@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::cuda::CudaStream;
 use crate::error::{Error, ErrorCode, Result};
 use crate::frames::ack_page::Counter;
 use crate::frames::layout::{
@@ -628,123 +629,80 @@ impl Publisher {
                 ),
             ));
         }
-        let slot = ring.acquire(&*self.inner)?;
-        if let Err(e) = ring.write_host_planes(&slot, planes, strides) {
-            ring.abandon(slot);
-            return Err(e);
-        }
-        ring.publish(slot, pts_ns)
+        ring.publish_host_planes(&*self.inner, planes, strides, pts_ns)
     }
 
-    /// CUDA: publish a slot written by GPU work on `stream` (raw `CUstream`, null = legacy
-    /// default stream): the stream is synchronised first, so no frame is visible before its
-    /// data is complete (§5).
-    ///
-    /// # Safety
-    /// `stream` is null or a live `CUstream` of the context current on this thread (a
-    /// context of the ring's device).
-    pub unsafe fn publish_after_stream(
+    /// CUDA: publish a slot written by GPU work on `stream`, now: the stream is synchronised
+    /// first, so no frame is visible before its data is complete (§5). A caller's stream is
+    /// of the context current on this thread (a context of the ring's device); `None` is the
+    /// legacy default stream of the ring's own context. On a failed synchronize the slot is
+    /// given back.
+    pub fn publish_after_stream(
         &self,
         slot: AcquiredSlot,
-        stream: *mut std::ffi::c_void,
+        stream: Option<CudaStream<'_>>,
         pts_ns: Option<i64>,
     ) -> Result<u64> {
-        let ring = self.ring_of(&slot)?;
-        // SAFETY: our contract is sync_stream's.
-        if let Err(e) = unsafe { ring.sync_stream(stream) } {
-            ring.abandon(slot);
-            return Err(e);
-        }
-        ring.publish(slot, pts_ns)
+        self.ring_of(&slot)?
+            .publish_after_stream(slot, stream, pts_ns)
     }
 
     /// CUDA: publish a slot written by GPU work on `stream` without waiting for that work:
     /// the frame becomes visible when the work queued so far on the stream has completed (a
     /// host function queued behind it makes it visible, §5), and this returns at once. The
     /// next acquire of the same slot, a synchronous publish and the ring's teardown wait for
-    /// it. On error the slot is abandoned.
-    ///
-    /// # Safety
-    /// `stream` is a live `CUstream` of the context current on this thread, or null /
-    /// `CU_STREAM_LEGACY` with a context of the ring's device current.
-    pub unsafe fn publish_on_stream(
+    /// it. `stream` is of the context current on this thread, a context of the ring's device
+    /// (for the legacy and per-thread default streams, the context whose stream is meant). On
+    /// error the slot is given back.
+    pub fn publish_on_stream(
         &self,
         slot: AcquiredSlot,
-        stream: *mut std::ffi::c_void,
+        stream: CudaStream<'_>,
         pts_ns: Option<i64>,
     ) -> Result<u64> {
-        let ring = self.ring_of(&slot)?;
-        let seq = slot.seq;
-        // SAFETY: our contract is publish_on_stream's.
-        match unsafe { ring.publish_on_stream(slot, stream, pts_ns) } {
-            Ok(seq) => Ok(seq),
-            Err(e) => {
-                ring.abandon_seq(seq);
-                Err(e)
-            }
-        }
+        self.ring_of(&slot)?.publish_on_stream(slot, stream, pts_ns)
     }
 
-    /// CUDA: `publish_device_planes` without waiting: the copy and then the publication are
-    /// queued on `stream` (null: the ring's own stream, ordered after nothing of the
-    /// caller's), and this returns at once.
+    /// CUDA: copy a frame from other device memory into the next slot, ordered after the
+    /// caller's work on `stream` (`None`: the ring's own stream, ordered after nothing of the
+    /// caller's), wait for the copy and publish it. A caller's stream is of the context
+    /// current on this thread.
     ///
     /// # Safety
-    /// `stream` is null or a live `CUstream` of the context current on this thread; each
-    /// `planes[i]` is device memory of the ring's device, holding plane i's rows at
-    /// `pitches[i]` unchanged until the stream has run the copy (work queued later on the
-    /// same stream may reuse it, as FFmpeg's frame pools do).
-    pub unsafe fn publish_device_planes_async(
-        &self,
-        planes: &[u64],
-        pitches: &[usize],
-        stream: *mut std::ffi::c_void,
-        pts_ns: Option<i64>,
-    ) -> Result<u64> {
-        let ring = self.ring()?;
-        let slot = ring.acquire(&*self.inner)?;
-        let seq = slot.seq;
-        // SAFETY: our contract is queue_device_copy's (the source stays valid until the
-        // stream has run the copy).
-        let queued =
-            unsafe { ring.queue_device_copy(&slot, planes, pitches, stream) }.and_then(|used| {
-                // The publication goes behind the copy, on the stream the copy runs on; the
-                // ring's own stream needs the ring's context current for cuLaunchHostFunc.
-                let _current = match &used {
-                    crate::frames::writer::cuda_publish::StreamRef::Own(_) => {
-                        Some(ring.push_ring_context()?)
-                    }
-                    crate::frames::writer::cuda_publish::StreamRef::Caller(_) => None,
-                };
-                // SAFETY: `used` is the caller's live stream (its context current) or our own
-                // stream with our context pushed.
-                unsafe { ring.publish_on_stream(slot, used.get().raw(), pts_ns) }
-            });
-        queued.inspect_err(|_| ring.abandon_seq(seq))
-    }
-
-    /// CUDA: copy a frame from other device memory (ordered after the caller's work on
-    /// `stream`) and publish it.
-    ///
-    /// # Safety
-    /// `stream` is null or a live `CUstream` of the context current on this thread; each
-    /// `planes[i]` is device memory of the ring's device, readable for plane i's rows at
+    /// Each `planes[i]` is device memory of the ring's device, readable for plane i's rows at
     /// `pitches[i]` until this returns.
     pub unsafe fn publish_device_planes(
         &self,
         planes: &[u64],
         pitches: &[usize],
-        stream: *mut std::ffi::c_void,
+        stream: Option<CudaStream<'_>>,
         pts_ns: Option<i64>,
     ) -> Result<u64> {
         let ring = self.ring()?;
-        let slot = ring.acquire(&*self.inner)?;
-        // SAFETY: our contract is write_device_planes'.
-        if let Err(e) = unsafe { ring.write_device_planes(&slot, planes, pitches, stream) } {
-            ring.abandon(slot);
-            return Err(e);
+        // SAFETY: our contract is the writer's.
+        unsafe { ring.publish_device_planes(&*self.inner, planes, pitches, stream, pts_ns) }
+    }
+
+    /// CUDA: `publish_device_planes` on the stream, without waiting: the copy and then the
+    /// publication are queued on `stream` (`None`: the ring's own stream), and this returns
+    /// at once.
+    ///
+    /// # Safety
+    /// Each `planes[i]` is device memory of the ring's device, holding plane i's rows at
+    /// `pitches[i]` unchanged until the stream has run the copy (work queued later on the
+    /// same stream may reuse it, as FFmpeg's frame pools do).
+    pub unsafe fn publish_device_planes_on_stream(
+        &self,
+        planes: &[u64],
+        pitches: &[usize],
+        stream: Option<CudaStream<'_>>,
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
+        let ring = self.ring()?;
+        // SAFETY: our contract is the writer's.
+        unsafe {
+            ring.publish_device_planes_on_stream(&*self.inner, planes, pitches, stream, pts_ns)
         }
-        ring.publish(slot, pts_ns)
     }
 
     /// Add the packet ring (once): codec (`AV_CODEC_ID_*`), Annex B extradata (may be empty,

@@ -1,6 +1,8 @@
 //! Copies of a caller's host planes (each with its own stride) into an acquired slot: a
-//! host slot row by row, a CUDA slot through the ring's own stream.
+//! host slot row by row, a CUDA slot through the ring's own stream; and the publish of a
+//! host frame whole (acquire, copy, publish).
 
+use super::acks::AckAuthority;
 use super::config::AcquiredSlot;
 use super::frame_writer::FrameWriter;
 use crate::error::{Error, ErrorCode, Result};
@@ -8,6 +10,23 @@ use crate::format::FrameLayout;
 use crate::wire::MemoryKind;
 
 impl FrameWriter {
+    /// Take the next slot (waiting for ACKs under STRICT_WAIT, asked of `acks`), copy a host
+    /// frame into it and publish it; a failed copy gives the slot back.
+    pub(crate) fn publish_host_planes(
+        &self,
+        acks: &dyn AckAuthority,
+        planes: &[&[u8]],
+        strides: &[usize],
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
+        let slot = self.acquire(acks)?;
+        if let Err(e) = self.write_host_planes(&slot, planes, strides) {
+            self.abandon(slot);
+            return Err(e);
+        }
+        self.publish(slot, pts_ns)
+    }
+
     /// Copy a host frame (planes with their own strides) into a host slot.
     pub(crate) fn write_host_planes(
         &self,
