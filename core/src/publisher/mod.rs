@@ -141,10 +141,12 @@ impl Publisher {
         })
     }
 
+    /// The key this publisher publishes.
     pub fn key(&self) -> &str {
         self.inner.key.as_str()
     }
 
+    /// The path of the key's listening socket.
     pub fn socket_path(&self) -> &std::path::Path {
         &self.inner.socket_path
     }
@@ -565,7 +567,8 @@ impl Publisher {
         }
     }
 
-    /// Publish one packet (§10.6 with R8/R29); returns its seq.
+    /// Publish one packet (§10.6), its slot and data seqlocked against readers that lap
+    /// (R8, R29); returns its seq.
     pub fn publish_packet(&self, data: &[u8], pts_ns: i64, dts_ns: i64, flags: u32) -> Result<u64> {
         self.check_here()?;
         match self.inner.packets().as_mut() {

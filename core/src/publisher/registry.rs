@@ -24,7 +24,10 @@ pub(super) fn claim(key: &Key) -> Result<()> {
     if map.get(key.as_str()).is_some_and(|o| o.is_here()) {
         return Err(Error::new(
             ErrorCode::AlreadyExists,
-            format!("this process already publishes key {key:?}; share that publisher (R6)"),
+            format!(
+                "this process already publishes key {key:?}; share that publisher (one \
+                 publisher per key and process)"
+            ),
         ));
     }
     map.insert(key.as_str().to_owned(), Origin::here());

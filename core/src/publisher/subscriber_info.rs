@@ -13,19 +13,27 @@ use crate::frames::FrameWriter;
 /// One subscriber as the publisher sees it (operator statistics).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubscriberInfo {
+    /// Its subscriber bit (1..=31).
     pub bit: usize,
+    /// Its process id (SO_PEERCRED; 0 for a peer in another PID namespace).
     pub pid: u32,
+    /// The name it gave at HELLO.
     pub name: String,
+    /// It reads frames.
     pub wants_frames: bool,
+    /// It reads packets.
     pub wants_packets: bool,
     /// Publisher seq minus the subscriber's last ACK (frames).
     pub lag: u64,
+    /// The seq of the last frame it ACKed.
     pub last_seen_seq: u64,
     /// CLOCK_REALTIME of the last ACK, 0 = none yet.
     pub last_ack_ns: i64,
     /// Counters the subscriber keeps in its slot (extension, docs/protocol.md).
     pub delivered: u64,
+    /// Frames it lost because the publisher lapped it.
     pub dropped_overrun: u64,
+    /// Frames it lost because a copy was torn (the slot was rewritten during the copy).
     pub dropped_torn: u64,
 }
 
