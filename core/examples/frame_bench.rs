@@ -515,11 +515,9 @@ fn run_config(c: Config) -> Row {
         }
         // pts None: taken when the frame is made visible (after the copy, for AfterStream).
         if publish == Publish::AfterStream {
-            // SAFETY: our own live stream, of the context made current above.
-            unsafe { p.publish_after_stream(slot, stream.raw(), None) }
+            p.publish_after_stream(slot, Some(stream.as_cuda_stream()), None)
         } else {
-            // SAFETY: as above.
-            unsafe { p.publish_on_stream(slot, stream.raw(), None) }
+            p.publish_on_stream(slot, stream.as_cuda_stream(), None)
         }
         .unwrap();
         pub_cost += t.elapsed();

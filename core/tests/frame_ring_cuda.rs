@@ -21,7 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::TestEnv;
-use cuframes_core::cuda::{self, CudaDevice, DeviceBuffer, Event, Stream};
+use cuframes_core::cuda::{self, CudaDevice, CudaStream, DeviceBuffer, Event, Stream};
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{self, Subscriber, SubscriberOptions};
 use cuframes_core::testing;
@@ -220,10 +220,10 @@ fn run_with(policy: Policy, modes: &[(&str, bool)], frames: u64, publish: Publis
             .unwrap();
         }
         match publish {
-            // SAFETY: our own live stream, of the current context.
-            Publish::AfterStream => unsafe { p.publish_after_stream(slot, stream.raw(), None) },
-            // SAFETY: as above.
-            Publish::OnStream => unsafe { p.publish_on_stream(slot, stream.raw(), None) },
+            Publish::AfterStream => {
+                p.publish_after_stream(slot, Some(stream.as_cuda_stream()), None)
+            }
+            Publish::OnStream => p.publish_on_stream(slot, stream.as_cuda_stream(), None),
         }
         .unwrap();
         if policy == Policy::DropOldest {
@@ -342,8 +342,8 @@ fn publication_on_the_stream_follows_the_gpu_work_and_does_not_block() {
     write(&slot, &stream);
     done.record(&stream).unwrap();
     let t = Instant::now();
-    // SAFETY: our own live stream, of the current context.
-    unsafe { p.publish_on_stream(slot, stream.raw(), None) }.unwrap();
+    p.publish_on_stream(slot, stream.as_cuda_stream(), None)
+        .unwrap();
     let returned_after = t.elapsed();
     // Invisible while the kernel runs.
     let early = s.next_frame(Some(Duration::from_millis(50)));
@@ -384,12 +384,12 @@ fn publication_on_the_stream_follows_the_gpu_work_and_does_not_block() {
     let slot2 = p.acquire().unwrap();
     testing::busy(&other, load).unwrap();
     write(&slot2, &other);
-    // SAFETY: our own live streams, of the current context.
-    unsafe { p.publish_on_stream(slot2, other.raw(), None) }.unwrap();
+    p.publish_on_stream(slot2, other.as_cuda_stream(), None)
+        .unwrap();
     let slot3 = p.acquire().unwrap(); // waits for frame 2 (same slot)
     write(&slot3, &stream);
-    // SAFETY: as above.
-    unsafe { p.publish_on_stream(slot3, stream.raw(), None) }.unwrap();
+    p.publish_on_stream(slot3, stream.as_cuda_stream(), None)
+        .unwrap();
     let mut seen = Vec::new();
     while let Ok(f) = s.next_frame(Some(Duration::from_secs(2))) {
         seen.push(f.seq);
@@ -444,8 +444,8 @@ fn publications_on_two_threads_per_thread_streams_stay_in_order() {
             testing::busy(&per_thread, load).unwrap();
             done.record(&per_thread).unwrap();
             let slot = p.acquire().unwrap();
-            // SAFETY: as above.
-            unsafe { p.publish_on_stream(slot, CU_STREAM_PER_THREAD, None) }.unwrap();
+            p.publish_on_stream(slot, CudaStream::PER_THREAD, None)
+                .unwrap();
             queued_tx.send(done).unwrap();
             let _ = finish_rx.recv();
         });
@@ -454,8 +454,9 @@ fn publications_on_two_threads_per_thread_streams_stay_in_order() {
         let _current = dev.push_current().unwrap();
         let slot = p.acquire().unwrap();
         let t = Instant::now();
-        // SAFETY: the special handle, with the device's context current on this thread.
-        unsafe { p.publish_on_stream(slot, CU_STREAM_PER_THREAD, None) }.unwrap();
+        // The per-thread stream of this thread, with the device's context current on this thread.
+        p.publish_on_stream(slot, CudaStream::PER_THREAD, None)
+            .unwrap();
         let returned_after = t.elapsed();
         let first_done = done.query().unwrap();
         finish_tx.send(()).unwrap();
@@ -511,8 +512,8 @@ fn frames_published_on_an_idle_stream_carry_their_own_pts() {
     });
     for n in 1..=frames {
         let slot = p.acquire().unwrap();
-        // SAFETY: our own live, idle stream, of the current context.
-        unsafe { p.publish_on_stream(slot, stream.raw(), Some(n as i64 * 40_000_000)) }.unwrap();
+        p.publish_on_stream(slot, stream.as_cuda_stream(), Some(n as i64 * 40_000_000))
+            .unwrap();
     }
     let wrong = reader.join().unwrap();
     assert!(
@@ -554,8 +555,8 @@ fn dropping_a_publisher_with_publications_pending_waits_for_them() {
         let slot = p.acquire().unwrap();
         testing::busy(&stream, load).unwrap();
         done.record(&stream).unwrap();
-        // SAFETY: our own live stream, of the current context.
-        unsafe { p.publish_on_stream(slot, stream.raw(), None) }.unwrap();
+        p.publish_on_stream(slot, stream.as_cuda_stream(), None)
+            .unwrap();
         assert!(!done.query().unwrap(), "load too short");
         let t = Instant::now();
         drop(p);
@@ -714,8 +715,7 @@ fn release_then_destroy_cycles_tear_down_on_our_thread() {
         let mut s = Subscriber::connect(&env.key, &zero_copy_options(&env, "relcycle")).unwrap();
         assert!(s.is_zero_copy());
         let slot = p.acquire().unwrap();
-        // SAFETY: the null (legacy default) stream.
-        unsafe { p.publish_after_stream(slot, std::ptr::null_mut(), None) }.unwrap();
+        p.publish_after_stream(slot, None, None).unwrap();
         let f = s.next_frame(Some(Duration::from_secs(10))).unwrap();
         // GPU work still reads the frame when it is released and the subscriber destroyed.
         testing::busy(&stream, load).unwrap();
@@ -786,8 +786,7 @@ fn a_release_after_an_idle_stream_acks_at_once_without_gpu_work() {
     let lag = |p: &Publisher| p.subscribers().iter().map(|s| s.lag).max().unwrap_or(0);
     let mut next = |p: &Publisher| {
         let slot = p.acquire().unwrap();
-        // SAFETY: the null (legacy default) stream, nothing queued on it for the slot.
-        unsafe { p.publish_after_stream(slot, std::ptr::null_mut(), None) }.unwrap();
+        p.publish_after_stream(slot, None, None).unwrap();
         s.next_frame(Some(Duration::from_secs(10))).unwrap()
     };
 
@@ -861,8 +860,7 @@ fn dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before() {
     stream.synchronize().unwrap();
 
     let slot = p.acquire().unwrap();
-    // SAFETY: the null (legacy default) stream.
-    unsafe { p.publish_after_stream(slot, std::ptr::null_mut(), None) }.unwrap();
+    p.publish_after_stream(slot, None, None).unwrap();
     let f = s.next_frame(Some(Duration::from_secs(10))).unwrap();
     assert_eq!(f.seq, 1);
     let done = Event::new(&dev).unwrap();
@@ -946,8 +944,8 @@ fn dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reus
             &writer,
         )
         .unwrap();
-        // SAFETY: our own live stream, of the ring's device.
-        unsafe { p.publish_after_stream(slot, writer.raw(), None) }.unwrap();
+        p.publish_after_stream(slot, Some(writer.as_cuda_stream()), None)
+            .unwrap();
     };
     // What the reader's late copy lands in.
     let snapshot = DeviceBuffer::new(&dev, y.pitch * y.rows).unwrap();
@@ -1126,7 +1124,7 @@ fn no_call_replaces_the_callers_current_context() {
         .collect();
     let pitches: Vec<usize> = layout.planes().iter().map(|pl| pl.pitch).collect();
     // SAFETY: the planes are `src`, a live device buffer of a whole frame; the null stream.
-    unsafe { p.publish_device_planes(&ptrs, &pitches, std::ptr::null_mut(), None) }.unwrap();
+    unsafe { p.publish_device_planes(&ptrs, &pitches, None, None) }.unwrap();
     check("publish_device_planes (DtoD, the library's stream)");
     drop(cp.next_frame(wait).unwrap());
     check("COPY read and drop");
@@ -1138,8 +1136,7 @@ fn no_call_replaces_the_callers_current_context() {
     // Null-stream publish (synchronises the ring's legacy stream).
     let slot = p.acquire().unwrap();
     check("acquire");
-    // SAFETY: the null (legacy default) stream.
-    unsafe { p.publish_after_stream(slot, std::ptr::null_mut(), None) }.unwrap();
+    p.publish_after_stream(slot, None, None).unwrap();
     check("publish_after_stream(NULL)");
     drop(cp.next_frame(wait).unwrap());
     let z = zc.next_frame(wait).unwrap();

@@ -4,7 +4,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cuframes_core::cuda::{CudaDevice, Event, Stream};
+use cuframes_core::cuda::{CudaDevice, CudaStream, Event, Stream};
 use cuframes_core::publisher::{
     FrameRingConfig, MemoryChoice, Publisher as CorePublisher, PublisherOptions,
 };
@@ -172,7 +172,10 @@ impl Publisher {
             // closure on this same thread); each address is the producer's device memory of
             // the plane's rows at its pitch (checked against the ring's geometry), kept alive
             // by `planes` / `sources` until this returns, which is after the copy completed.
-            unsafe { p.publish_device_planes(&addresses, &pitches, copy_on as *mut c_void, pts_ns) }
+            unsafe {
+                let copy_on = CudaStream::from_raw(copy_on as *mut c_void);
+                p.publish_device_planes(&addresses, &pitches, Some(copy_on), pts_ns)
+            }
         });
         drop(sources);
         seq.map_err(to_py)

@@ -4,6 +4,7 @@
 
 use std::ffi::{c_int, c_void};
 
+use cuframes_core::cuda::CudaStream;
 use cuframes_core::{Error, Result};
 
 use super::frame_ring::{pts, to_core_slot, CSlot};
@@ -29,11 +30,10 @@ pub unsafe extern "C" fn cuframes_publisher_publish_after_stream(
         // valid cuframes_slot_t.
         let (p, slot) = unsafe { (input(p, "publisher")?, input(slot, "slot")?) };
         // SAFETY: the C contract: `cuda_stream` is NULL or a live CUstream of the current
-        // context (cuframes.h), publish_after_stream's contract.
-        unsafe {
-            p.0.publish_after_stream(to_core_slot(slot)?, cuda_stream, pts(pts_ns))
-        }
-        .map(|_| ())
+        // context (cuframes.h); NULL is the ring's own context's legacy stream.
+        let stream = unsafe { CudaStream::from_raw_or_none(cuda_stream) };
+        p.0.publish_after_stream(to_core_slot(slot)?, stream, pts(pts_ns))
+            .map(|_| ())
     })
 }
 
@@ -57,12 +57,10 @@ pub unsafe extern "C" fn cuframes_publisher_publish_on_stream(
         // valid cuframes_slot_t.
         let (p, slot) = unsafe { (input(p, "publisher")?, input(slot, "slot")?) };
         // SAFETY: the C contract: `cuda_stream` is NULL/CU_STREAM_LEGACY with a context of
-        // the ring's device current, or a live CUstream of the current context (cuframes.h),
-        // publish_on_stream's contract.
-        unsafe {
-            p.0.publish_on_stream(to_core_slot(slot)?, cuda_stream, pts(pts_ns))
-        }
-        .map(|_| ())
+        // the ring's device current, or a live CUstream of the current context (cuframes.h).
+        let stream = unsafe { CudaStream::from_raw(cuda_stream) };
+        p.0.publish_on_stream(to_core_slot(slot)?, stream, pts(pts_ns))
+            .map(|_| ())
     })
 }
 
@@ -86,11 +84,12 @@ pub unsafe extern "C" fn cuframes_publisher_publish_device_async(
         let p = unsafe { input(p, "publisher") }?;
         // SAFETY: the C contract: arrays of `plane_count` elements or NULL (checked there).
         let (planes, pitches) = unsafe { plane_arrays(planes, pitches, plane_count) }?;
-        // SAFETY: the C contract: `cuda_stream` is NULL or a live CUstream of the current
-        // context; each plane device memory of its rows at its pitch, unchanged until the
-        // stream has run the copy (cuframes.h).
+        // SAFETY: the C contract: `cuda_stream` is NULL (the ring's own stream) or a live
+        // CUstream of the current context; each plane device memory of its rows at its
+        // pitch, unchanged until the stream has run the copy (cuframes.h).
         unsafe {
-            p.0.publish_device_planes_async(planes, pitches, cuda_stream, pts(pts_ns))
+            let stream = CudaStream::from_raw_or_none(cuda_stream);
+            p.0.publish_device_planes_on_stream(planes, pitches, stream, pts(pts_ns))
         }
         .map(|_| ())
     })
@@ -143,10 +142,12 @@ pub unsafe extern "C" fn cuframes_publisher_publish_device(
         let p = unsafe { input(p, "publisher") }?;
         // SAFETY: the C contract: arrays of `plane_count` elements or NULL (checked there).
         let (planes, pitches) = unsafe { plane_arrays(planes, pitches, plane_count) }?;
-        // SAFETY: the C contract: `cuda_stream` is NULL or a live CUstream of the current
-        // context, each plane device memory of its rows at its pitch (cuframes.h).
+        // SAFETY: the C contract: `cuda_stream` is NULL (the library's stream) or a live
+        // CUstream of the current context, each plane device memory of its rows at its pitch
+        // (cuframes.h).
         unsafe {
-            p.0.publish_device_planes(planes, pitches, cuda_stream, pts(pts_ns))
+            let stream = CudaStream::from_raw_or_none(cuda_stream);
+            p.0.publish_device_planes(planes, pitches, stream, pts(pts_ns))
         }
         .map(|_| ())
     })

@@ -17,6 +17,7 @@
 //! - [`vmm`]: [`VmmAllocation`] (create + export fd) and [`VmmImport`] (import fd + map);
 //!   `vmm_prop`: the allocation properties both it and the device's granularity use.
 //! - [`stream`]: [`Stream`] and [`Event`].
+//! - [`stream_handle`]: [`CudaStream`], the stream a caller names to the publish API.
 //! - [`copy`]: 2D copies, memset, and the host-copy counter.
 //! - [`buffer`]: [`DeviceBuffer`], plain device memory.
 
@@ -27,6 +28,7 @@ pub mod device;
 pub mod driver;
 pub mod identity;
 pub mod stream;
+pub mod stream_handle;
 pub mod vmm;
 mod vmm_prop;
 
@@ -37,4 +39,5 @@ pub use device::CudaDevice;
 pub use driver::{device_count, driver_available, driver_version, release_failures};
 pub use identity::{device_uuid, resolve_device, visible_gpus, GpuUuid, DEVICE_AUTO};
 pub use stream::{launch_host_func, Event, Stream, StreamIdentity};
+pub use stream_handle::CudaStream;
 pub use vmm::{live_mappings, VmmAllocation, VmmImport};

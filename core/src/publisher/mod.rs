@@ -1,6 +1,21 @@
 //! The publisher: owns a key's socket and rings, admits subscribers on a background thread,
 //! and publishes frames (and, with `enable_packets`, packets).
 //!
+//! [`Publisher`] (this file) picks the ring and the slot; the frame ring's writer
+//! (`frames::writer`) does the copying and publishing. Its helpers, one job per file:
+//! - `options`: [`PublisherOptions`] and the admission caps' defaults;
+//! - `shared`: what the publisher's threads share (`Inner`: rings, subscriber table, the
+//!   slot that is out, the server's wake-up pipe) and the table's answers to the writer's
+//!   STRICT_WAIT questions;
+//! - `registry`: one publisher per key in a process (R6), [`wait_until_released`];
+//! - `socket`: the runtime directory and the mode-safe bind of the key's socket;
+//! - `stale`: the judge of a dead predecessor's socket and SHM objects at create (§1);
+//! - `server`: the server thread (handshakes, messages, kicks), with `admission` (per-uid
+//!   and per-pid caps, pending-handshake fairness) and `rejoin` (backoff after kicks);
+//! - [`subscribers`]: the subscriber table (bit ownership, quarantine), and
+//!   `subscriber_info`: what [`Publisher::subscribers`] reports of each;
+//! - `ack_model` (tests only): the model check of the table and the ACK protocol.
+//!
 //! # Lock hierarchy
 //!
 //! A publisher is used from several threads at once: the host's publishing thread, a control
@@ -19,214 +34,41 @@
 //!
 //! So whoever needs the ring and the table clones the ring first, and whoever waits for ACKs
 //! holding a ring's writer state never needs the `frames` lock (a kick forgets its bits in
-//! the ring it waits on). `tests/replace_under_load.rs` drives runs these paths against each other.
+//! the ring it waits on). `tests/replace_under_load.rs` runs these paths against each other.
 
 #[cfg(test)]
 mod ack_model;
 mod admission;
+mod options;
+mod registry;
 mod rejoin;
 mod server;
+mod shared;
+mod socket;
 mod stale;
+mod subscriber_info;
 pub mod subscribers;
 
 pub use crate::frames::{AcquiredSlot, FrameRingConfig, MemoryChoice};
+pub use options::{
+    PublisherOptions, DEFAULT_MAX_SUBSCRIBERS_PER_PID, DEFAULT_MAX_SUBSCRIBERS_PER_UID,
+};
+pub use registry::wait_until_released;
+pub use subscriber_info::SubscriberInfo;
 
-use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use self::shared::{Held, Inner};
+use crate::cuda::CudaStream;
 use crate::error::{Error, ErrorCode, Result};
-use crate::frames::ack_page::Counter;
-use crate::frames::layout::{
-    SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
-};
-use crate::frames::writer::AckAuthority;
-use crate::frames::{FrameWriter, RequiredAcks};
+use crate::frames::FrameWriter;
 use crate::packet::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
 use crate::paths::{self, Key};
 use crate::shm;
 use crate::util::Origin;
-
-/// How a publisher is created.
-#[derive(Debug, Clone)]
-pub struct PublisherOptions {
-    /// Socket directory; `None` = `$CUFRAMES_RUNTIME_DIR` or `/run/cuframes` (R16).
-    pub runtime_dir: Option<PathBuf>,
-    /// Mode of the socket and SHM objects (R16, default 0660).
-    pub file_mode: u32,
-    /// Only peers with this uid (or root) may subscribe (SO_PEERCRED).
-    pub allowed_uid: Option<u32>,
-    /// Only peers with this gid (or root) may subscribe.
-    pub allowed_gid: Option<u32>,
-    /// A peer that has not finished its handshake by then is dropped.
-    pub handshake_timeout: Duration,
-    /// Admit frame subscribers that do not know ACK pages (plain protocol v4 peers). They
-    /// ACK in the shared header, so the frame SHM must then be writable by the group: any
-    /// subscriber can forge ACKs, truncate the object and so hurt every other subscriber and
-    /// the publisher (`docs/protocol.md`, trust model). Off by default.
-    pub allow_legacy_subscribers: bool,
-    /// Subscriber slots (of the 31, R2) that the processes of one uid may hold at once;
-    /// further subscriptions of that uid get TOO_MANY. The publisher's own uid and root are
-    /// not counted. Default 8: one other service then cannot take the table (it leaves at
-    /// least 23 slots to everybody else, and four colluding uids are needed to fill it),
-    /// while a service that runs a handful of readers fits. Services that run more readers
-    /// under one uid raise it; 31 or more means no cap.
-    pub max_subscribers_per_uid: usize,
-    /// The same per process (a peer in another PID namespace, seen as pid 0, is counted by
-    /// its uid only). Default 4: a process reads a key with one or two connections (frames,
-    /// packets), rarely more; a single runaway process takes no more than that.
-    pub max_subscribers_per_pid: usize,
-}
-
-/// [`PublisherOptions::max_subscribers_per_uid`]'s default (the C ABI's 0).
-pub const DEFAULT_MAX_SUBSCRIBERS_PER_UID: usize = 8;
-/// [`PublisherOptions::max_subscribers_per_pid`]'s default (the C ABI's 0).
-pub const DEFAULT_MAX_SUBSCRIBERS_PER_PID: usize = 4;
-
-impl Default for PublisherOptions {
-    fn default() -> Self {
-        PublisherOptions {
-            runtime_dir: None,
-            file_mode: 0o660,
-            allowed_uid: None,
-            allowed_gid: None,
-            handshake_timeout: Duration::from_secs(5),
-            allow_legacy_subscribers: false,
-            max_subscribers_per_uid: DEFAULT_MAX_SUBSCRIBERS_PER_UID,
-            max_subscribers_per_pid: DEFAULT_MAX_SUBSCRIBERS_PER_PID,
-        }
-    }
-}
-
-/// One subscriber as the publisher sees it (operator statistics, issue: stats).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubscriberInfo {
-    pub bit: usize,
-    pub pid: u32,
-    pub name: String,
-    pub wants_frames: bool,
-    pub wants_packets: bool,
-    /// Publisher seq minus the subscriber's last ACK (frames).
-    pub lag: u64,
-    pub last_seen_seq: u64,
-    /// CLOCK_REALTIME of the last ACK, 0 = none yet.
-    pub last_ack_ns: i64,
-    /// Counters the subscriber keeps in its slot (extension, docs/protocol.md).
-    pub delivered: u64,
-    pub dropped_overrun: u64,
-    pub dropped_torn: u64,
-}
-
-/// The slot that is out and the ring it belongs to ([`Inner::held`]).
-pub(crate) struct Held {
-    ring: Arc<FrameWriter>,
-    seq: u64,
-    address: u64,
-}
-
-impl Held {
-    fn is(&self, slot: &AcquiredSlot) -> bool {
-        self.seq == slot.seq && self.address == slot.address
-    }
-}
-
-/// Keys that have a publisher in this process (R6), each with the process that created it: a
-/// child forked from a publishing process inherits the record, and the parent's entries are
-/// not this process's (a create of the same key then meets the parent's live socket).
-static KEYS_IN_PROCESS: Mutex<Option<HashMap<String, Origin>>> = Mutex::new(None);
-/// Signalled when a key leaves `KEYS_IN_PROCESS` (a publisher's end).
-static KEY_RELEASED: std::sync::Condvar = std::sync::Condvar::new();
-
-pub(crate) struct Inner {
-    pub key: Key,
-    pub options: PublisherOptions,
-    pub socket_path: PathBuf,
-    /// The current frame ring. Replaced whole by [`Publisher::replace_frames`] (a new ring
-    /// generation); users hold an `Arc` of the generation they work on.
-    pub frames: RwLock<Option<Arc<FrameWriter>>>,
-    /// Bumped with every new frame ring: connections remember the generation they were told
-    /// about, so a handshake that straddles a replacement is restarted.
-    pub generation: AtomicU64,
-    /// The slot that is out ([`Publisher::acquire`] until its publish or abandon) and its
-    /// ring: it keeps that ring's slots mapped even if a replacement takes the ring away
-    /// meanwhile, so the caller's writes into the slot never hit unmapped memory. Seqs
-    /// start at 1 in every generation, so the slot is known by its seq *and* address (two
-    /// mapped slots never share an address).
-    pub held: Mutex<Option<Held>>,
-    /// The packet ring, once `enable_packets` was called.
-    pub packets: Mutex<Option<PacketRingWriter>>,
-    pub table: Mutex<subscribers::Table>,
-    pub stopping: AtomicBool,
-    /// Written to wake the server thread (a kick, a new ring, shutdown).
-    pub wake_tx: OwnedFd,
-    /// The server thread polls this. Its owner is `Inner`, not the thread: the pipe has a
-    /// reader for as long as anybody can call [`Inner::wake_server`], so a wake after the
-    /// thread has ended never meets a closed pipe (EPIPE, and SIGPIPE, which kills a host
-    /// that keeps the default disposition).
-    pub wake_rx: OwnedFd,
-    /// The process that created the publisher: in a child forked from it, the publisher is
-    /// a copy that must leave the parent's socket, rings and thread alone (`Publisher::drop`).
-    pub origin: Origin,
-}
-
-impl Inner {
-    /// Wake the server thread. Never blocks (the pipe is non-blocking: when it is full a wake
-    /// is pending anyway) and never raises SIGPIPE (`wake_rx` lives as long as `self`).
-    pub fn wake_server(&self) {
-        let _ = nix::unistd::write(self.wake_tx.as_fd(), &[1u8]);
-    }
-
-    pub fn packets(&self) -> std::sync::MutexGuard<'_, Option<PacketRingWriter>> {
-        self.packets.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn table(&self) -> std::sync::MutexGuard<'_, subscribers::Table> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn held(&self) -> std::sync::MutexGuard<'_, Option<Held>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The current frame ring and its generation, read together (a replacement swaps the
-    /// ring and bumps the generation under the write lock).
-    pub fn ring_and_generation(&self) -> (Option<Arc<FrameWriter>>, u64) {
-        let frames = self.frames.read().unwrap_or_else(|p| p.into_inner());
-        (frames.clone(), self.generation.load(Ordering::SeqCst))
-    }
-
-    /// The current frame ring, if any.
-    pub fn ring(&self) -> Option<Arc<FrameWriter>> {
-        self.frames
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
-
-impl AckAuthority for Inner {
-    fn required_acks(&self, seq: u64) -> RequiredAcks {
-        self.table().required_acks(seq)
-    }
-
-    fn declare_dead(&self, required: &RequiredAcks, missing: u64) -> u64 {
-        // The caller holds its ring's writer state: no `frames` lock here (lock hierarchy).
-        let kicked = self.table().kick(required, missing);
-        if kicked != 0 {
-            self.wake_server();
-        }
-        kicked
-    }
-
-    fn returns_awaited(&self) -> bool {
-        self.table().awaiting_returns()
-    }
-}
 
 /// A publisher of one key. Dropping it shuts down cleanly (SHUTDOWN to every subscriber,
 /// every socket and SHM object removed). A copy inherited by a child forked from the
@@ -242,23 +84,11 @@ impl Publisher {
     /// live one (ALREADY_EXISTS), bind the socket and start serving handshakes.
     pub fn create(key: &str, options: PublisherOptions) -> Result<Publisher> {
         let key = Key::new(key)?;
-        {
-            let mut keys = KEYS_IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
-            let map = keys.get_or_insert_with(HashMap::new);
-            if map.get(key.as_str()).is_some_and(|o| o.is_here()) {
-                return Err(Error::new(
-                    ErrorCode::AlreadyExists,
-                    format!(
-                        "this process already publishes key {key:?}; share that publisher (R6)"
-                    ),
-                ));
-            }
-            map.insert(key.as_str().to_owned(), Origin::here());
-        }
+        registry::claim(&key)?;
         match Publisher::create_unregistered(key.clone(), options) {
             Ok(p) => Ok(p),
             Err(e) => {
-                forget_key(&key);
+                registry::forget(&key);
                 Err(e)
             }
         }
@@ -266,10 +96,10 @@ impl Publisher {
 
     fn create_unregistered(key: Key, options: PublisherOptions) -> Result<Publisher> {
         let dir = paths::runtime_dir(options.runtime_dir.as_deref());
-        ensure_runtime_dir(&dir)?;
+        socket::ensure_runtime_dir(&dir)?;
         let socket_path = paths::socket_path(&dir, &key)?;
         stale::recover(&key, &socket_path)?;
-        let listener = bind_socket(&socket_path, options.file_mode)?;
+        let listener = socket::bind(&socket_path, options.file_mode)?;
         let cleanup_socket = |e: Error| {
             let _ = std::fs::remove_file(&socket_path);
             e
@@ -311,10 +141,12 @@ impl Publisher {
         })
     }
 
+    /// The key this publisher publishes.
     pub fn key(&self) -> &str {
         self.inner.key.as_str()
     }
 
+    /// The path of the key's listening socket.
     pub fn socket_path(&self) -> &std::path::Path {
         &self.inner.socket_path
     }
@@ -347,7 +179,7 @@ impl Publisher {
         FrameWriter::create_staged(&self.inner.key, config, mode)
     }
 
-    /// A new generation of the frame ring (issue #14: a camera switching 1080p to 720p): the
+    /// A new generation of the frame ring (a camera switching 1080p to 720p, say): the
     /// old ring ends (its subscribers drain what it holds, get SHUTDOWN with reason
     /// NEW_RING and subscribe again, our subscriber by itself), the new one has `config`'s
     /// geometry, format and colour. Under STRICT_WAIT this waits, up to the ack timeout, until
@@ -628,121 +460,80 @@ impl Publisher {
                 ),
             ));
         }
-        let slot = ring.acquire(&*self.inner)?;
-        if let Err(e) = ring.write_host_planes(&slot, planes, strides) {
-            ring.abandon(slot);
-            return Err(e);
-        }
-        ring.publish(slot, pts_ns)
+        ring.publish_host_planes(&*self.inner, planes, strides, pts_ns)
     }
 
-    /// CUDA: publish a slot written by GPU work on `stream` (raw `CUstream`, null = legacy
-    /// default stream): the stream is synchronised first, so no frame is visible before its
-    /// data is complete (§5).
-    ///
-    /// # Safety
-    /// `stream` is null or a live `CUstream` of the context current on this thread (a
-    /// context of the ring's device).
-    pub unsafe fn publish_after_stream(
+    /// CUDA: publish a slot written by GPU work on `stream`, now: the stream is synchronised
+    /// first, so no frame is visible before its data is complete (§5). A caller's stream is
+    /// of the context current on this thread (a context of the ring's device); `None` is the
+    /// legacy default stream of the ring's own context. On a failed synchronize the slot is
+    /// given back.
+    pub fn publish_after_stream(
         &self,
         slot: AcquiredSlot,
-        stream: *mut std::ffi::c_void,
+        stream: Option<CudaStream<'_>>,
         pts_ns: Option<i64>,
     ) -> Result<u64> {
-        let ring = self.ring_of(&slot)?;
-        // SAFETY: our contract is sync_stream's.
-        if let Err(e) = unsafe { ring.sync_stream(stream) } {
-            ring.abandon(slot);
-            return Err(e);
-        }
-        ring.publish(slot, pts_ns)
+        self.ring_of(&slot)?
+            .publish_after_stream(slot, stream, pts_ns)
     }
 
     /// CUDA: publish a slot written by GPU work on `stream` without waiting for that work:
     /// the frame becomes visible when the work queued so far on the stream has completed (a
     /// host function queued behind it makes it visible, §5), and this returns at once. The
     /// next acquire of the same slot, a synchronous publish and the ring's teardown wait for
-    /// it. On error the slot is abandoned.
-    ///
-    /// # Safety
-    /// `stream` is a live `CUstream` of the context current on this thread, or null /
-    /// `CU_STREAM_LEGACY` with a context of the ring's device current.
-    pub unsafe fn publish_on_stream(
+    /// it. `stream` is of the context current on this thread, a context of the ring's device
+    /// (for the legacy and per-thread default streams, the context whose stream is meant). On
+    /// error the slot is given back.
+    pub fn publish_on_stream(
         &self,
         slot: AcquiredSlot,
-        stream: *mut std::ffi::c_void,
+        stream: CudaStream<'_>,
         pts_ns: Option<i64>,
     ) -> Result<u64> {
-        let ring = self.ring_of(&slot)?;
-        let seq = slot.seq;
-        // SAFETY: our contract is publish_on_stream's.
-        match unsafe { ring.publish_on_stream(slot, stream, pts_ns) } {
-            Ok(seq) => Ok(seq),
-            Err(e) => {
-                ring.abandon_seq(seq);
-                Err(e)
-            }
-        }
+        self.ring_of(&slot)?.publish_on_stream(slot, stream, pts_ns)
     }
 
-    /// CUDA: `publish_device_planes` without waiting: the copy and then the publication are
-    /// queued on `stream` (null: the ring's own stream, ordered after nothing of the
-    /// caller's), and this returns at once.
+    /// CUDA: copy a frame from other device memory into the next slot, ordered after the
+    /// caller's work on `stream` (`None`: the ring's own stream, ordered after nothing of the
+    /// caller's), wait for the copy and publish it. A caller's stream is of the context
+    /// current on this thread.
     ///
     /// # Safety
-    /// `stream` is null or a live `CUstream` of the context current on this thread; each
-    /// `planes[i]` is device memory of the ring's device, holding plane i's rows at
-    /// `pitches[i]` unchanged until the stream has run the copy (work queued later on the
-    /// same stream may reuse it, as FFmpeg's frame pools do).
-    pub unsafe fn publish_device_planes_async(
-        &self,
-        planes: &[u64],
-        pitches: &[usize],
-        stream: *mut std::ffi::c_void,
-        pts_ns: Option<i64>,
-    ) -> Result<u64> {
-        let ring = self.ring()?;
-        let slot = ring.acquire(&*self.inner)?;
-        let seq = slot.seq;
-        // SAFETY: our contract is queue_device_copy's (the source stays valid until the
-        // stream has run the copy).
-        let queued =
-            unsafe { ring.queue_device_copy(&slot, planes, pitches, stream) }.and_then(|used| {
-                // The publication goes behind the copy, on the stream the copy runs on; the
-                // ring's own stream needs the ring's context current for cuLaunchHostFunc.
-                let _current = match &used {
-                    crate::frames::writer::StreamRef::Own(_) => Some(ring.push_ring_context()?),
-                    crate::frames::writer::StreamRef::Caller(_) => None,
-                };
-                // SAFETY: `used` is the caller's live stream (its context current) or our own
-                // stream with our context pushed.
-                unsafe { ring.publish_on_stream(slot, used.get().raw(), pts_ns) }
-            });
-        queued.inspect_err(|_| ring.abandon_seq(seq))
-    }
-
-    /// CUDA: copy a frame from other device memory (ordered after the caller's work on
-    /// `stream`) and publish it.
-    ///
-    /// # Safety
-    /// `stream` is null or a live `CUstream` of the context current on this thread; each
-    /// `planes[i]` is device memory of the ring's device, readable for plane i's rows at
+    /// Each `planes[i]` is device memory of the ring's device, readable for plane i's rows at
     /// `pitches[i]` until this returns.
     pub unsafe fn publish_device_planes(
         &self,
         planes: &[u64],
         pitches: &[usize],
-        stream: *mut std::ffi::c_void,
+        stream: Option<CudaStream<'_>>,
         pts_ns: Option<i64>,
     ) -> Result<u64> {
         let ring = self.ring()?;
-        let slot = ring.acquire(&*self.inner)?;
-        // SAFETY: our contract is write_device_planes'.
-        if let Err(e) = unsafe { ring.write_device_planes(&slot, planes, pitches, stream) } {
-            ring.abandon(slot);
-            return Err(e);
+        // SAFETY: our contract is the writer's.
+        unsafe { ring.publish_device_planes(&*self.inner, planes, pitches, stream, pts_ns) }
+    }
+
+    /// CUDA: `publish_device_planes` on the stream, without waiting: the copy and then the
+    /// publication are queued on `stream` (`None`: the ring's own stream), and this returns
+    /// at once.
+    ///
+    /// # Safety
+    /// Each `planes[i]` is device memory of the ring's device, holding plane i's rows at
+    /// `pitches[i]` unchanged until the stream has run the copy (work queued later on the
+    /// same stream may reuse it, as FFmpeg's frame pools do).
+    pub unsafe fn publish_device_planes_on_stream(
+        &self,
+        planes: &[u64],
+        pitches: &[usize],
+        stream: Option<CudaStream<'_>>,
+        pts_ns: Option<i64>,
+    ) -> Result<u64> {
+        let ring = self.ring()?;
+        // SAFETY: our contract is the writer's.
+        unsafe {
+            ring.publish_device_planes_on_stream(&*self.inner, planes, pitches, stream, pts_ns)
         }
-        ring.publish(slot, pts_ns)
     }
 
     /// Add the packet ring (once): codec (`AV_CODEC_ID_*`), Annex B extradata (may be empty,
@@ -776,7 +567,8 @@ impl Publisher {
         }
     }
 
-    /// Publish one packet (§10.6 with R8/R29); returns its seq.
+    /// Publish one packet (§10.6), its slot and data seqlocked against readers that lap
+    /// (R8, R29); returns its seq.
     pub fn publish_packet(&self, data: &[u8], pts_ns: i64, dts_ns: i64, flags: u32) -> Result<u64> {
         self.check_here()?;
         match self.inner.packets().as_mut() {
@@ -802,56 +594,7 @@ impl Publisher {
     pub fn subscribers(&self) -> Vec<SubscriberInfo> {
         // The ring before the table (lock hierarchy).
         let ring = self.inner.ring();
-        let ring = ring.as_deref();
-        let table = self.inner.table();
-        table
-            .iter()
-            .map(|(bit, e)| {
-                let (last_seen, last_ack, delivered, overrun, torn, seq) = match (ring, &e.ack_page)
-                {
-                    (Some(r), Some(page)) => (
-                        page.last_seen_seq(),
-                        page.last_ack_ns(),
-                        page.counter(Counter::Delivered),
-                        page.counter(Counter::DroppedOverrun),
-                        page.counter(Counter::DroppedTorn),
-                        r.published_seq(),
-                    ),
-                    (Some(r), None) => (
-                        r.shm.sub_last_seen(bit).load(Ordering::Acquire),
-                        r.shm.sub_last_ack_ns(bit).load(Ordering::Acquire) as i64,
-                        r.shm
-                            .sub_counter(bit, SUB_DELIVERED_OFFSET)
-                            .load(Ordering::Relaxed),
-                        r.shm
-                            .sub_counter(bit, SUB_DROPPED_OVERRUN_OFFSET)
-                            .load(Ordering::Relaxed),
-                        r.shm
-                            .sub_counter(bit, SUB_DROPPED_TORN_OFFSET)
-                            .load(Ordering::Relaxed),
-                        r.published_seq(),
-                    ),
-                    (None, _) => (0, 0, 0, 0, 0, 0),
-                };
-                SubscriberInfo {
-                    bit,
-                    pid: e.pid,
-                    name: e.name.clone(),
-                    wants_frames: e.wants_frames,
-                    wants_packets: e.wants_packets,
-                    lag: if e.wants_frames {
-                        seq.saturating_sub(last_seen.max(e.initial_seq))
-                    } else {
-                        0
-                    },
-                    last_seen_seq: last_seen,
-                    last_ack_ns: last_ack,
-                    delivered,
-                    dropped_overrun: overrun,
-                    dropped_torn: torn,
-                }
-            })
-            .collect()
+        subscriber_info::list(ring.as_deref(), &self.inner.table())
     }
 
     /// Number of admitted subscribers.
@@ -910,7 +653,7 @@ impl Publisher {
         }
         // Dropping the writer unlinks the packet SHM.
         drop(self.inner.packets().take());
-        forget_key(&self.inner.key);
+        registry::forget(&self.inner.key);
     }
 
     /// The end of a copy inherited by a child forked from the creating process: the socket,
@@ -927,15 +670,7 @@ impl Publisher {
             std::mem::forget(thread);
         }
         std::mem::forget(Arc::clone(&self.inner));
-        // R6's record is a copy of the parent's: this process does not publish the key.
-        let mut keys = match KEYS_IN_PROCESS.try_lock() {
-            Ok(keys) => Some(keys),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
-        if let Some(map) = keys.as_mut().and_then(|k| k.as_mut()) {
-            map.remove(self.inner.key.as_str());
-        }
+        registry::forget_inherited(&self.inner.key);
     }
 }
 
@@ -943,185 +678,4 @@ impl Drop for Publisher {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-/// This process's record of `key` goes (not an entry a fork inherited: that is the parent's).
-fn forget_key(key: &Key) {
-    let mut keys = KEYS_IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(map) = keys.as_mut() {
-        if map.get(key.as_str()).is_some_and(|o| o.is_here()) {
-            map.remove(key.as_str());
-        }
-    }
-    KEY_RELEASED.notify_all();
-}
-
-/// Wait, at most `timeout`, until this process has no publisher of `key` (one whose last
-/// handle is being dropped on another thread is ending: its end removes the socket and
-/// rings, which takes a moment). True when the key is free here.
-pub fn wait_until_released(key: &str, timeout: Duration) -> bool {
-    let deadline = std::time::Instant::now() + timeout;
-    let mut keys = KEYS_IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
-    loop {
-        let held = keys
-            .as_ref()
-            .and_then(|m| m.get(key))
-            .is_some_and(|o| o.is_here());
-        let now = std::time::Instant::now();
-        if !held {
-            return true;
-        }
-        if now >= deadline {
-            return false;
-        }
-        keys = KEY_RELEASED
-            .wait_timeout(keys, deadline - now)
-            .unwrap_or_else(|p| p.into_inner())
-            .0;
-    }
-}
-
-/// Create the runtime directory 0755 if missing (R16).
-fn ensure_runtime_dir(dir: &std::path::Path) -> Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
-        .map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::PermissionDenied {
-                ErrorCode::Permission
-            } else {
-                ErrorCode::Io
-            };
-            Error::new(
-                code,
-                format!(
-                    "cannot create runtime directory {}: {e} (create it as root, or set {})",
-                    dir.display(),
-                    paths::RUNTIME_DIR_ENV
-                ),
-            )
-        })
-}
-
-/// Bind the listening socket at `path` with `mode`, never changing a mode through a path that
-/// someone else could have redirected. The runtime directory is writable by the group, so a
-/// member could replace the socket by a symlink between `bind` and a `chmod` by path, and a
-/// root publisher would then chmod the symlink's target. Instead the socket gets its mode
-/// from `bind` itself: Linux creates the socket file with the socket's own inode mode (set
-/// with `fchmod` before `bind`) masked by the umask. The umask belongs to the whole process,
-/// and other threads (an application's) may be creating files, so the `bind` with umask 0
-/// runs in a forked child that only calls `umask`, `bind`, `write` and `_exit` (all
-/// async-signal-safe) on the same socket. The path is bound directly, so `/proc/net/unix`
-/// names it.
-///
-/// The child reports bind's result through a close-on-exec pipe, not through its exit status:
-/// the host's signal dispositions then do not matter. With SIGCHLD ignored the kernel reaps
-/// the child itself and `waitpid` fails with ECHILD; a host's SIGCHLD handler may reap it
-/// first. The `waitpid` here only keeps a zombie from staying where nobody else reaps.
-fn bind_socket(path: &std::path::Path, mode: u32) -> Result<UnixListener> {
-    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, SockaddrLike, UnixAddr};
-    use std::os::fd::AsRawFd;
-    let io = |what: &str, e: nix::errno::Errno| {
-        Error::new(ErrorCode::Io, format!("{what} {}: {e}", path.display()))
-    };
-    let fd = socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .map_err(|e| io("socket for", e))?;
-    nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(mode & 0o777))
-        .map_err(|e| io("fchmod the socket for", e))?;
-    let addr = UnixAddr::new(path).map_err(|e| io("address", e))?;
-    let (report_rx, report_tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| io("pipe for the bind of", e))?;
-    let report_fd = report_tx.as_raw_fd();
-    // SAFETY: the child only calls async-signal-safe functions (umask, bind, write, _exit) on
-    // memory and descriptors that were set up before the fork (`addr`, `fd`, `report_fd`) and
-    // exits without returning into Rust code, as required after fork in a multithreaded
-    // process.
-    let child = unsafe { libc::fork() };
-    let fork_error = nix::errno::Errno::last();
-    if child == 0 {
-        // SAFETY: in the child; see above. The parent holds the read end open until it has
-        // read the report, so the write cannot raise SIGPIPE.
-        unsafe {
-            libc::umask(0);
-            let rc = libc::bind(fd.as_raw_fd(), addr.as_ptr().cast(), addr.len());
-            let err: i32 = if rc == 0 {
-                0
-            } else {
-                *libc::__errno_location()
-            };
-            let report = err.to_ne_bytes();
-            libc::write(report_fd, report.as_ptr().cast(), report.len());
-            libc::_exit(0);
-        }
-    }
-    // Only the child holds the write end now: a child that ends without reporting ends the
-    // read with EOF.
-    drop(report_tx);
-    if child < 0 {
-        return Err(io("fork to bind", fork_error));
-    }
-    let mut report = [0u8; 4];
-    let mut got = 0;
-    let read = loop {
-        if got == report.len() {
-            break Ok(());
-        }
-        match nix::unistd::read(&report_rx, &mut report[got..]) {
-            Ok(0) => break Ok(()),
-            Ok(n) => got += n,
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => break Err(e),
-        }
-    };
-    // ECHILD: already reaped (SIGCHLD ignored, or the host's handler); nothing is lost.
-    while let Err(nix::errno::Errno::EINTR) =
-        nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None)
-    {}
-    read.map_err(|e| io("read the bind result of", e))?;
-    if got < report.len() {
-        // The child ended (killed?) before reporting: the socket is ours exactly when it is
-        // bound, which the socket itself tells.
-        let bound = nix::sys::socket::getsockname::<UnixAddr>(fd.as_raw_fd())
-            .is_ok_and(|a| a.path().is_some_and(|p| !p.as_os_str().is_empty()));
-        if !bound {
-            return Err(Error::new(
-                ErrorCode::Io,
-                format!(
-                    "bind {}: the binding child ended without reporting a result",
-                    path.display()
-                ),
-            ));
-        }
-    } else {
-        match i32::from_ne_bytes(report) {
-            0 => {}
-            libc::EADDRINUSE => {
-                return Err(Error::new(
-                    ErrorCode::AlreadyExists,
-                    format!("{} is taken by another publisher", path.display()),
-                ))
-            }
-            code => return Err(io("bind", nix::errno::Errno::from_raw(code))),
-        }
-    }
-    let cleanup = |e: Error| {
-        let _ = std::fs::remove_file(path);
-        e
-    };
-    nix::sys::socket::listen(
-        &fd,
-        nix::sys::socket::Backlog::new(128).unwrap_or(nix::sys::socket::Backlog::MAXCONN),
-    )
-    .map_err(|e| cleanup(io("listen on", e)))?;
-    Ok(UnixListener::from(fd))
 }

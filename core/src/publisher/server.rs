@@ -13,8 +13,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::admission::{self, PendingVerdict};
 use super::rejoin::Rejoins;
+use super::shared::Inner;
 use super::subscribers::Entry;
-use super::Inner;
 use crate::error::{Error, ErrorCode, Result};
 use crate::frames::ack_page::{AckPage, Counter};
 use crate::sock::{self, Inbox, Outbox, Pumped};

@@ -212,8 +212,8 @@ mod tests {
         format!("cuframes-stale-{tag}-{}", std::process::id())
     }
 
-    /// Finding: a truncated leftover made the key impossible to re-create ("cannot map 0
-    /// bytes"); it is ours and dead, so it goes.
+    /// A truncated leftover is ours and dead, so it goes (kept, it would make the key
+    /// impossible to re-create: "cannot map 0 bytes").
     #[test]
     fn a_truncated_leftover_of_ours_is_dead() {
         let n = name("trunc");
@@ -224,8 +224,8 @@ mod tests {
         assert!(!std::path::Path::new(&format!("/dev/shm/{n}")).exists());
     }
 
-    /// Finding: recovery unlinked an object whose magic it did not expect (key `K-packets`
-    /// replaced key K's packet ring); an unknown magic is kept now.
+    /// An object whose magic recovery does not expect is kept (unlinking it would let key
+    /// `K-packets` remove key K's packet ring).
     #[test]
     fn an_object_with_a_foreign_magic_is_kept() {
         let n = name("magic");
@@ -237,8 +237,8 @@ mod tests {
         assert!(e.message().contains("magic"), "{}", e.message());
     }
 
-    /// Finding: a symlink at the name made create fail with ELOOP and was never explained; a
-    /// FIFO hung it. Both are kept with a clear error, at once.
+    /// A symlink at the name (create would fail with an unexplained ELOOP) and a FIFO
+    /// (create would hang) are both kept, with a clear error, at once.
     #[test]
     fn links_and_fifos_are_kept_with_a_clear_error() {
         let n = name("link");
@@ -257,9 +257,9 @@ mod tests {
         assert!(e.message().contains("FIFO"), "{}", e.message());
     }
 
-    /// Finding: an object of another uid with the right magic and producer_pid 1 blocked the
-    /// key (ALREADY_EXISTS "live process 1"); it is another user's, so it is kept, and it
-    /// no longer blocks the key either (issue 29 item 7: the ring takes its generation name).
+    /// An object of another uid with the right magic and producer_pid 1 is another user's:
+    /// it is kept, and it does not block the key (no ALREADY_EXISTS "live process 1"): the
+    /// ring takes its generation name.
     #[test]
     fn an_object_of_another_uid_is_never_touched() {
         // SAFETY: geteuid has no preconditions.

@@ -28,11 +28,15 @@ pub struct Entry {
     pub conn_id: u64,
     /// The connection's peer (SO_PEERCRED): what the slot caps count (`admission`).
     pub uid: u32,
+    /// The peer's process id (0 for a peer in another PID namespace).
     pub pid: u32,
+    /// The name the peer gave at HELLO.
     pub name: String,
     /// `global_seq` when it subscribed: it reads, and must ACK, only later frames (R26).
     pub initial_seq: u64,
+    /// It subscribed to frames.
     pub wants_frames: bool,
+    /// It subscribed to packets.
     pub wants_packets: bool,
     /// Set by the publishing thread when the subscriber missed its ACK deadline (R11, R27):
     /// the server thread then sends ERROR(TIMEOUT); the bit stays quarantined (owed nothing,
@@ -65,23 +69,28 @@ impl Table {
         (1..=MAX_SUBSCRIBERS).find(|b| self.entries[*b].is_none())
     }
 
+    /// Give `bit` to `entry` (admission).
     pub fn insert(&mut self, bit: usize, entry: Entry) {
         self.frame_admissions += u64::from(entry.wants_frames);
         self.entries[bit] = Some(entry);
     }
 
+    /// Free `bit`, returning its entry.
     pub fn remove(&mut self, bit: usize) -> Option<Entry> {
         self.entries.get_mut(bit).and_then(Option::take)
     }
 
+    /// The entry that owns `bit`.
     pub fn get(&self, bit: usize) -> Option<&Entry> {
         self.entries.get(bit).and_then(Option::as_ref)
     }
 
+    /// The entry that owns `bit`, to change.
     pub fn get_mut(&mut self, bit: usize) -> Option<&mut Entry> {
         self.entries.get_mut(bit).and_then(Option::as_mut)
     }
 
+    /// Every owned bit with its entry, lowest bit first.
     pub fn iter(&self) -> impl Iterator<Item = (usize, &Entry)> {
         self.entries
             .iter()
@@ -89,10 +98,12 @@ impl Table {
             .filter_map(|(b, e)| e.as_ref().map(|e| (b, e)))
     }
 
+    /// The number of owned bits.
     pub fn len(&self) -> usize {
         self.iter().count()
     }
 
+    /// No bit is owned.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -258,9 +269,9 @@ mod tests {
         );
     }
 
-    /// Defect: `declare_dead` kicked whoever held a missing bit at kick time. If the bit was
-    /// freed and given to a new subscriber between the computation of the required ACKs and
-    /// the kick, the innocent newcomer was dropped with TIMEOUT.
+    /// A kick names the owners the required ACKs were computed for, not whoever holds a
+    /// missing bit at kick time: a bit freed and given to a new subscriber between the
+    /// computation and the kick would otherwise drop the innocent newcomer with TIMEOUT.
     #[test]
     fn a_kick_spares_a_bit_that_changed_hands() {
         let mut t = Table::default();
