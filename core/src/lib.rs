@@ -12,13 +12,13 @@
 //! 3. Frames and devices: [`format`] (plane geometry), [`colour`] (colour description), [`cuda`] (devices, streams, VMM
 //!    memory, pitched copies), [`codec`] (parameter sets of encoded streams).
 //! 4. Rings: [`packet`] (the packet ring: writer, reader, header checks); the frame ring
-//!    (`frames`: its SHM, writer, reader and ACK pages) and its slot memory (`memory`, host or
+//!    (`frame_ring`: its SHM, writer, reader and ACK pages) and its slot memory (`memory`, host or
 //!    CUDA) are crate-private, reached through [`publisher`] and [`subscriber`].
 //! 5. Endpoints: [`publisher`] and [`subscriber`], what the C ABI of the root package wraps.
 //! 6. Operations: [`inspect`] (the `cuframes` tool: ls / stat / clean), built on the layers
 //!    below rather than on copies of them.
 //!
-//! Crate-private: `frames`, `memory`, `futex` (R13/R28 waits), `sock` (SCM_RIGHTS message
+//! Crate-private: `frame_ring`, `memory`, `futex` (R13/R28 waits), `sock` (SCM_RIGHTS message
 //! I/O), `util` (clocks, C strings), `subscriber::deferred` (the CUDA release thread). With the feature `testing` (off by default), `testing` adds the GPU test
 //! kernels and re-exports of those internals for tests and benchmarks.
 
@@ -31,7 +31,7 @@ pub mod convert;
 pub mod cuda;
 mod error;
 pub mod format;
-pub(crate) mod frames;
+pub(crate) mod frame_ring;
 pub(crate) mod futex;
 pub mod inspect;
 pub mod liveness;

@@ -30,7 +30,7 @@
 //! `free_bit`, `insert`, `get`, `remove`, `iter`) and stores the result back, so that the
 //! model checks the real ownership code. The SHM (slot seqs, ACK bitmaps, global_seq, which
 //! frame's pixels each slot holds) and the ACK pages are plain fields that mirror
-//! `frames::writer`, `frames::reader` and `frames::ack_page` step by step.
+//! `frame_ring::writer`, `frame_ring::reader` and `frame_ring::ack_page` step by step.
 //!
 //! An explicit-state search over plain values was chosen over loom: what matters here is the
 //! protocol's interleaving across processes (sockets, SHM, a server thread), not the memory
@@ -149,7 +149,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
 use super::subscribers::{bits, Entry, Table};
-use crate::frames::RequiredAcks;
+use crate::frame_ring::RequiredAcks;
 
 /// A slot's seq while the publisher rewrites it (`INVALID_SEQ`, in the model's u8 seqs).
 const INVALID: u8 = u8::MAX;
@@ -1020,7 +1020,7 @@ impl State {
         self.session_mut(l).srv = Srv::Released;
     }
 
-    // --- the subscribers (frames::reader, subscriber::Subscriber and Frame) ---
+    // --- the subscribers (frame_ring::reader, subscriber::Subscriber and Frame) ---
 
     fn subscriber_steps(&self, cfg: &Config, s: &Session, out: &mut Successors) {
         let l = s.label;

@@ -29,7 +29,7 @@ mod server;
 mod stale;
 pub mod subscribers;
 
-pub use crate::frames::{AcquiredSlot, FrameRingConfig, MemoryChoice};
+pub use crate::frame_ring::{AcquiredSlot, FrameRingConfig, MemoryChoice};
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -41,12 +41,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::frames::ack_page::Counter;
-use crate::frames::layout::{
+use crate::frame_ring::ack_page::Counter;
+use crate::frame_ring::layout::{
     SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
 };
-use crate::frames::writer::AckAuthority;
-use crate::frames::{FrameWriter, RequiredAcks};
+use crate::frame_ring::writer::AckAuthority;
+use crate::frame_ring::{FrameWriter, RequiredAcks};
 use crate::packet::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
 use crate::paths::{self, Key};
 use crate::shm;
@@ -467,7 +467,7 @@ impl Publisher {
 
     /// Where the current frame ring's frames waited so far: for ACKs, for publications
     /// queued on a stream, and the host functions' time; None without a ring.
-    pub fn frame_wait_stats(&self) -> Option<crate::frames::wait_stats::WaitStats> {
+    pub fn frame_wait_stats(&self) -> Option<crate::frame_ring::wait_stats::WaitStats> {
         self.inner.ring().map(|r| r.wait_stats())
     }
 
@@ -711,8 +711,8 @@ impl Publisher {
                 // The publication goes behind the copy, on the stream the copy runs on; the
                 // ring's own stream needs the ring's context current for cuLaunchHostFunc.
                 let _current = match &used {
-                    crate::frames::writer::StreamRef::Own(_) => Some(ring.push_ring_context()?),
-                    crate::frames::writer::StreamRef::Caller(_) => None,
+                    crate::frame_ring::writer::StreamRef::Own(_) => Some(ring.push_ring_context()?),
+                    crate::frame_ring::writer::StreamRef::Caller(_) => None,
                 };
                 // SAFETY: `used` is the caller's live stream (its context current) or our own
                 // stream with our context pushed.

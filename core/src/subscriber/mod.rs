@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
-use crate::frames::ack_page::AckPage;
-use crate::frames::layout::FrameShm;
-use crate::frames::reader::{FrameReader, RingView};
+use crate::frame_ring::ack_page::AckPage;
+use crate::frame_ring::layout::FrameShm;
+use crate::frame_ring::reader::{FrameReader, RingView};
 use crate::memory::host::{HostImport, SlotFds};
 use crate::memory::{SlotImport, SlotSize};
 use crate::packet::reader::PacketLimits;
@@ -918,7 +918,7 @@ impl Subscriber {
 
     /// The connection is ending (SHUTDOWN, EOF, our own UNSUBSCRIBE): ACKs stop before
     /// anything else, because once the publisher sees the socket close it may hand our bit to
-    /// someone else (`frames::reader`, the ACK gate).
+    /// someone else (`frame_ring::reader`, the ACK gate).
     /// `reason`: the kind of end (None: a replaced ring, followed rather than ended).
     fn close(&mut self, why: Error, reason: Option<EndReason>) {
         if let Some(f) = &mut self.frames {

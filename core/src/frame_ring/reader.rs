@@ -13,8 +13,8 @@ use crate::sync::{fence, Mutex, Ordering};
 use std::os::fd::OwnedFd;
 
 use crate::error::{Error, Result};
-use crate::frames::ack_page::{AckPage, Counter};
-use crate::frames::layout::FrameShm;
+use crate::frame_ring::ack_page::{AckPage, Counter};
+use crate::frame_ring::layout::FrameShm;
 use crate::futex;
 use crate::memory::SlotImport;
 use crate::util::{realtime_ns, Origin};

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
-use crate::frames::ack_page::AckPage;
-use crate::frames::layout::FrameShm;
-use crate::frames::publication::Publication;
-use crate::frames::wait_stats::WaitStats;
+use crate::frame_ring::ack_page::AckPage;
+use crate::frame_ring::layout::FrameShm;
+use crate::frame_ring::publication::Publication;
+use crate::frame_ring::wait_stats::WaitStats;
 use crate::futex;
 use crate::memory::host::HostSlots;
 use crate::memory::SlotStore;
