@@ -5,7 +5,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use cuframes_core::colour::ColourInfo;
-use cuframes_core::packet::PacketReaderStats;
+use cuframes_core::packet_ring::PacketReaderStats;
 use cuframes_core::subscriber::{Frame, FrameStats, Subscriber, SubscriberOptions};
 use cuframes_core::wire::{
     MemoryKind, SubscriberMode, SUBSCRIBE_WANTS_FRAMES, SUBSCRIBE_WANTS_PACKETS,
@@ -412,7 +412,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use cuframes_core::packet::PacketRingConfig;
+    use cuframes_core::packet_ring::PacketRingConfig;
     use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
     use cuframes_core::wire::{Format, MemoryKind, Policy, CODEC_ID_H264, PACKET_FLAG_KEY};
 

@@ -7,11 +7,11 @@
 //!    messages), [`Error`] / [`ErrorCode`] (the error codes of the C ABI).
 //! 2. Operating-system plumbing: [`paths`] ([`Key`], runtime directory, object names),
 //!    [`shm`] (the one hardened open of `/dev/shm`, mappings, memfds: [`shm::Mapping`] is in
-//!    the signature of [`packet::PacketRingReader::from_mapping`]), [`liveness`] (the one
+//!    the signature of [`packet_ring::PacketRingReader::from_mapping`]), [`liveness`] (the one
 //!    meaning of "alive": zombies are dead).
 //! 3. Frames and devices: [`format`] (plane geometry), [`colour`] (colour description), [`cuda`] (devices, streams, VMM
 //!    memory, pitched copies), [`codec`] (parameter sets of encoded streams).
-//! 4. Rings: [`packet`] (the packet ring: writer, reader, header checks); the frame ring
+//! 4. Rings: [`packet_ring`] (the packet ring: writer, reader, header checks); the frame ring
 //!    (`frame_ring`: its SHM, writer, reader and ACK pages) and its slot memory (`memory`, host or
 //!    CUDA) are crate-private, reached through [`publisher`] and [`subscriber`].
 //! 5. Endpoints: [`publisher`] and [`subscriber`], what the C ABI of the root package wraps.
@@ -36,7 +36,7 @@ pub(crate) mod futex;
 pub mod inspect;
 pub mod liveness;
 pub(crate) mod memory;
-pub mod packet;
+pub mod packet_ring;
 pub mod paths;
 pub mod publisher;
 pub mod shm;

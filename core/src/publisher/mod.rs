@@ -47,7 +47,7 @@ use crate::frame_ring::layout::{
 };
 use crate::frame_ring::writer::AckAuthority;
 use crate::frame_ring::{FrameWriter, RequiredAcks};
-use crate::packet::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
+use crate::packet_ring::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
 use crate::paths::{self, Key};
 use crate::shm;
 use crate::util::Origin;

@@ -66,12 +66,12 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, ErrorCode, Result};
 use crate::futex;
 use crate::liveness;
-use crate::packet::layout::{self, Geometry};
-use crate::packet::layout::{
+use crate::packet_ring::layout::{self, Geometry};
+use crate::packet_ring::layout::{
     HDR_GLOBAL_SEQ, HDR_LAST_KEYFRAME_SEQ, HDR_PRODUCER_PID, HDR_SHUTDOWN_FLAG, HDR_WRITE_OFFSET,
     SLOT_DATA_OFFSET, SLOT_DATA_SIZE, SLOT_DTS, SLOT_FLAGS, SLOT_PTS, SLOT_SEQ,
 };
-use crate::packet::PacketInfo;
+use crate::packet_ring::PacketInfo;
 use crate::shm::{self, Mapping};
 use crate::wire::packet::PACKET_HEADER_SIZE;
 use crate::wire::{INVALID_SEQ, PACKET_FLAGS_KNOWN, PACKET_FLAG_DISCONTINUITY, PACKET_FLAG_KEY};
@@ -722,7 +722,7 @@ impl std::fmt::Debug for PacketRingReader {
 #[cfg(test)]
 mod limit_tests {
     use super::*;
-    use crate::packet::tests::writer;
+    use crate::packet_ring::tests::writer;
     use crate::wire::PACKET_FLAG_KEY;
 
     const POLL: Option<Duration> = Some(Duration::ZERO);

@@ -32,8 +32,8 @@ use std::sync::atomic::{fence, Ordering};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::futex;
-use crate::packet::layout::{self, Geometry};
-use crate::packet::layout::{
+use crate::packet_ring::layout::{self, Geometry};
+use crate::packet_ring::layout::{
     HDR_CODEC_ID, HDR_DATA_SIZE, HDR_EXTRADATA, HDR_EXTRADATA_SIZE, HDR_GLOBAL_SEQ,
     HDR_LAST_KEYFRAME_SEQ, HDR_MAGIC, HDR_PRODUCER_PID, HDR_PROTO_VERSION, HDR_RING_SLOTS,
     HDR_SHUTDOWN_FLAG, HDR_WRITE_OFFSET, SLOT_DATA_OFFSET, SLOT_DATA_SIZE, SLOT_DTS, SLOT_FLAGS,
