@@ -508,7 +508,7 @@ fn packet_publisher(env: &TestEnv, data_size: u32) -> cuframes_core::publisher::
 #[test]
 fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
     let _serial = serial();
-    use cuframes_core::packet_ring::layout::{
+    use cuframes_core::packet_ring::shm_region::{
         HDR_DATA_SIZE, HDR_GLOBAL_SEQ, HDR_LAST_KEYFRAME_SEQ, HDR_WRITE_OFFSET, SLOT_DATA_OFFSET,
         SLOT_DATA_SIZE, SLOT_FLAGS, SLOT_SEQ,
     };

@@ -8,7 +8,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cuframes_core::packet_ring::layout::{
+use cuframes_core::packet_ring::shm_region::{
     HDR_DATA_SIZE, HDR_EXTRADATA_SIZE, HDR_GLOBAL_SEQ, HDR_LAST_KEYFRAME_SEQ, HDR_MAGIC,
     HDR_PRODUCER_PID, HDR_PROTO_VERSION, HDR_RING_SLOTS, HDR_SHUTDOWN_FLAG, HDR_WRITE_OFFSET,
 };

@@ -14,7 +14,7 @@ use std::os::fd::OwnedFd;
 
 use crate::error::{Error, Result};
 use crate::frame_ring::ack_page::{AckPage, Counter};
-use crate::frame_ring::layout::FrameShm;
+use crate::frame_ring::shm_region::FrameShm;
 use crate::futex;
 use crate::memory::SlotImport;
 use crate::util::{realtime_ns, Origin};

@@ -10,7 +10,7 @@ use core::mem::offset_of;
 
 use super::objects::open_readonly;
 use crate::error::{Error, Result};
-use crate::frame_ring::layout::{
+use crate::frame_ring::shm_region::{
     FrameShm, FRAME_MEMORY_KIND_OFFSET, SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET,
     SUB_DROPPED_TORN_OFFSET,
 };

@@ -9,7 +9,7 @@ use core::mem::offset_of;
 
 use super::objects::open_readonly;
 use crate::error::{Error, Result};
-use crate::packet_ring::layout::{check_header, Geometry};
+use crate::packet_ring::shm_region::{check_header, Geometry};
 use crate::shm::Mapping;
 use crate::wire::packet::{
     packet_data_offset, packet_slot_offset, PacketRingHeader, PacketSlotEntry,

@@ -2,7 +2,7 @@
 //! `/dev/shm/cuframes-<key>-packets`, one writer (the publisher) and any number of readers
 //! (subscribers), no locks, no CUDA.
 //!
-//! - [`layout`]: where every header and slot field lives, and the validation of a mapped
+//! - [`shm_region`]: where every header and slot field lives, and the validation of a mapped
 //!   header (everything a reader trusts is checked there once, at open).
 //! - [`writer`]: [`PacketRingWriter`], creation of the SHM and the publish protocol of §10.6
 //!   with its fixes R8, R18, R29 and the R13/R28 wake-up.
@@ -22,8 +22,8 @@
 //! The socket handshake (§10.9) is not here: the control plane hands the SHM name to
 //! [`PacketRingReader::open`] and `initial_packet_seq` to [`PacketRingReader::start_at`].
 
-pub mod layout;
 pub mod reader;
+pub mod shm_region;
 pub mod writer;
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!
 //! The SHM is mapped **read-only** and everything in it is treated as hostile: the header is
 //! validated once at open (magic, version, geometry, exact file size, extradata size; see
-//! [`super::layout::validate_header`]) and the geometry is cached, and every value read from a
+//! [`super::shm_region::validate_header`]) and the geometry is cached, and every value read from a
 //! slot is checked before it is used as an offset or a length. A corrupted or malicious ring
 //! produces an error (`Protocol`), an overrun, or a timeout — never a panic, an out-of-bounds
 //! read or a packet larger than `data_size`. (One thing a read-only mapping cannot prevent: a
@@ -66,8 +66,8 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, ErrorCode, Result};
 use crate::futex;
 use crate::liveness;
-use crate::packet_ring::layout::{self, Geometry};
-use crate::packet_ring::layout::{
+use crate::packet_ring::shm_region::{self, Geometry};
+use crate::packet_ring::shm_region::{
     HDR_GLOBAL_SEQ, HDR_LAST_KEYFRAME_SEQ, HDR_PRODUCER_PID, HDR_SHUTDOWN_FLAG, HDR_WRITE_OFFSET,
     SLOT_DATA_OFFSET, SLOT_DATA_SIZE, SLOT_DTS, SLOT_FLAGS, SLOT_PTS, SLOT_SEQ,
 };
@@ -208,7 +208,7 @@ impl PacketRingReader {
 
     /// [`Self::from_mapping`] with `limits`.
     pub fn from_mapping_with(map: Mapping, limits: PacketLimits) -> Result<PacketRingReader> {
-        let (geo, codec_id) = layout::validate_header(&map)?;
+        let (geo, codec_id) = shm_region::validate_header(&map)?;
         // Before the pages are populated: a ring is only mapped (address space) until then.
         if u64::from(geo.data_size) > limits.max_ring_size {
             return Err(Error::new(
@@ -273,7 +273,7 @@ impl PacketRingReader {
     /// The codec extradata as it is now (it may be set after open, before the first packet),
     /// copied out with its size validated (<= 4096).
     pub fn extradata(&self) -> Result<Vec<u8>> {
-        layout::read_extradata(&self.map)
+        shm_region::read_extradata(&self.map)
     }
 
     /// Position at the newest keyframe (§10.8); when none was published yet, wait for the

@@ -32,8 +32,8 @@ use std::sync::atomic::{fence, Ordering};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::futex;
-use crate::packet_ring::layout::{self, Geometry};
-use crate::packet_ring::layout::{
+use crate::packet_ring::shm_region::{self, Geometry};
+use crate::packet_ring::shm_region::{
     HDR_CODEC_ID, HDR_DATA_SIZE, HDR_EXTRADATA, HDR_EXTRADATA_SIZE, HDR_GLOBAL_SEQ,
     HDR_LAST_KEYFRAME_SEQ, HDR_MAGIC, HDR_PRODUCER_PID, HDR_PROTO_VERSION, HDR_RING_SLOTS,
     HDR_SHUTDOWN_FLAG, HDR_WRITE_OFFSET, SLOT_DATA_OFFSET, SLOT_DATA_SIZE, SLOT_DTS, SLOT_FLAGS,
@@ -113,8 +113,11 @@ impl PacketRingWriter {
     /// grants the group and others: a reader that could write it could also truncate it, and
     /// every mapping of a truncated object faults (SIGBUS in the publisher and every reader).
     pub fn create(key: &Key, config: PacketRingConfig, file_mode: u32) -> Result<PacketRingWriter> {
-        let geo =
-            layout::validate_config(config.ring_slots, config.data_size, config.extradata.len())?;
+        let geo = shm_region::validate_config(
+            config.ring_slots,
+            config.data_size,
+            config.extradata.len(),
+        )?;
         let (name, _fd, map) = shm::create_staged(
             &key.packet_shm_name(),
             geo.shm_size(),

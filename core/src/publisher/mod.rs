@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::frame_ring::ack_page::Counter;
-use crate::frame_ring::layout::{
+use crate::frame_ring::shm_region::{
     SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
 };
 use crate::frame_ring::writer::AckAuthority;

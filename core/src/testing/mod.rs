@@ -21,7 +21,7 @@ pub fn diag(message: &str) {
     crate::util::write_diag(format_args!("{message}"));
 }
 // Internals tests drive directly (the frame SHM's typed view; the deferred-release queue).
-pub use crate::frame_ring::layout::FrameShm;
+pub use crate::frame_ring::shm_region::FrameShm;
 /// The deferred-release queue of CUDA subscribers.
 pub mod deferred {
     pub use crate::subscriber::deferred::flush;
