@@ -16,16 +16,16 @@
 //! mistaken for a dead one.
 
 pub mod clean;
-pub mod frames;
+pub mod frame_ring;
 pub mod objects;
 pub mod ownership;
-pub mod packets;
+pub mod packet_ring;
 pub mod sockets;
 
 pub use clean::{clean, CleanReport, Removal};
-pub use frames::{read_frame_shm, FrameSnapshot, SubscriberSnapshot};
+pub use frame_ring::{read_frame_shm, FrameSnapshot, SubscriberSnapshot};
 pub use objects::{ObjectMeta, SHM_DIR};
-pub use packets::{codec_name, read_packet_shm, PacketSnapshot};
+pub use packet_ring::{codec_name, read_packet_shm, PacketSnapshot};
 pub use sockets::SocketState;
 
 use std::collections::BTreeMap;
