@@ -646,7 +646,7 @@ fn child_entry() {
 /// Three oversized keyframes, each read as it comes (so each is tried, skipped and counted),
 /// then one the reader accepts; the reader's diagnostics go to this process's stderr.
 fn oversized_reader(errors: bool) {
-    use cuframes_core::packet_ring::reader::PacketLimits;
+    use cuframes_core::packet_ring::PacketLimits;
     use cuframes_core::packet_ring::PacketRingReader;
     let env = TestEnv::new("hp-diag-child");
     let p = packet_publisher(&env, 1 << 16);

@@ -25,7 +25,7 @@ use crate::frame_ring::reader::{FrameReader, RingView};
 use crate::frame_ring::shm_region::FrameShm;
 use crate::memory::host::{HostImport, SlotFds};
 use crate::memory::{SlotImport, SlotSize};
-use crate::packet_ring::reader::PacketLimits;
+use crate::packet_ring::PacketLimits;
 use crate::packet_ring::{PacketInfo, PacketReaderStats, PacketRingReader};
 use crate::paths::{self, Key};
 use crate::sock::{self, Inbox, Pumped};
@@ -84,12 +84,12 @@ pub struct SubscriberOptions {
     /// The largest packet data ring (the publisher's `data_size`, bytes) this subscriber maps:
     /// every reader maps and populates the whole ring, so a larger one is refused at
     /// subscribe (`NoMemory`, naming this option). 0: the default,
-    /// [`crate::packet_ring::reader::DEFAULT_MAX_PACKET_RING_SIZE`] (256 MiB).
+    /// [`crate::packet_ring::DEFAULT_MAX_PACKET_RING_SIZE`] (256 MiB).
     pub max_packet_ring_size: u64,
     /// The largest packet (bytes) this subscriber reads: a larger one is skipped before any
     /// buffer is allocated for it, counted (`PacketReaderStats::oversized`) and handled as a
     /// loss (the stream resumes at the next keyframe, flagged DISCONTINUITY). 0: the default,
-    /// [`crate::packet_ring::reader::DEFAULT_MAX_PACKET_SIZE`] (64 MiB, an incompressible 8K
+    /// [`crate::packet_ring::DEFAULT_MAX_PACKET_SIZE`] (64 MiB, an incompressible 8K
     /// 4:2:0 10-bit picture).
     pub max_packet_size: u64,
 }
@@ -109,8 +109,8 @@ impl Default for SubscriberOptions {
             spin: Duration::ZERO,
             reconnect: None,
             publisher_uid: None,
-            max_packet_ring_size: crate::packet_ring::reader::DEFAULT_MAX_PACKET_RING_SIZE,
-            max_packet_size: crate::packet_ring::reader::DEFAULT_MAX_PACKET_SIZE,
+            max_packet_ring_size: crate::packet_ring::DEFAULT_MAX_PACKET_RING_SIZE,
+            max_packet_size: crate::packet_ring::DEFAULT_MAX_PACKET_SIZE,
         }
     }
 }
