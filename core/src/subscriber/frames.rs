@@ -11,7 +11,7 @@ use crate::cuda::{DeviceBuffer, Stream};
 use crate::format::FrameLayout;
 pub use crate::frame_ring::reader::FrameStats;
 use crate::frame_ring::reader::{Attempt, FrameReader, RingView};
-pub use crate::memory::host::PrivateView;
+pub use crate::memory::PrivateView;
 use crate::util::Origin;
 use crate::wire::MemoryKind;
 
