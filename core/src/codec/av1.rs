@@ -3,7 +3,7 @@
 //! header OBU itself (R30).
 
 use super::bits::BitReader;
-use super::VideoInfo;
+use super::info::VideoInfo;
 use crate::error::{Error, Result};
 
 pub const OBU_SEQUENCE_HEADER: u8 = 1;
