@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
+use super::listing::{list, Liveness, PublisherInfo};
 use super::objects::{self, ObjectMeta};
-use super::{list, Liveness, PublisherInfo, SocketState};
+use super::sockets::SocketState;
 use crate::error::{Error, ErrorCode, Result};
 use crate::liveness::{self, Recorded};
 use crate::paths::Key;
