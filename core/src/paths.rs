@@ -85,6 +85,21 @@ pub fn split_generation(name: &str) -> (&str, Option<u64>) {
     (name, None)
 }
 
+/// The keys whose SHM objects `name` (or the name before its generation) can be: as a frame
+/// SHM (`cuframes-<key>`) and as a packet SHM (`cuframes-<key>-packets`); neither for a name
+/// that is not one of this project's. No key ends in `-packets` ([`validate_key`]), so at most
+/// one of the two is `Some`.
+pub fn shm_name_keys(name: &str) -> (Option<&str>, Option<&str>) {
+    let Some(rest) = split_generation(name).0.strip_prefix(SHM_PREFIX) else {
+        return (None, None);
+    };
+    let frame = validate_key(rest).is_ok().then_some(rest);
+    let packet = rest
+        .strip_suffix(PACKET_SHM_SUFFIX)
+        .filter(|k| validate_key(k).is_ok());
+    (frame, packet)
+}
+
 impl std::fmt::Display for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -190,6 +205,23 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("Key("), "{text}");
+    }
+
+    #[test]
+    fn an_shm_name_gives_the_keys_it_can_belong_to() {
+        assert_eq!(shm_name_keys("cuframes-cam1"), (Some("cam1"), None));
+        assert_eq!(
+            shm_name_keys("cuframes-cam1.0123456789abcdef"),
+            (Some("cam1"), None)
+        );
+        assert_eq!(shm_name_keys("cuframes-cam1-packets"), (None, Some("cam1")));
+        assert_eq!(
+            shm_name_keys("cuframes-cam.1-packets"),
+            (None, None),
+            "a key has no '.'"
+        );
+        assert_eq!(shm_name_keys("other-cam1"), (None, None));
+        assert_eq!(shm_name_keys("cuframes-"), (None, None));
     }
 
     #[test]

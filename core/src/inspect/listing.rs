@@ -12,7 +12,7 @@ use super::ownership;
 use super::packet_ring::{read_packet_shm, PacketSnapshot};
 use super::sockets::{self, SocketState};
 use crate::error::{Error, ErrorCode, Result};
-use crate::paths::{split_generation, validate_key, Key, PACKET_SHM_SUFFIX, SHM_PREFIX};
+use crate::paths::{shm_name_keys, split_generation, validate_key, Key};
 use crate::wire::{FRAME_MAGIC, LEGACY_FRAME_MAGIC, PACKET_MAGIC};
 
 /// An SHM object without a valid header that is younger than this may be one a publisher is
@@ -216,14 +216,7 @@ fn scan_shm(found: &mut BTreeMap<String, Found>) -> Result<()> {
             continue;
         };
         // A generation name belongs to the key of the name before its '.'.
-        let Some(rest) = split_generation(&name).0.strip_prefix(SHM_PREFIX) else {
-            continue;
-        };
-        let as_frame_key = validate_key(rest).is_ok().then(|| rest.to_owned());
-        let as_packet_key = rest
-            .strip_suffix(PACKET_SHM_SUFFIX)
-            .filter(|k| validate_key(k).is_ok())
-            .map(str::to_owned);
+        let (as_frame_key, as_packet_key) = shm_name_keys(&name);
         let (key, is_packets) = match (as_frame_key, as_packet_key) {
             (Some(fk), Some(pk)) => match objects::read_magic(&name) {
                 Some(FRAME_MAGIC | LEGACY_FRAME_MAGIC) => (fk, false),
@@ -234,6 +227,7 @@ fn scan_shm(found: &mut BTreeMap<String, Found>) -> Result<()> {
             (None, Some(pk)) => (pk, true),
             (None, None) => continue,
         };
+        let key = key.to_owned();
         let f = found.entry(key).or_default();
         if is_packets {
             f.packets.push(name);
