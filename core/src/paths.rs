@@ -26,11 +26,13 @@ impl std::fmt::Debug for Key {
 }
 
 impl Key {
+    /// A key, checked against `^[a-zA-Z0-9_-]{1,63}$` ([`validate_key`]).
     pub fn new(key: &str) -> Result<Key> {
         validate_key(key)?;
         Ok(Key(key.to_owned()))
     }
 
+    /// The key as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }

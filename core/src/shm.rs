@@ -83,18 +83,22 @@ impl Mapping {
         })
     }
 
+    /// The mapping's length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the mapping has no byte.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Whether the mapping is `PROT_WRITE`.
     pub fn is_writable(&self) -> bool {
         self.writable
     }
 
+    /// The address of the mapping's first byte.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
@@ -159,6 +163,7 @@ impl Mapping {
         }
     }
 
+    /// Copy `data` into the mapping at `offset` (bounds-checked). Panics on a read-only mapping.
     pub fn write_bytes(&self, offset: usize, data: &[u8]) {
         assert!(self.writable, "write to a read-only mapping");
         self.check(offset, data.len(), 1);
@@ -289,6 +294,7 @@ macro_rules! shared_field {
                 self.atomic().swap(value, order)
             }
 
+            /// Panics on a read-only mapping, like every read-modify-write here.
             pub fn compare_exchange(
                 self,
                 current: $int,
@@ -299,22 +305,27 @@ macro_rules! shared_field {
                 self.atomic().compare_exchange(current, new, success, failure)
             }
 
+            /// Panics on a read-only mapping.
             pub fn fetch_add(self, value: $int, order: Ordering) -> $int {
                 self.atomic().fetch_add(value, order)
             }
 
+            /// Panics on a read-only mapping.
             pub fn fetch_sub(self, value: $int, order: Ordering) -> $int {
                 self.atomic().fetch_sub(value, order)
             }
 
+            /// Panics on a read-only mapping.
             pub fn fetch_or(self, value: $int, order: Ordering) -> $int {
                 self.atomic().fetch_or(value, order)
             }
 
+            /// Panics on a read-only mapping.
             pub fn fetch_and(self, value: $int, order: Ordering) -> $int {
                 self.atomic().fetch_and(value, order)
             }
 
+            /// Panics on a read-only mapping.
             pub fn fetch_max(self, value: $int, order: Ordering) -> $int {
                 self.atomic().fetch_max(value, order)
             }
@@ -443,7 +454,10 @@ pub enum Placement {
     AtName,
     /// Under its own generation name: another user holds the name (its uid). HELLO_RESP
     /// announces where the ring is (R19), so readers follow it there.
-    Kept { holder_uid: u32 },
+    Kept {
+        /// The uid that holds the name.
+        holder_uid: u32,
+    },
 }
 
 /// Put `/dev/shm/<staged>` at `/dev/shm/<name>` or, when someone else holds `name` (a uid

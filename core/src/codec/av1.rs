@@ -6,12 +6,15 @@ use super::bits::BitReader;
 use super::info::VideoInfo;
 use crate::error::{Error, Result};
 
+/// `obu_type` of a sequence header OBU.
 pub const OBU_SEQUENCE_HEADER: u8 = 1;
+/// `obu_type` of a temporal delimiter OBU.
 pub const OBU_TEMPORAL_DELIMITER: u8 = 2;
 
 /// One OBU of a low-overhead stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Obu<'a> {
+    /// The OBU's type (`OBU_SEQUENCE_HEADER`, ...).
     pub obu_type: u8,
     /// The whole OBU: header, optional extension, size field and payload.
     pub raw: &'a [u8],

@@ -123,6 +123,7 @@ impl RingView {
 /// Counters of one subscriber (also visible to operators in its SHM slot).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FrameStats {
+    /// Frames handed to this subscriber.
     pub delivered: u64,
     /// Frames overwritten before this subscriber read them (DROP_OLDEST lapping).
     pub dropped_overrun: u64,

@@ -25,6 +25,7 @@ pub struct ShmObject<T> {
     /// Name relative to /dev/shm (`cuframes-<key>` or `cuframes-<key>-packets`, or a
     /// generation name of one: `<name>.<16 hex>`).
     pub name: String,
+    /// Its `stat`, or `None` when it vanished.
     pub meta: Option<ObjectMeta>,
     /// The snapshot, or why it could not be taken (`Permission`: not readable by us;
     /// `Protocol`: corrupt; `NotFound`: vanished meanwhile).
@@ -32,6 +33,7 @@ pub struct ShmObject<T> {
 }
 
 impl<T> ShmObject<T> {
+    /// The object's path under /dev/shm.
     pub fn path(&self) -> PathBuf {
         objects::shm_path(&self.name)
     }
@@ -40,7 +42,9 @@ impl<T> ShmObject<T> {
 /// Is the publisher alive?
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Liveness {
+    /// Alive, and why we think so.
     Alive(String),
+    /// Dead, and why we think so: `clean` may remove its objects.
     Dead(String),
     /// Cannot tell (an object we may not read, one being created): treated as alive.
     Unknown(String),
@@ -51,6 +55,7 @@ pub enum Liveness {
 }
 
 impl Liveness {
+    /// "alive", "dead", "unknown" or "foreign".
     pub fn name(&self) -> &'static str {
         match self {
             Liveness::Alive(_) => "alive",
@@ -60,6 +65,7 @@ impl Liveness {
         }
     }
 
+    /// Why the verdict is what it is.
     pub fn reason(&self) -> &str {
         match self {
             Liveness::Alive(r)
@@ -69,10 +75,12 @@ impl Liveness {
         }
     }
 
+    /// Whether the verdict is `Alive`.
     pub fn is_alive(&self) -> bool {
         matches!(self, Liveness::Alive(_))
     }
 
+    /// Whether the verdict is `Dead`.
     pub fn is_dead(&self) -> bool {
         matches!(self, Liveness::Dead(_))
     }
@@ -81,7 +89,9 @@ impl Liveness {
 /// Rates between two snapshots of the same publisher.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Rates {
+    /// Frames published per second.
     pub frames_per_sec: Option<f64>,
+    /// Packets published per second.
     pub packets_per_sec: Option<f64>,
     /// Packet payload bytes per second.
     pub packet_bytes_per_sec: Option<f64>,
@@ -116,11 +126,17 @@ impl Rates {
 /// Everything known about one key.
 #[derive(Debug, Clone)]
 pub struct PublisherInfo {
+    /// The key.
     pub key: String,
+    /// `<runtime_dir>/<key>.sock`.
     pub socket_path: PathBuf,
+    /// Whether the socket exists and listens.
     pub socket: SocketState,
+    /// Its frame SHM, when there is one.
     pub frames: Option<ShmObject<FrameSnapshot>>,
+    /// Its packet SHM, when there is one.
     pub packets: Option<ShmObject<PacketSnapshot>>,
+    /// Whether the publisher is alive.
     pub liveness: Liveness,
     /// Where the owners do not match (empty when they do): the ring's uid against the
     /// socket's owner and against the uid its live producer process runs as, one line per
@@ -138,17 +154,21 @@ pub struct PublisherInfo {
 /// An SHM object of a key that is not the ring shown for it.
 #[derive(Debug, Clone)]
 pub struct OtherObject {
+    /// Its name relative to /dev/shm.
     pub name: String,
+    /// Its `stat`, or `None` when it vanished.
     pub meta: Option<ObjectMeta>,
     /// The producer pid recorded in it, when it has one of our magics and we may read it.
     pub producer_pid: Option<u64>,
 }
 
 impl PublisherInfo {
+    /// The frame ring's snapshot, when it could be taken.
     pub fn frame_snapshot(&self) -> Option<&FrameSnapshot> {
         self.frames.as_ref().and_then(|o| o.content.as_ref().ok())
     }
 
+    /// The packet ring's snapshot, when it could be taken.
     pub fn packet_snapshot(&self) -> Option<&PacketSnapshot> {
         self.packets.as_ref().and_then(|o| o.content.as_ref().ok())
     }

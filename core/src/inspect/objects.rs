@@ -18,12 +18,17 @@ pub const SHM_DIR: &str = "/dev/shm";
 /// What `stat` says about an object (works without read permission on the object).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
+    /// Size in bytes.
     pub size: u64,
     /// Permission bits (e.g. 0o660).
     pub mode: u32,
+    /// Owner uid.
     pub uid: u32,
+    /// Owner gid.
     pub gid: u32,
+    /// Last modification.
     pub modified: SystemTime,
+    /// Whether it is a Unix socket.
     pub is_socket: bool,
 }
 
@@ -81,6 +86,7 @@ pub fn permission_error(path: &Path, needed: &str, doing: &str) -> Error {
 
 /// A read-only mapping of (a prefix of) an SHM object.
 pub struct ReadOnlyObject {
+    /// The mapping (`PROT_READ`).
     pub map: Mapping,
     /// Size of the whole object (the mapping may be shorter: at most `max_map` bytes).
     pub size: usize,

@@ -198,6 +198,7 @@ impl PacketRingReader {
         self.codec_id
     }
 
+    /// Slots in the ring (`ring_slots` of the header, validated at open).
     pub fn ring_slots(&self) -> u32 {
         self.geo.ring_slots
     }
@@ -259,6 +260,8 @@ impl PacketRingReader {
         self.spin = spin;
     }
 
+    /// Whether `next_packet` returns `PacketOverrun` once after a loss (on) or re-anchors at a
+    /// keyframe by itself (off, the default).
     pub fn set_overrun_errors(&mut self, on: bool) {
         self.overrun_errors = on;
     }
@@ -278,6 +281,7 @@ impl PacketRingReader {
         self.load(HDR_PRODUCER_PID, Ordering::Relaxed)
     }
 
+    /// The reader's counters.
     pub fn stats(&self) -> PacketReaderStats {
         self.stats
     }

@@ -325,14 +325,17 @@ impl PacketRingWriter {
         &self.name
     }
 
+    /// `AV_CODEC_ID_*` of the stream.
     pub fn codec_id(&self) -> u32 {
         self.codec_id
     }
 
+    /// Slots in the ring.
     pub fn ring_slots(&self) -> u32 {
         self.geo.ring_slots
     }
 
+    /// Size of the data ring in bytes.
     pub fn data_size(&self) -> u32 {
         self.geo.data_size
     }
@@ -352,6 +355,7 @@ impl PacketRingWriter {
         self.last_keyframe_seq
     }
 
+    /// The writer's counters.
     pub fn stats(&self) -> PacketWriterStats {
         PacketWriterStats {
             packets: self.seq,
