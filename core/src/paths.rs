@@ -132,7 +132,8 @@ pub fn validate_key(key: &str) -> Result<()> {
     if key.ends_with(PACKET_SHM_SUFFIX) {
         // R32: the frame SHM of key "X-packets" would be the packet SHM of key "X".
         return Err(Error::invalid(format!(
-            "key {key:?} ends in {PACKET_SHM_SUFFIX:?}, which is reserved for packet rings (R32)"
+            "key {key:?} ends in {PACKET_SHM_SUFFIX:?}, which is reserved for packet rings (the \
+             frame ring of a key \"X{PACKET_SHM_SUFFIX}\" would be the packet ring of key \"X\")"
         )));
     }
     Ok(())
@@ -241,7 +242,11 @@ mod tests {
     fn r32_keys_never_end_in_packets() {
         let e = Key::new("cam1-packets").unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArg);
-        assert!(e.message().contains("R32"), "{}", e.message());
+        assert!(
+            e.message().contains("reserved for packet rings"),
+            "{}",
+            e.message()
+        );
         Key::new("cam1-packets2").unwrap();
         Key::new("packets").unwrap();
         assert!(parse_wire_shm_name("cuframes-cam1-packets-packets").is_err());

@@ -626,8 +626,8 @@ pub fn page_size() -> usize {
 mod open_tests {
     use super::*;
 
-    /// Finding (trust boundary): a FIFO at /dev/shm/cuframes-K hung every open of it forever
-    /// (the publisher of K, immune to SIGTERM, and the operator tool).
+    /// Trust boundary: a FIFO at /dev/shm/cuframes-K must not hang an open of it (it would
+    /// hang the publisher of K, immune to SIGTERM, and the operator tool forever).
     #[test]
     fn a_fifo_or_symlink_at_our_name_is_refused_without_waiting() {
         let name = format!("cuframes-fifo-test-{}", std::process::id());

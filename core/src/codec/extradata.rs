@@ -27,7 +27,7 @@ fn annexb_parameter_sets(codec: Codec, data: &[u8]) -> Vec<u8> {
 fn check_size(codec: Codec, v: Vec<u8>) -> Result<Vec<u8>> {
     if v.len() > MAX_EXTRADATA_SIZE {
         return Err(Error::invalid(format!(
-            "{} extradata is {} bytes in the ring's form; at most {MAX_EXTRADATA_SIZE} fit (§10.3)",
+            "{} extradata is {} bytes in the ring's form; at most {MAX_EXTRADATA_SIZE} fit in the packet ring's header",
             codec.name(),
             v.len()
         )));

@@ -150,7 +150,9 @@ pub fn read_frame_shm(name: &str) -> Result<FrameSnapshot> {
     let mut warnings = Vec::new();
 
     if size != FRAME_SHM_SIZE {
-        warnings.push(format!("object is {size} bytes, not {FRAME_SHM_SIZE} (R1)"));
+        warnings.push(format!(
+            "object is {size} bytes, not {FRAME_SHM_SIZE} (the one size of a frame SHM)"
+        ));
     }
     let lib_version = (
         u32_at(offset_of!(SharedHeader, lib_version_major)),
@@ -221,7 +223,7 @@ pub fn read_frame_shm(name: &str) -> Result<FrameSnapshot> {
     let waiters = shm.waiters().load(Ordering::Relaxed);
 
     if shm.sub_state(0).load(Ordering::Acquire) != 0 {
-        warnings.push("subscriber slot 0 (the reserved sentinel, R2) is in use".into());
+        warnings.push("subscriber slot 0 (reserved, never assigned) is in use".into());
     }
     let mut subscribers = Vec::new();
     for bit in 1..=MAX_SUBSCRIBERS {

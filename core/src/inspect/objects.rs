@@ -139,9 +139,9 @@ pub fn read_magic(name: &str) -> Option<u32> {
 mod fifo_tests {
     use super::*;
 
-    /// Finding (trust boundary): a FIFO at `/dev/shm/cuframes-K` hung `cuframes ls`, `stat`
-    /// and `clean` for every key (the inspector's open had no O_NONBLOCK); the inspector now
-    /// uses the one hardened open of `shm`.
+    /// Trust boundary: a FIFO at `/dev/shm/cuframes-K` must not hang `cuframes ls`, `stat`
+    /// and `clean` (an open without O_NONBLOCK would): the inspector uses the one hardened
+    /// open of `shm`.
     #[test]
     fn a_fifo_does_not_hang_the_inspector() {
         let name = format!("cuframes-inspect-fifo-{}", std::process::id());
@@ -162,10 +162,9 @@ mod fifo_tests {
         );
     }
 
-    /// Finding: `read_magic` (which tells `cuframes ls` whether `cuframes-K-packets` is key
-    /// K's packet ring or key `K-packets`' frame ring) opened the object with a plain
-    /// `File::open`, so a FIFO at such a name hung the whole listing; it uses the hardened
-    /// open now.
+    /// `read_magic` (which tells `cuframes ls` whether `cuframes-K-packets` is key K's packet
+    /// ring or key `K-packets`' frame ring) uses the hardened open too: with a plain
+    /// `File::open`, a FIFO at such a name would hang the whole listing.
     #[test]
     fn read_magic_does_not_hang_on_a_fifo() {
         let name = format!("cuframes-inspect-magic-{}-packets", std::process::id());

@@ -226,7 +226,7 @@ mod tests {
         panic!("no mapping at {addr:#x}");
     }
 
-    /// Issue 30 item 6: a consumer that may write (a legacy DLPack capsule, a consumer that
+    /// A consumer that may write (a legacy DLPack capsule, a consumer that
     /// ignores the read-only flag) gets a private view: the slot's bytes without a copy, and
     /// a write lands in this process's pages, never in the slot others read, and never faults.
     #[test]
@@ -297,9 +297,9 @@ mod tests {
             .count()
     }
 
-    /// Issue 30 F7: every import kept one memfd per slot (for private views), COPY
-    /// subscriptions too, against §3.7 step 4: ten subscribers of a 16-slot ring held 190
-    /// fds. Only an import for a zero-copy subscription keeps them now.
+    /// Only an import for a zero-copy subscription keeps one memfd per slot (for private
+    /// views): COPY subscriptions close them, as the protocol's VMM_FDS steps (§3.7 step 4)
+    /// say, or ten subscribers of a 16-slot ring would hold 190 fds.
     #[test]
     fn only_imports_for_private_views_keep_the_slot_descriptors() {
         let slots = HostSlots::create(16, 10_000).unwrap();
@@ -332,9 +332,9 @@ mod tests {
         assert_eq!(held(), vec![0; 16]);
     }
 
-    /// Latency: the first frames written into (and read from) a fresh ring used to pay a page
-    /// fault per 4 KiB on each side (~3000 for a 1080p NV12 frame); every slot page is now
-    /// resident in the publisher at create and in a subscriber at import.
+    /// Latency: every slot page is resident in the publisher at create and in a subscriber at
+    /// import, so the first frames written into (and read from) a fresh ring do not pay a page
+    /// fault per 4 KiB on each side (~3000 for a 1080p NV12 frame).
     #[test]
     fn host_slots_are_resident_on_both_sides_before_the_first_frame() {
         use crate::shm::residency::{kernel_populates, resident_bytes_at};

@@ -66,9 +66,9 @@ impl PrivateView {
         .map_err(|e| Error::os("mmap a private view of a frame slot", e))?;
         // Not populated: a read fault maps the slot's own page (with its neighbours, by the
         // kernel's fault-around), no copy, and a consumer reading part of the plane pays for
-        // that part. MADV_POPULATE_READ up front made each export of a 1080p luma plane cost
-        // ~150 us instead of ~5; MAP_POPULATE would copy every page (it write-faults private
-        // writable mappings).
+        // that part. MADV_POPULATE_READ up front would make each export of a 1080p luma plane
+        // cost ~150 us instead of ~5; MAP_POPULATE would copy every page (it write-faults
+        // private writable mappings).
         Ok(PrivateView {
             map: map.cast(),
             map_len,

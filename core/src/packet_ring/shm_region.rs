@@ -114,7 +114,8 @@ pub fn validate_config(ring_slots: u32, data_size: u32, extradata_len: usize) ->
     }
     if extradata_len > MAX_EXTRADATA_SIZE {
         return Err(Error::invalid(format!(
-            "codec extradata is {extradata_len} bytes; at most {MAX_EXTRADATA_SIZE} fit (§10.3)"
+            "codec extradata is {extradata_len} bytes; at most {MAX_EXTRADATA_SIZE} fit in the \
+             packet ring's header"
         )));
     }
     Ok(Geometry {
@@ -253,11 +254,10 @@ mod tests {
         Mapping::map(std::os::fd::AsFd::as_fd(&fd), len, true, "layout test").unwrap()
     }
 
-    /// The reader and the inspector checked the header in two copies that disagreed: on an
-    /// object smaller than a header the reader said "smaller than" and the inspector "magic"
-    /// (it looked at the magic first); on one bigger than its geometry the reader refused it
-    /// and the inspector accepted it. One check now: it names both faults of a small object,
-    /// and only the reader's exact-size rule differs.
+    /// The reader and the inspector share one header check: on an object smaller than a
+    /// header it names both faults (the size and the magic), and only the reader's exact-size
+    /// rule differs (an object bigger than its geometry is refused by the reader, shown by the
+    /// inspector).
     #[test]
     fn one_header_check_for_readers_and_the_inspector() {
         let tiny = mem(256);

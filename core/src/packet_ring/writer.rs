@@ -197,7 +197,7 @@ impl PacketRingWriter {
     pub fn set_extradata(&mut self, extradata: &[u8]) -> Result<()> {
         if extradata.len() > crate::wire::MAX_EXTRADATA_SIZE {
             return Err(Error::invalid(format!(
-                "codec extradata is {} bytes; at most {} fit (§10.3)",
+                "codec extradata is {} bytes; at most {} fit in the packet ring's header",
                 extradata.len(),
                 crate::wire::MAX_EXTRADATA_SIZE
             )));
@@ -209,12 +209,12 @@ impl PacketRingWriter {
                 return Ok(());
             }
             return Err(Error::invalid(
-                "codec extradata is already set and fixed for the publisher's lifetime (§10.3)",
+                "codec extradata is already set and fixed for the publisher's lifetime",
             ));
         }
         if self.seq != 0 {
             return Err(Error::invalid(
-                "codec extradata must be set before the first packet is published (§10.3)",
+                "codec extradata must be set before the first packet is published",
             ));
         }
         // Bytes first, then the size with release: a reader that acquires the size sees them.

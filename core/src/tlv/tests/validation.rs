@@ -294,7 +294,7 @@ fn fd_count_must_be_1_to_16() {
 
 #[test]
 fn legacy_and_unknown_types_are_refused() {
-    // EVENT_FD (v1–v3) with the payloads it used to have, and with none.
+    // EVENT_FD (v1–v3) with the payloads it has in those versions, and with none.
     for payload in [&[][..], &[0u8; 4], &[0u8; 16]] {
         let msg = assert_protocol_err(&frame(msg_type::EVENT_FD_LEGACY, payload));
         assert!(msg.contains("EVENT_FD"), "{msg}");
