@@ -12,6 +12,14 @@
 //! there. So the field handles never form an RMW-capable atomic over a read-only mapping:
 //! their loads are a Relaxed load plus fences (see [`Shared64::load`]), and their writes
 //! panic (a bug in this crate) instead of faulting.
+//!
+//! # One file
+//!
+//! The mapping and its field handles, and the one hardened open (and create, place, unlink) of
+//! `/dev/shm` objects, are about 610 lines of production code; the rest of the file is their
+//! tests, which exercise both together (a read-only mapping of an object opened here). They
+//! share one set of invariants (no `&T` into shared memory, every object opened without
+//! following links or blocking on FIFOs), which is why they are kept in one place.
 
 use std::ffi::CString;
 use std::marker::PhantomData;

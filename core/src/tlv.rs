@@ -5,6 +5,10 @@
 //! for length and character set, and no input makes it panic (fuzzed: `fuzz/`).
 //! Reserved bytes are written as zero and ignored on read (§7.3), except where a resolution
 //! gives them a meaning (R3 subscribe flags, R14 memory kind).
+//!
+//! One file on purpose: each message's fields, its encoding and its checks are read side by
+//! side against the tables of the spec, so the types, the encoder and the decoder stay
+//! together (about 730 lines); the tests are in `tlv/tests/`.
 
 use zerocopy::FromBytes;
 

@@ -139,7 +139,7 @@ pub fn av1c_to_sequence_header(data: &[u8]) -> Result<Vec<u8>> {
     })
 }
 
-/// Parse a sequence header OBU payload (§5.5) up to the color config.
+/// Parse a sequence header OBU payload (§5.5) up to `color_config()` (the AV1 syntax).
 pub fn parse_sequence_header(payload: &[u8]) -> Result<VideoInfo> {
     let mut r = BitReader::new(payload, "AV1 sequence header");
     let seq_profile = r.bits(3)?;
