@@ -10,7 +10,7 @@
 //!
 //! Liveness follows the rules of `Publisher::create` (§1): a publisher is alive while its
 //! socket listens or the producer pid recorded in one of its SHM objects is alive. Unlike
-//! create, which connects, listening is judged from `/proc/net/unix`; [`clean`] confirms a
+//! create, which connects, listening is judged from `/proc/net/unix`; [`clean()`] confirms a
 //! "dead" verdict by connecting, exactly as create does, before it removes anything (a
 //! refused connection disturbs nobody), so a publisher in another network namespace is never
 //! mistaken for a dead one.

@@ -3,7 +3,7 @@
 //! and keep the GPU busy. [`pattern_byte`] is the same pattern computed on the host.
 //!
 //! The kernels of a device are loaded on first use into its context and kept there as the
-//! device's attached resource ([`ContextResource`]): the device unloads them when it drops,
+//! device's attached resource (`ContextResource`): the device unloads them when it drops,
 //! with its context current, before it releases the context. This module depends on the
 //! device, never the reverse.
 

@@ -5,7 +5,7 @@
 //!   per device and unloaded with it.
 //! - [`hooks`]: points inside library calls where a test makes a race happen every time.
 //! - Re-exports of internals that tests and benchmarks drive directly: the socket message
-//!   I/O of [`crate::sock`] (hostile peers), the clocks and unique names of [`crate::util`].
+//!   I/O of `sock` (hostile peers), the clocks and unique names of `util`.
 
 pub mod hooks;
 pub mod kernels;
