@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use cuframes_core::codec::nal_units;
-use cuframes_core::packet::{PacketRingConfig, PacketRingReader};
+use cuframes_core::packet_ring::{PacketRingConfig, PacketRingReader};
 use cuframes_core::publisher::{Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{

@@ -26,7 +26,9 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cuframes_core::packet::{PacketRingConfig, PacketRingReader, PacketRingWriter, PacketSink};
+use cuframes_core::packet_ring::{
+    PacketRingConfig, PacketRingReader, PacketRingWriter, PacketSink,
+};
 use cuframes_core::testing::monotonic_ns;
 use cuframes_core::wire::PACKET_FLAG_KEY;
 use cuframes_core::{ErrorCode, Key};

@@ -10,19 +10,33 @@ use std::fmt;
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
+    /// Success.
     Ok = 0,
+    /// An argument or option the call cannot use.
     InvalidArg = -1,
+    /// A peer broke the protocol (a malformed message, a corrupt ring).
     Protocol = -2,
+    /// A pixel format or codec the call does not handle.
     Format = -3,
+    /// A limit is reached (subscribers of a ring, connections of a uid).
     TooMany = -4,
+    /// No such publisher, object or device.
     NotFound = -5,
+    /// The key is in use by a live publisher, or the object exists.
     AlreadyExists = -6,
+    /// A wait ran out of time.
     Timeout = -7,
+    /// The peer is gone or ended the stream.
     Disconnected = -8,
+    /// The packet reader was lapped: packets were lost.
     PacketOverrun = -9,
+    /// The operating system refused access.
     Permission = -10,
+    /// A CUDA driver call failed (or libcuda is missing).
     Cuda = -11,
+    /// Another operating-system error.
     Io = -12,
+    /// Memory (host, device or SHM) could not be had.
     NoMemory = -13,
 }
 
@@ -105,6 +119,7 @@ pub struct Error {
 }
 
 impl Error {
+    /// An error of `code` with `message` (what failed and why).
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
         Error {
             code,
@@ -112,10 +127,12 @@ impl Error {
         }
     }
 
+    /// The wire code.
     pub fn code(&self) -> ErrorCode {
         self.code
     }
 
+    /// The message, without the code's name.
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -136,10 +153,12 @@ impl Error {
         Error::new(code, format!("{what}: {}", errno.desc()))
     }
 
+    /// An `InvalidArg` error.
     pub fn invalid(message: impl Into<String>) -> Error {
         Error::new(ErrorCode::InvalidArg, message)
     }
 
+    /// A `Protocol` error.
     pub fn protocol(message: impl Into<String>) -> Error {
         Error::new(ErrorCode::Protocol, message)
     }
@@ -153,6 +172,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// The result of every fallible call of the crate.
 pub type Result<T> = std::result::Result<T, Error>;
 
 #[cfg(test)]

@@ -46,7 +46,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //!
-//! use cuframes_core::packet::PacketRingConfig;
+//! use cuframes_core::packet_ring::PacketRingConfig;
 //! use cuframes_core::publisher::{Publisher, PublisherOptions};
 //! use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 //!
@@ -83,7 +83,7 @@
 //! | 1 protocol | `wire`, `tlv`, `colour`, `error` |
 //! | 2 plumbing | `paths`, `shm`, `liveness`, `futex`, `sock`, `util`, `sync` |
 //! | 3 devices and formats | `format`, `cuda`, `codec` |
-//! | 4 rings | `frames`, `packet`, `memory` |
+//! | 4 rings | `frame_ring`, `packet_ring`, `memory` |
 //! | 5 endpoints | `publisher`, `subscriber` |
 //! | 6 features | `rgb`, `inspect` |
 //!
@@ -92,14 +92,14 @@
 //!    [`ErrorCode`] (the error codes of the C ABI).
 //! 2. Operating-system plumbing: [`paths`] ([`Key`], runtime directory, object names),
 //!    [`shm`] (the one hardened open of `/dev/shm`, mappings, memfds: [`shm::Mapping`] is in
-//!    the signature of [`packet::PacketRingReader::from_mapping`]), [`liveness`] (the one
+//!    the signature of [`packet_ring::PacketRingReader::from_mapping`]), [`liveness`] (the one
 //!    meaning of "alive": zombies are dead); crate-private: `futex` (idle readers and
 //!    publishers sleep on shared futex words, R13, R28), `sock` (SCM_RIGHTS message I/O),
 //!    `util` (clocks, C strings), `sync` (the atomics the memory-order models swap).
 //! 3. Devices and formats: [`format`] (plane geometry), [`cuda`] (devices, streams, VMM
 //!    memory, pitched copies), [`codec`] (parameter sets of encoded streams).
-//! 4. Rings: [`packet`] (the packet ring: writer, reader, header checks); the frame ring
-//!    (`frames`: its SHM, writer, reader and ACK pages) and its slot memory (`memory`, host or
+//! 4. Rings: [`packet_ring`] (the packet ring: writer, reader, header checks); the frame ring
+//!    (`frame_ring`: its SHM, writer, reader and ACK pages) and its slot memory (`memory`, host or
 //!    CUDA) are crate-private, reached through [`publisher`] and [`subscriber`].
 //! 5. Endpoints: [`publisher`] and [`subscriber`], what the C ABI of the root package wraps
 //!    (`subscriber::deferred`, crate-private, is the CUDA release thread).
@@ -118,12 +118,12 @@ pub mod colour;
 pub mod cuda;
 mod error;
 pub mod format;
-pub(crate) mod frames;
+pub(crate) mod frame_ring;
 pub(crate) mod futex;
 pub mod inspect;
 pub mod liveness;
 pub(crate) mod memory;
-pub mod packet;
+pub mod packet_ring;
 pub mod paths;
 pub mod publisher;
 pub mod rgb;

@@ -109,10 +109,8 @@ pub(crate) mod tests {
         assert!(!is_alive(u64::MAX));
     }
 
-    /// The disagreement this function ended: `liveness::is_alive` (the subscribers' and
-    /// crash recovery's) answered true for a zombie, `inspect::objects::pid_alive` (the
-    /// operator tool's) false. The kernel does still report the zombie, so the old answer was
-    /// really "alive".
+    /// A zombie is dead for every caller (the subscribers, crash recovery and the operator
+    /// tool), although the kernel still reports it: it can no longer write a ring nor listen.
     #[test]
     fn a_zombie_is_dead() {
         let (mut child, pid) = zombie_child();

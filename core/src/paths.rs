@@ -26,11 +26,13 @@ impl std::fmt::Debug for Key {
 }
 
 impl Key {
+    /// A key, checked against `^[a-zA-Z0-9_-]{1,63}$` ([`validate_key`]).
     pub fn new(key: &str) -> Result<Key> {
         validate_key(key)?;
         Ok(Key(key.to_owned()))
     }
 
+    /// The key as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -85,6 +87,21 @@ pub fn split_generation(name: &str) -> (&str, Option<u64>) {
     (name, None)
 }
 
+/// The keys whose SHM objects `name` (or the name before its generation) can be: as a frame
+/// SHM (`cuframes-<key>`) and as a packet SHM (`cuframes-<key>-packets`); neither for a name
+/// that is not one of this project's. No key ends in `-packets` ([`validate_key`]), so at most
+/// one of the two is `Some`.
+pub fn shm_name_keys(name: &str) -> (Option<&str>, Option<&str>) {
+    let Some(rest) = split_generation(name).0.strip_prefix(SHM_PREFIX) else {
+        return (None, None);
+    };
+    let frame = validate_key(rest).is_ok().then_some(rest);
+    let packet = rest
+        .strip_suffix(PACKET_SHM_SUFFIX)
+        .filter(|k| validate_key(k).is_ok());
+    (frame, packet)
+}
+
 impl std::fmt::Display for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -115,7 +132,8 @@ pub fn validate_key(key: &str) -> Result<()> {
     if key.ends_with(PACKET_SHM_SUFFIX) {
         // R32: the frame SHM of key "X-packets" would be the packet SHM of key "X".
         return Err(Error::invalid(format!(
-            "key {key:?} ends in {PACKET_SHM_SUFFIX:?}, which is reserved for packet rings (R32)"
+            "key {key:?} ends in {PACKET_SHM_SUFFIX:?}, which is reserved for packet rings (the \
+             frame ring of a key \"X{PACKET_SHM_SUFFIX}\" would be the packet ring of key \"X\")"
         )));
     }
     Ok(())
@@ -193,6 +211,23 @@ mod tests {
     }
 
     #[test]
+    fn an_shm_name_gives_the_keys_it_can_belong_to() {
+        assert_eq!(shm_name_keys("cuframes-cam1"), (Some("cam1"), None));
+        assert_eq!(
+            shm_name_keys("cuframes-cam1.0123456789abcdef"),
+            (Some("cam1"), None)
+        );
+        assert_eq!(shm_name_keys("cuframes-cam1-packets"), (None, Some("cam1")));
+        assert_eq!(
+            shm_name_keys("cuframes-cam.1-packets"),
+            (None, None),
+            "a key has no '.'"
+        );
+        assert_eq!(shm_name_keys("other-cam1"), (None, None));
+        assert_eq!(shm_name_keys("cuframes-"), (None, None));
+    }
+
+    #[test]
     fn keys_follow_the_regex() {
         for ok in ["a", "cam1", "Cam_1-x", &"k".repeat(63)] {
             assert!(validate_key(ok).is_ok(), "{ok}");
@@ -207,7 +242,11 @@ mod tests {
     fn r32_keys_never_end_in_packets() {
         let e = Key::new("cam1-packets").unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArg);
-        assert!(e.message().contains("R32"), "{}", e.message());
+        assert!(
+            e.message().contains("reserved for packet rings"),
+            "{}",
+            e.message()
+        );
         Key::new("cam1-packets2").unwrap();
         Key::new("packets").unwrap();
         assert!(parse_wire_shm_name("cuframes-cam1-packets-packets").is_err());

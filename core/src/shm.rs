@@ -12,6 +12,14 @@
 //! there. So the field handles never form an RMW-capable atomic over a read-only mapping:
 //! their loads are a Relaxed load plus fences (see [`Shared64::load`]), and their writes
 //! panic (a bug in this crate) instead of faulting.
+//!
+//! # One file
+//!
+//! The mapping and its field handles, and the one hardened open (and create, place, unlink) of
+//! `/dev/shm` objects, are about 610 lines of production code; the rest of the file is their
+//! tests, which exercise both together (a read-only mapping of an object opened here). They
+//! share one set of invariants (no `&T` into shared memory, every object opened without
+//! following links or blocking on FIFOs), which is why they are kept in one place.
 
 use std::ffi::CString;
 use std::marker::PhantomData;
@@ -83,18 +91,22 @@ impl Mapping {
         })
     }
 
+    /// The mapping's length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the mapping has no byte.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Whether the mapping is `PROT_WRITE`.
     pub fn is_writable(&self) -> bool {
         self.writable
     }
 
+    /// The address of the mapping's first byte.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
@@ -159,6 +171,7 @@ impl Mapping {
         }
     }
 
+    /// Copy `data` into the mapping at `offset` (bounds-checked). Panics on a read-only mapping.
     pub fn write_bytes(&self, offset: usize, data: &[u8]) {
         assert!(self.writable, "write to a read-only mapping");
         self.check(offset, data.len(), 1);
@@ -289,6 +302,7 @@ macro_rules! shared_field {
                 self.atomic().swap(value, order)
             }
 
+            /// Panics on a read-only mapping, like every read-modify-write here.
             pub fn compare_exchange(
                 self,
                 current: $int,
@@ -299,22 +313,27 @@ macro_rules! shared_field {
                 self.atomic().compare_exchange(current, new, success, failure)
             }
 
+            /// Panics on a read-only mapping.
             pub fn fetch_add(self, value: $int, order: Ordering) -> $int {
                 self.atomic().fetch_add(value, order)
             }
 
+            /// Panics on a read-only mapping.
             pub fn fetch_sub(self, value: $int, order: Ordering) -> $int {
                 self.atomic().fetch_sub(value, order)
             }
 
+            /// Panics on a read-only mapping.
             pub fn fetch_or(self, value: $int, order: Ordering) -> $int {
                 self.atomic().fetch_or(value, order)
             }
 
+            /// Panics on a read-only mapping.
             pub fn fetch_and(self, value: $int, order: Ordering) -> $int {
                 self.atomic().fetch_and(value, order)
             }
 
+            /// Panics on a read-only mapping.
             pub fn fetch_max(self, value: $int, order: Ordering) -> $int {
                 self.atomic().fetch_max(value, order)
             }
@@ -443,7 +462,10 @@ pub enum Placement {
     AtName,
     /// Under its own generation name: another user holds the name (its uid). HELLO_RESP
     /// announces where the ring is (R19), so readers follow it there.
-    Kept { holder_uid: u32 },
+    Kept {
+        /// The uid that holds the name.
+        holder_uid: u32,
+    },
 }
 
 /// Put `/dev/shm/<staged>` at `/dev/shm/<name>` or, when someone else holds `name` (a uid
@@ -612,8 +634,8 @@ pub fn page_size() -> usize {
 mod open_tests {
     use super::*;
 
-    /// Finding (trust boundary): a FIFO at /dev/shm/cuframes-K hung every open of it forever
-    /// (the publisher of K, immune to SIGTERM, and the operator tool).
+    /// Trust boundary: a FIFO at /dev/shm/cuframes-K must not hang an open of it (it would
+    /// hang the publisher of K, immune to SIGTERM, and the operator tool forever).
     #[test]
     fn a_fifo_or_symlink_at_our_name_is_refused_without_waiting() {
         let name = format!("cuframes-fifo-test-{}", std::process::id());

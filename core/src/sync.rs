@@ -1,5 +1,5 @@
 //! Where the frame ring's atomics, fences and locks come from: `std` in every real build, and
-//! `loom` under `--cfg loom`, so that the loom models (`frames::loom_models`) run the
+//! `loom` under `--cfg loom`, so that the loom models (`frame_ring::loom_models`) run the
 //! production reader, ACK page and publication code over memory whose every access loom
 //! tracks (`docs/testing.md`, "Memory-order models").
 //!

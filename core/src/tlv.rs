@@ -5,6 +5,10 @@
 //! for length and character set, and no input makes it panic (fuzzed: `fuzz/`).
 //! Reserved bytes are written as zero and ignored on read (§7.3), except where a resolution
 //! gives them a meaning (R3 subscribe flags, R14 memory kind).
+//!
+//! One file on purpose: each message's fields, its encoding and its checks are read side by
+//! side against the tables of the spec, so the types, the encoder and the decoder stay
+//! together (about 730 lines); the tests are in `tlv/tests/`.
 
 use zerocopy::FromBytes;
 
@@ -28,28 +32,42 @@ pub const MAX_FDS: usize = MAX_RING_SIZE;
 
 /// Message type ids (§3.2).
 pub mod msg_type {
+    /// HELLO_REQ: the subscriber introduces itself.
     pub const HELLO_REQ: u32 = 0x01;
+    /// HELLO_RESP: the publisher's answer with the ring's description.
     pub const HELLO_RESP: u32 = 0x02;
+    /// SUBSCRIBE_REQ: the subscriber asks for a bit of the ring.
     pub const SUBSCRIBE_REQ: u32 = 0x03;
+    /// SUBSCRIBE_RESP: the bit assigned and the sequence number to start from.
     pub const SUBSCRIBE_RESP: u32 = 0x04;
+    /// VMM_FDS: the slot descriptors, as SCM_RIGHTS.
     pub const VMM_FDS: u32 = 0x05;
     /// Extension (negotiated): the subscriber's ACK page, one memfd as SCM_RIGHTS.
     pub const ACK_PAGE: u32 = 0x06;
+    /// UNSUBSCRIBE: the subscriber leaves.
     pub const UNSUBSCRIBE: u32 = 0x10;
     /// Legacy v1–v3 EVENT_FD: refused in v4.
     pub const EVENT_FD_LEGACY: u32 = 0x20;
+    /// SHUTDOWN: the publisher ends the stream.
     pub const SHUTDOWN: u32 = 0x30;
+    /// PING: a liveness probe, answered by PONG with the same token.
     pub const PING: u32 = 0xF0;
+    /// PONG: the answer to a PING.
     pub const PONG: u32 = 0xF1;
+    /// ERROR: an error code and its text; the connection ends.
     pub const ERROR: u32 = 0xFE;
 }
 
 /// HELLO_REQ (§3.3, R3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HelloReq {
+    /// The protocol version the subscriber speaks (`PROTOCOL_VERSION`).
     pub proto_version: u32,
+    /// The subscriber's name, shown by the tool (at most 31 bytes).
     pub consumer_name: String,
+    /// The CUDA device the subscriber reads on, or -1 for host memory.
     pub cuda_device: i32,
+    /// How the subscriber reads: COPY or ZERO_COPY (`wire::SubscriberMode`).
     pub mode: u32,
     /// R3: first 4 bytes of the trailing reserved field; 0 = frames only.
     pub subscribe_flags: u32,
@@ -60,18 +78,26 @@ pub struct HelloReq {
 pub struct HelloRespPackets {
     /// Empty = the publisher has no packet ring.
     pub packet_shm_path: String,
+    /// The codec of the packets (`AV_CODEC_ID_*`).
     pub codec_id: u32,
+    /// The packet ring's `global_seq` when the response was sent: where reading starts.
     pub initial_packet_seq: u64,
 }
 
 /// HELLO_RESP (§3.4). A failed response (`result < 0`) is the short form: result + reserved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HelloResp {
+    /// 0, or a negative error code (then only this field is sent).
     pub result: i32,
+    /// The protocol version the publisher speaks.
     pub proto_version: u32,
+    /// Slots in the frame ring (1..=16).
     pub ring_size: u32,
+    /// The policy of the ring (`wire::Policy`): DROP_OLDEST or STRICT_WAIT.
     pub ownership_mode: u32,
+    /// The frames' format, size and planes.
     pub meta: FrameMeta,
+    /// The frame SHM's name relative to /dev/shm (or a generation name of it).
     pub shm_path: String,
     /// Extension: the first 4 of the 12 reserved bytes after `shm_path` (`PUBLISHER_*`
     /// flags; 0 from a plain v4 publisher).
@@ -99,16 +125,22 @@ impl HelloResp {
 /// SUBSCRIBE_RESP (§3.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SubscribeResp {
+    /// 0, or a negative error code.
     pub result: i32,
+    /// The subscriber's bit in the ACK bitmaps (1..=31 on success).
     pub assigned_bit: u32,
+    /// The frame ring's `global_seq` at SUBSCRIBE: frames after it are this subscriber's.
     pub initial_seq: u64,
 }
 
 /// VMM_FDS (§3.7, R14, R20); the descriptors travel beside it as SCM_RIGHTS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VmmFds {
+    /// Descriptors beside the message, one per slot (1..=16).
     pub fd_count: u32,
+    /// Bytes to map per slot.
     pub frame_size_bytes: u64,
+    /// The publisher's allocation granularity (VMM granularity, or the page size).
     pub vmm_granularity: u64,
     /// R14: first 4 bytes of reserved; 0 = CUDA VMM, 1 = host memfd.
     pub memory_kind: u32,
@@ -128,20 +160,49 @@ pub struct AckPageMsg {
 /// Every message of §3.2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
+    /// HELLO_REQ.
     HelloReq(HelloReq),
+    /// HELLO_RESP.
     HelloResp(HelloResp),
-    SubscribeReq { proto_version: u32 },
+    /// SUBSCRIBE_REQ.
+    SubscribeReq {
+        /// The protocol version the subscriber speaks.
+        proto_version: u32,
+    },
+    /// SUBSCRIBE_RESP.
     SubscribeResp(SubscribeResp),
+    /// VMM_FDS.
     VmmFds(VmmFds),
+    /// ACK_PAGE (extension).
     AckPage(AckPageMsg),
+    /// UNSUBSCRIBE.
     Unsubscribe,
-    Shutdown { reason: u32 },
-    Ping { token: u64 },
-    Pong { token: u64 },
-    Error { code: i32, message: String },
+    /// SHUTDOWN.
+    Shutdown {
+        /// Why the publisher ends (`wire::ShutdownReason`).
+        reason: u32,
+    },
+    /// PING.
+    Ping {
+        /// Echoed by the PONG.
+        token: u64,
+    },
+    /// PONG.
+    Pong {
+        /// The token of the PING answered.
+        token: u64,
+    },
+    /// ERROR.
+    Error {
+        /// A negative error code (`ErrorCode`).
+        code: i32,
+        /// What went wrong, in words (at most 1024 bytes).
+        message: String,
+    },
 }
 
 impl Message {
+    /// The message's type id (`msg_type`).
     pub fn type_id(&self) -> u32 {
         match self {
             Message::HelloReq(_) => msg_type::HELLO_REQ,
@@ -158,6 +219,7 @@ impl Message {
         }
     }
 
+    /// The message's name ("HELLO_REQ", ...), for errors and logs.
     pub fn name(&self) -> &'static str {
         type_name(self.type_id())
     }

@@ -10,7 +10,7 @@ use cuframes_test_support as common;
 use std::time::{Duration, Instant};
 
 use common::TestEnv;
-use cuframes_core::packet::{PacketRingConfig, PacketRingReader, PacketRingWriter};
+use cuframes_core::packet_ring::{PacketRingConfig, PacketRingReader, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, Policy, SubscriberMode, CODEC_ID_H264, PACKET_FLAG_KEY};

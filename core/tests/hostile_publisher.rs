@@ -490,7 +490,7 @@ fn packets_only(env: &TestEnv, name: &str) -> cuframes_core::subscriber::Subscri
 
 fn packet_publisher(env: &TestEnv, data_size: u32) -> cuframes_core::publisher::Publisher {
     let p = cuframes_core::publisher::Publisher::create(&env.key, env.publisher_options()).unwrap();
-    p.enable_packets(cuframes_core::packet::PacketRingConfig {
+    p.enable_packets(cuframes_core::packet_ring::PacketRingConfig {
         codec_id: CODEC_ID_HEVC,
         extradata: vec![0, 0, 0, 1, 0x40, 1],
         ring_slots: 16,
@@ -508,7 +508,7 @@ fn packet_publisher(env: &TestEnv, data_size: u32) -> cuframes_core::publisher::
 #[test]
 fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
     let _serial = serial();
-    use cuframes_core::packet::layout::{
+    use cuframes_core::packet_ring::shm_region::{
         HDR_DATA_SIZE, HDR_GLOBAL_SEQ, HDR_LAST_KEYFRAME_SEQ, HDR_WRITE_OFFSET, SLOT_DATA_OFFSET,
         SLOT_DATA_SIZE, SLOT_FLAGS, SLOT_SEQ,
     };
@@ -646,8 +646,8 @@ fn child_entry() {
 /// Three oversized keyframes, each read as it comes (so each is tried, skipped and counted),
 /// then one the reader accepts; the reader's diagnostics go to this process's stderr.
 fn oversized_reader(errors: bool) {
-    use cuframes_core::packet::reader::PacketLimits;
-    use cuframes_core::packet::PacketRingReader;
+    use cuframes_core::packet_ring::PacketLimits;
+    use cuframes_core::packet_ring::PacketRingReader;
     let env = TestEnv::new("hp-diag-child");
     let p = packet_publisher(&env, 1 << 16);
     let limits = PacketLimits {

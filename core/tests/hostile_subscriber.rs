@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{wait_until, Children, CudaCheck, Rng, RunDelay, TestEnv};
-use cuframes_core::packet::PacketRingConfig;
+use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::tlv::{HelloReq, Message};

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{Children, TestEnv};
 use cuframes_core::inspect::{self, Liveness, SocketState};
-use cuframes_core::packet::{PacketRingConfig, PacketRingWriter};
+use cuframes_core::packet_ring::{PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{

@@ -10,7 +10,7 @@ use cuframes_test_support as common;
 use std::time::Duration;
 
 use common::TestEnv;
-use cuframes_core::packet::PacketRingConfig;
+use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Frame, Subscriber, SubscriberOptions};
 use cuframes_core::wire::{

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::time::{Duration, Instant};
 
 use common::{role_command, Children, TestEnv, ROLE_ENV};
-use cuframes_core::packet::PacketRingConfig;
+use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::{Publisher, PublisherOptions};
 use cuframes_core::subscriber::{EndReason, Subscriber, SubscriberOptions};
 use cuframes_core::wire::{CODEC_ID_H264, PACKET_FLAG_KEY};

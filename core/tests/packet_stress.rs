@@ -23,7 +23,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Rng;
-use cuframes_core::packet::{PacketRingConfig, PacketRingReader, PacketRingWriter};
+use cuframes_core::packet_ring::{PacketRingConfig, PacketRingReader, PacketRingWriter};
 use cuframes_core::wire::PACKET_FLAG_KEY;
 use cuframes_core::{ErrorCode, Key};
 

@@ -6,7 +6,7 @@ use cuframes_test_support as common;
 use std::time::Duration;
 
 use common::TestEnv;
-use cuframes_core::packet::PacketRingConfig;
+use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, Policy, SubscriberMode, CODEC_ID_HEVC, PACKET_FLAG_KEY};

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use common::TestEnv;
-use cuframes_core::packet::PacketRingConfig;
+use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::Publisher;
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::ErrorCode;

@@ -197,7 +197,7 @@ fn a_symlink_planted_at_the_socket_name_is_never_followed() {
 fn key_x_packets_cannot_touch_key_x() {
     let env = TestEnv::new("ns");
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
-    p.enable_packets(cuframes_core::packet::PacketRingConfig {
+    p.enable_packets(cuframes_core::packet_ring::PacketRingConfig {
         codec_id: 27,
         extradata: vec![0, 0, 0, 1, 0x67, 1],
         ring_slots: 16,
@@ -238,7 +238,7 @@ fn a_group_member_cannot_truncate_the_packet_ring() {
     use std::process::Command;
     let env = TestEnv::new("trunc");
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
-    p.enable_packets(cuframes_core::packet::PacketRingConfig {
+    p.enable_packets(cuframes_core::packet_ring::PacketRingConfig {
         codec_id: 27,
         extradata: vec![0, 0, 0, 1, 0x67, 1],
         ring_slots: 16,

@@ -8,11 +8,11 @@ use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cuframes_core::packet::layout::{
+use cuframes_core::packet_ring::shm_region::{
     HDR_DATA_SIZE, HDR_EXTRADATA_SIZE, HDR_GLOBAL_SEQ, HDR_LAST_KEYFRAME_SEQ, HDR_MAGIC,
     HDR_PRODUCER_PID, HDR_PROTO_VERSION, HDR_RING_SLOTS, HDR_SHUTDOWN_FLAG, HDR_WRITE_OFFSET,
 };
-use cuframes_core::packet::PacketRingReader;
+use cuframes_core::packet_ring::PacketRingReader;
 use cuframes_core::shm::{self, Mapping};
 use cuframes_core::wire::packet::{packet_shm_size, packet_slot_offset};
 use cuframes_core::wire::{PACKET_MAGIC, PROTOCOL_VERSION};

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cuframes_core::packet::PacketRingConfig;
+use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::Publisher as CorePublisher;
 use cuframes_core::wire::{CODEC_ID_H264, MAX_EXTRADATA_SIZE, NO_PTS, PACKET_FLAG_KEY};
 use cuframes_core::ErrorCode;

@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use cuframes_core::packet::PacketInfo;
+use cuframes_core::packet_ring::PacketInfo;
 use cuframes_core::subscriber::{Subscriber as CoreSubscriber, SubscriberOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};

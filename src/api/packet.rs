@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void};
 use std::time::Duration;
 
-use cuframes_core::packet::PacketRingConfig;
+use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::{Error, ErrorCode};
 
 use super::publisher::CPublisher;
@@ -254,7 +254,7 @@ struct CallbackSink {
     opaque: *mut c_void,
 }
 
-impl cuframes_core::packet::PacketSink for CallbackSink {
+impl cuframes_core::packet_ring::PacketSink for CallbackSink {
     fn buffer(&mut self, len: usize) -> cuframes_core::Result<&mut [u8]> {
         let p = (self.buffer)(self.opaque, len);
         if p.is_null() {
@@ -311,11 +311,11 @@ pub unsafe extern "C" fn cuframes_subscriber_next_packet_into(
 
 /// A sink that remembers the size of the last buffer asked for (the packet delivered).
 struct SizeRecorder<'a> {
-    inner: &'a mut dyn cuframes_core::packet::PacketSink,
+    inner: &'a mut dyn cuframes_core::packet_ring::PacketSink,
     size: &'a mut usize,
 }
 
-impl cuframes_core::packet::PacketSink for SizeRecorder<'_> {
+impl cuframes_core::packet_ring::PacketSink for SizeRecorder<'_> {
     fn buffer(&mut self, len: usize) -> cuframes_core::Result<&mut [u8]> {
         *self.size = len;
         self.inner.buffer(len)

@@ -8,7 +8,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use cuframes_core::colour::ColourInfo;
-use cuframes_core::packet::PacketReaderStats;
+use cuframes_core::packet_ring::PacketReaderStats;
 use cuframes_core::subscriber::{FrameStats, Subscriber, SubscriberOptions};
 use cuframes_core::wire::{
     MemoryKind, SubscriberMode, SUBSCRIBE_WANTS_FRAMES, SUBSCRIBE_WANTS_PACKETS,

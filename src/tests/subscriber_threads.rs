@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cuframes_core::packet::PacketRingConfig;
+use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::wire::{
     Format, MemoryKind, Policy, CODEC_ID_H264, PACKET_FLAG_KEY, SUBSCRIBE_WANTS_FRAMES,

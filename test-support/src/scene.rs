@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cuframes_core::packet::{PacketRingConfig, PacketRingWriter};
+use cuframes_core::packet_ring::{PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, CODEC_ID_H264, PACKET_FLAG_KEY};

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{publish_filler, OperatorScene, TestEnv, WEIRD_NAME};
-use cuframes_core::packet::{PacketRingConfig, PacketRingWriter};
+use cuframes_core::packet_ring::{PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, CODEC_ID_H264, PACKET_FLAG_KEY};

@@ -3,15 +3,18 @@
 //! header OBU itself (R30).
 
 use super::bits::BitReader;
-use super::VideoInfo;
+use super::info::VideoInfo;
 use crate::error::{Error, Result};
 
+/// `obu_type` of a sequence header OBU.
 pub const OBU_SEQUENCE_HEADER: u8 = 1;
+/// `obu_type` of a temporal delimiter OBU.
 pub const OBU_TEMPORAL_DELIMITER: u8 = 2;
 
 /// One OBU of a low-overhead stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Obu<'a> {
+    /// The OBU's type (`OBU_SEQUENCE_HEADER`, ...).
     pub obu_type: u8,
     /// The whole OBU: header, optional extension, size field and payload.
     pub raw: &'a [u8],
@@ -136,7 +139,7 @@ pub fn av1c_to_sequence_header(data: &[u8]) -> Result<Vec<u8>> {
     })
 }
 
-/// Parse a sequence header OBU payload (§5.5) up to the color config.
+/// Parse a sequence header OBU payload (§5.5) up to `color_config()` (the AV1 syntax).
 pub fn parse_sequence_header(payload: &[u8]) -> Result<VideoInfo> {
     let mut r = BitReader::new(payload, "AV1 sequence header");
     let seq_profile = r.bits(3)?;

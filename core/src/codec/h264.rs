@@ -2,7 +2,7 @@
 //! picture size, profile, level, chroma format and bit depth.
 
 use super::bits::{unescape_rbsp, BitReader};
-use super::VideoInfo;
+use super::info::VideoInfo;
 use crate::error::{Error, Result};
 
 /// NAL unit types of parameter sets: SPS, PPS, SPS extension.

@@ -2,7 +2,7 @@
 //! conformance window, profile, level, chroma format.
 
 use super::bits::{unescape_rbsp, BitReader};
-use super::VideoInfo;
+use super::info::VideoInfo;
 use crate::error::{Error, Result};
 
 pub const NAL_VPS: u8 = 32;

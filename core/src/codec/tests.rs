@@ -1,6 +1,7 @@
 //! The codec helpers on the committed samples (fate-samples/, see its README).
 
 use super::*;
+use crate::error::ErrorCode;
 
 const H264: &[u8] = include_bytes!("../../../fate-samples/test-25fps.h264");
 const HEVC: &[u8] = include_bytes!("../../../fate-samples/test-25fps.h265");

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
+use super::listing::{list, Liveness, PublisherInfo};
 use super::objects::{self, ObjectMeta};
-use super::{list, Liveness, PublisherInfo, SocketState};
+use super::sockets::SocketState;
 use crate::error::{Error, ErrorCode, Result};
 use crate::liveness::{self, Recorded};
 use crate::paths::Key;
@@ -23,9 +24,11 @@ use crate::wire::{PRODUCER_PID_OFFSET, SHM_MAGICS};
 /// One object removed (or, with `dry_run`, that would be).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Removal {
+    /// The key the object belonged to.
     pub key: String,
     /// "socket", "frame SHM", "packet SHM" or "SHM generation".
     pub what: &'static str,
+    /// The object's path.
     pub path: String,
     /// Why the key was judged dead.
     pub reason: String,
@@ -34,7 +37,9 @@ pub struct Removal {
 /// What [`clean`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CleanReport {
+    /// Whether nothing was removed, only reported.
     pub dry_run: bool,
+    /// What was removed (or would be).
     pub removed: Vec<Removal>,
     /// Keys left alone, with the reason (alive, or cannot tell).
     pub kept: Vec<(String, String)>,

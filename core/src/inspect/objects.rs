@@ -18,12 +18,17 @@ pub const SHM_DIR: &str = "/dev/shm";
 /// What `stat` says about an object (works without read permission on the object).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
+    /// Size in bytes.
     pub size: u64,
     /// Permission bits (e.g. 0o660).
     pub mode: u32,
+    /// Owner uid.
     pub uid: u32,
+    /// Owner gid.
     pub gid: u32,
+    /// Last modification.
     pub modified: SystemTime,
+    /// Whether it is a Unix socket.
     pub is_socket: bool,
 }
 
@@ -81,6 +86,7 @@ pub fn permission_error(path: &Path, needed: &str, doing: &str) -> Error {
 
 /// A read-only mapping of (a prefix of) an SHM object.
 pub struct ReadOnlyObject {
+    /// The mapping (`PROT_READ`).
     pub map: Mapping,
     /// Size of the whole object (the mapping may be shorter: at most `max_map` bytes).
     pub size: usize,
@@ -133,9 +139,9 @@ pub fn read_magic(name: &str) -> Option<u32> {
 mod fifo_tests {
     use super::*;
 
-    /// Finding (trust boundary): a FIFO at `/dev/shm/cuframes-K` hung `cuframes ls`, `stat`
-    /// and `clean` for every key (the inspector's open had no O_NONBLOCK); the inspector now
-    /// uses the one hardened open of `shm`.
+    /// Trust boundary: a FIFO at `/dev/shm/cuframes-K` must not hang `cuframes ls`, `stat`
+    /// and `clean` (an open without O_NONBLOCK would): the inspector uses the one hardened
+    /// open of `shm`.
     #[test]
     fn a_fifo_does_not_hang_the_inspector() {
         let name = format!("cuframes-inspect-fifo-{}", std::process::id());
@@ -156,10 +162,9 @@ mod fifo_tests {
         );
     }
 
-    /// Finding: `read_magic` (which tells `cuframes ls` whether `cuframes-K-packets` is key
-    /// K's packet ring or key `K-packets`' frame ring) opened the object with a plain
-    /// `File::open`, so a FIFO at such a name hung the whole listing; it uses the hardened
-    /// open now.
+    /// `read_magic` (which tells `cuframes ls` whether `cuframes-K-packets` is key K's packet
+    /// ring or key `K-packets`' frame ring) uses the hardened open too: with a plain
+    /// `File::open`, a FIFO at such a name would hang the whole listing.
     #[test]
     fn read_magic_does_not_hang_on_a_fifo() {
         let name = format!("cuframes-inspect-magic-{}-packets", std::process::id());

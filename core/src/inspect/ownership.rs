@@ -23,7 +23,7 @@ pub fn process_uids(pid: u64) -> Option<[u32; 4]> {
 /// What does not match for SHM object `name` (its `meta`, the producer pid recorded in it,
 /// the socket owner's uid): one line per mismatch, empty when everything that can be
 /// checked matches. A producer that is gone is not checked (a dead publisher's leftovers
-/// are judged by [`super::clean`]); an object we could not stat is not either.
+/// are judged by [`super::clean()`]); an object we could not stat is not either.
 pub fn mismatch(
     name: &str,
     meta: Option<&ObjectMeta>,

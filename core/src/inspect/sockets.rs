@@ -12,7 +12,9 @@ const SS_CONNECTED: u8 = 3;
 /// One bound Unix socket from `/proc/net/unix`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnixEntry {
+    /// A listening socket (`__SO_ACCEPTCON`).
     pub listening: bool,
+    /// A connected socket (`SS_CONNECTED`).
     pub connected: bool,
     /// The path as it was bound (accepted connections carry their listener's path).
     pub path: String,
@@ -60,7 +62,10 @@ pub enum SocketState {
     NotASocket,
     /// A socket of our network namespace listens on it; `connections` are the accepted
     /// connections (subscribers and handshakes in progress).
-    Listening { connections: usize },
+    Listening {
+        /// Accepted connections on it.
+        connections: usize,
+    },
     /// A socket file nobody in our network namespace listens on: stale, or its publisher is
     /// in another network namespace (a container without the host network).
     NotListening,
@@ -69,6 +74,7 @@ pub enum SocketState {
 }
 
 impl SocketState {
+    /// The state's name, as the tool prints it.
     pub fn name(&self) -> &'static str {
         match self {
             SocketState::Missing => "missing",
@@ -79,6 +85,7 @@ impl SocketState {
         }
     }
 
+    /// Whether something is at the path.
     pub fn exists(&self) -> bool {
         !matches!(self, SocketState::Missing)
     }

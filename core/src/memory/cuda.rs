@@ -10,7 +10,7 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use super::{SlotImport, SlotSize, SlotStore};
+use super::slot::{SlotImport, SlotSize, SlotStore};
 use crate::cuda::{CudaDevice, VmmAllocation, VmmImport};
 use crate::error::Result;
 use crate::wire::MemoryKind;

@@ -2,7 +2,7 @@
 //! and publishes frames (and, with `enable_packets`, packets).
 //!
 //! [`Publisher`] (this file) picks the ring and the slot; the frame ring's writer
-//! (`frames::writer`) does the copying and publishing. Its helpers, one job per file:
+//! (`frame_ring::writer`) does the copying and publishing. Its helpers, one job per file:
 //! - `options`: [`PublisherOptions`] and the admission caps' defaults;
 //! - `shared`: what the publisher's threads share (`Inner`: rings, subscriber table, the
 //!   slot that is out, the server's wake-up pipe) and the table's answers to the writer's
@@ -49,7 +49,7 @@ mod stale;
 mod subscriber_info;
 pub mod subscribers;
 
-pub use crate::frames::{AcquiredSlot, FrameRingConfig, MemoryChoice};
+pub use crate::frame_ring::{AcquiredSlot, FrameRingConfig, MemoryChoice};
 pub use options::{
     PublisherOptions, DEFAULT_MAX_SUBSCRIBERS_PER_PID, DEFAULT_MAX_SUBSCRIBERS_PER_UID,
 };
@@ -64,8 +64,8 @@ use std::time::Duration;
 use self::shared::{Held, Inner};
 use crate::cuda::CudaStream;
 use crate::error::{Error, ErrorCode, Result};
-use crate::frames::FrameWriter;
-use crate::packet::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
+use crate::frame_ring::FrameWriter;
+use crate::packet_ring::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
 use crate::paths::{self, Key};
 use crate::shm;
 use crate::util::Origin;
@@ -299,7 +299,7 @@ impl Publisher {
 
     /// Where the current frame ring's frames waited so far: for ACKs, for publications
     /// queued on a stream, and the host functions' time; None without a ring.
-    pub fn frame_wait_stats(&self) -> Option<crate::frames::wait_stats::WaitStats> {
+    pub fn frame_wait_stats(&self) -> Option<crate::frame_ring::wait_stats::WaitStats> {
         self.inner.ring().map(|r| r.wait_stats())
     }
 

@@ -16,7 +16,7 @@ use super::rejoin::Rejoins;
 use super::shared::Inner;
 use super::subscribers::Entry;
 use crate::error::{Error, ErrorCode, Result};
-use crate::frames::ack_page::{AckPage, Counter};
+use crate::frame_ring::ack_page::{AckPage, Counter};
 use crate::sock::{self, Inbox, Outbox, Pumped};
 use crate::tlv::{
     AckPageMsg, HelloReq, HelloResp, HelloRespPackets, Message, SubscribeResp, VmmFds,
@@ -352,7 +352,7 @@ fn hello(
     inner: &Inner,
     c: &Conn,
     h: &HelloReq,
-    ring: Option<&crate::frames::FrameWriter>,
+    ring: Option<&crate::frame_ring::FrameWriter>,
 ) -> HelloResp {
     let refuse = |code: ErrorCode| HelloResp::failure(code as i32);
     if h.proto_version != PROTOCOL_VERSION {
@@ -417,7 +417,7 @@ fn subscribe(
     state: &mut State,
     c: &mut Conn,
     h: &HelloReq,
-    ring: Option<&crate::frames::FrameWriter>,
+    ring: Option<&crate::frame_ring::FrameWriter>,
     generation: u64,
 ) -> Result<Option<usize>> {
     let (want_frames, want_packets) = wants(h);

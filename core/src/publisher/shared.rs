@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::options::PublisherOptions;
 use super::subscribers;
-use crate::frames::writer::AckAuthority;
-use crate::frames::{AcquiredSlot, FrameWriter, RequiredAcks};
-use crate::packet::PacketRingWriter;
+use crate::frame_ring::writer::AckAuthority;
+use crate::frame_ring::{AcquiredSlot, FrameWriter, RequiredAcks};
+use crate::packet_ring::PacketRingWriter;
 use crate::paths::Key;
 use crate::util::Origin;
 

@@ -4,11 +4,11 @@
 use std::sync::atomic::Ordering;
 
 use super::subscribers::Table;
-use crate::frames::ack_page::Counter;
-use crate::frames::layout::{
+use crate::frame_ring::ack_page::Counter;
+use crate::frame_ring::shm_region::{
     SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET, SUB_DROPPED_TORN_OFFSET,
 };
-use crate::frames::FrameWriter;
+use crate::frame_ring::FrameWriter;
 
 /// One subscriber as the publisher sees it (operator statistics).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use crate::frames::ack_page::AckPage;
-use crate::frames::RequiredAcks;
+use crate::frame_ring::ack_page::AckPage;
+use crate::frame_ring::RequiredAcks;
 use crate::wire::MAX_SUBSCRIBERS;
 
 /// The bits set in `mask`, lowest first.

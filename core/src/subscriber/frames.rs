@@ -1,5 +1,5 @@
 //! Frames handed to the user: the subscriber's side of the frame ring above
-//! [`crate::frames::reader`], which decides what to read; here the bytes are copied or
+//! [`crate::frame_ring::reader`], which decides what to read; here the bytes are copied or
 //! borrowed and released (R12).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,9 +9,9 @@ use crate::colour::ColourInfo;
 use crate::cuda::{DeviceBuffer, Stream};
 
 use crate::format::FrameLayout;
-pub use crate::frames::reader::FrameStats;
-use crate::frames::reader::{Attempt, FrameReader, RingView};
-pub use crate::memory::host::PrivateView;
+pub use crate::frame_ring::reader::FrameStats;
+use crate::frame_ring::reader::{Attempt, FrameReader, RingView};
+pub use crate::memory::PrivateView;
 use crate::util::Origin;
 use crate::wire::MemoryKind;
 

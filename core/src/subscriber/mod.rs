@@ -20,13 +20,13 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
-use crate::frames::ack_page::AckPage;
-use crate::frames::layout::FrameShm;
-use crate::frames::reader::{FrameReader, RingView};
+use crate::frame_ring::ack_page::AckPage;
+use crate::frame_ring::reader::{FrameReader, RingView};
+use crate::frame_ring::shm_region::FrameShm;
 use crate::memory::host::{HostImport, SlotFds};
 use crate::memory::{SlotImport, SlotSize};
-use crate::packet::reader::PacketLimits;
-use crate::packet::{PacketInfo, PacketReaderStats, PacketRingReader};
+use crate::packet_ring::PacketLimits;
+use crate::packet_ring::{PacketInfo, PacketReaderStats, PacketRingReader};
 use crate::paths::{self, Key};
 use crate::sock::{self, Inbox, Pumped};
 use crate::tlv::{HelloReq, Message};
@@ -84,12 +84,12 @@ pub struct SubscriberOptions {
     /// The largest packet data ring (the publisher's `data_size`, bytes) this subscriber maps:
     /// every reader maps and populates the whole ring, so a larger one is refused at
     /// subscribe (`NoMemory`, naming this option). 0: the default,
-    /// [`crate::packet::reader::DEFAULT_MAX_PACKET_RING_SIZE`] (256 MiB).
+    /// [`crate::packet_ring::DEFAULT_MAX_PACKET_RING_SIZE`] (256 MiB).
     pub max_packet_ring_size: u64,
     /// The largest packet (bytes) this subscriber reads: a larger one is skipped before any
     /// buffer is allocated for it, counted (`PacketReaderStats::oversized`) and handled as a
     /// loss (the stream resumes at the next keyframe, flagged DISCONTINUITY). 0: the default,
-    /// [`crate::packet::reader::DEFAULT_MAX_PACKET_SIZE`] (64 MiB, an incompressible 8K
+    /// [`crate::packet_ring::DEFAULT_MAX_PACKET_SIZE`] (64 MiB, an incompressible 8K
     /// 4:2:0 10-bit picture).
     pub max_packet_size: u64,
 }
@@ -109,8 +109,8 @@ impl Default for SubscriberOptions {
             spin: Duration::ZERO,
             reconnect: None,
             publisher_uid: None,
-            max_packet_ring_size: crate::packet::reader::DEFAULT_MAX_PACKET_RING_SIZE,
-            max_packet_size: crate::packet::reader::DEFAULT_MAX_PACKET_SIZE,
+            max_packet_ring_size: crate::packet_ring::DEFAULT_MAX_PACKET_RING_SIZE,
+            max_packet_size: crate::packet_ring::DEFAULT_MAX_PACKET_SIZE,
         }
     }
 }
@@ -646,7 +646,7 @@ impl Subscriber {
     /// to what it published before its end; None when they are all drained.
     fn next_retired_packet(
         &mut self,
-        out: &mut dyn crate::packet::PacketSink,
+        out: &mut dyn crate::packet_ring::PacketSink,
     ) -> Option<Result<PacketInfo>> {
         while let Some(old) = self.retired_packets.front_mut() {
             let got = old.source.next_packet_into(Some(Duration::ZERO), &mut *out);
@@ -918,7 +918,7 @@ impl Subscriber {
 
     /// The connection is ending (SHUTDOWN, EOF, our own UNSUBSCRIBE): ACKs stop before
     /// anything else, because once the publisher sees the socket close it may hand our bit to
-    /// someone else (`frames::reader`, the ACK gate).
+    /// someone else (`frame_ring::reader`, the ACK gate).
     /// `reason`: the kind of end (None: a replaced ring, followed rather than ended).
     fn close(&mut self, why: Error, reason: Option<EndReason>) {
         if let Some(f) = &mut self.frames {
@@ -989,7 +989,7 @@ impl Subscriber {
     pub fn next_packet_into(
         &mut self,
         timeout: Option<Duration>,
-        out: &mut dyn crate::packet::PacketSink,
+        out: &mut dyn crate::packet_ring::PacketSink,
     ) -> Result<PacketInfo> {
         self.check_here()?;
         self.packet_reader()?;
@@ -1010,7 +1010,7 @@ impl Subscriber {
     fn read_packet(
         &mut self,
         deadline: Option<Instant>,
-        out: &mut dyn crate::packet::PacketSink,
+        out: &mut dyn crate::packet_ring::PacketSink,
     ) -> Result<PacketInfo> {
         loop {
             self.poll_connection();

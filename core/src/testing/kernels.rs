@@ -3,7 +3,7 @@
 //! and keep the GPU busy. [`pattern_byte`] is the same pattern computed on the host.
 //!
 //! The kernels of a device are loaded on first use into its context and kept there as the
-//! device's attached resource ([`ContextResource`]): the device unloads them when it drops,
+//! device's attached resource (`ContextResource`): the device unloads them when it drops,
 //! with its context current, before it releases the context. This module depends on the
 //! device, never the reverse.
 
@@ -40,7 +40,7 @@ struct Kernels {
 
 // SAFETY: the module and function handles are driver handles usable from any thread once the
 // context is current there (every use pushes the device's context first); the counters are
-// behind a Mutex. (They were covered by CudaDevice's own Send + Sync when it held them.)
+// behind a Mutex.
 unsafe impl Send for Kernels {}
 // SAFETY: `&Kernels` only reads the handles (launches are thread-safe in the driver) and
 // locks the counter pool.

@@ -5,7 +5,7 @@
 //!   per device and unloaded with it.
 //! - [`hooks`]: points inside library calls where a test makes a race happen every time.
 //! - Re-exports of internals that tests and benchmarks drive directly: the socket message
-//!   I/O of [`crate::sock`] (hostile peers), the clocks and unique names of [`crate::util`].
+//!   I/O of `sock` (hostile peers), the clocks and unique names of `util`.
 
 pub mod hooks;
 pub mod kernels;
@@ -21,7 +21,7 @@ pub fn diag(message: &str) {
     crate::util::write_diag(format_args!("{message}"));
 }
 // Internals tests drive directly (the frame SHM's typed view; the deferred-release queue).
-pub use crate::frames::layout::FrameShm;
+pub use crate::frame_ring::shm_region::FrameShm;
 /// The deferred-release queue of CUDA subscribers.
 pub mod deferred {
     pub use crate::subscriber::deferred::flush;

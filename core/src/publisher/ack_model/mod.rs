@@ -30,7 +30,7 @@
 //! `free_bit`, `insert`, `get`, `remove`, `iter`) and stores the result back, so that the
 //! model checks the real ownership code. The SHM (slot seqs, ACK bitmaps, global_seq, which
 //! frame's pixels each slot holds) and the ACK pages are plain fields that mirror
-//! `frames::writer`, `frames::reader` and `frames::ack_page` step by step.
+//! `frame_ring::writer`, `frame_ring::reader` and `frame_ring::ack_page` step by step.
 //!
 //! An explicit-state search over plain values was chosen over loom: what matters here is the
 //! protocol's interleaving across processes (sockets, SHM, a server thread), not the memory

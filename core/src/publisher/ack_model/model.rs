@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::frames::RequiredAcks;
+use crate::frame_ring::RequiredAcks;
 use crate::publisher::subscribers::{Entry, Table};
 
 /// A slot's seq while the publisher rewrites it (`INVALID_SEQ`, in the model's u8 seqs).

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::model::*;
-use crate::frames::RequiredAcks;
+use crate::frame_ring::RequiredAcks;
 use crate::publisher::subscribers::{bits, Table};
 
 // ---------------------------------------------------------------------------------------------
@@ -509,7 +509,7 @@ impl State {
         self.session_mut(l).srv = Srv::Released;
     }
 
-    // --- the subscribers (frames::reader, subscriber::Subscriber and Frame) ---
+    // --- the subscribers (frame_ring::reader, subscriber::Subscriber and Frame) ---
 
     pub(super) fn subscriber_steps(&self, cfg: &Config, s: &Session, out: &mut Successors) {
         let l = s.label;

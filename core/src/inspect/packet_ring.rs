@@ -9,7 +9,7 @@ use core::mem::offset_of;
 
 use super::objects::open_readonly;
 use crate::error::{Error, Result};
-use crate::packet::layout::{check_header, Geometry};
+use crate::packet_ring::shm_region::{check_header, Geometry};
 use crate::shm::Mapping;
 use crate::wire::packet::{
     packet_data_offset, packet_slot_offset, PacketRingHeader, PacketSlotEntry,
@@ -21,14 +21,19 @@ use crate::wire::{
 /// What a packet SHM object says, at one instant.
 #[derive(Debug, Clone)]
 pub struct PacketSnapshot {
+    /// The object's name relative to /dev/shm.
     pub shm_name: String,
     /// Size of the whole object in bytes.
     pub size: usize,
+    /// The publisher's pid, as it recorded it.
     pub producer_pid: u64,
+    /// Slots in the ring.
     pub ring_slots: u32,
     /// Bytes of the data ring.
     pub data_size: u32,
+    /// `AV_CODEC_ID_*` of the stream.
     pub codec_id: u32,
+    /// Bytes of codec extradata in the header.
     pub extradata_size: u32,
     /// Seq of the newest packet (0 = none yet, R18).
     pub global_seq: u64,
@@ -36,18 +41,23 @@ pub struct PacketSnapshot {
     pub last_keyframe_seq: u64,
     /// Payload bytes written since creation (absolute cursor of the data ring).
     pub write_offset: u64,
+    /// Whether the publisher has set the shutdown flag.
     pub shutdown: bool,
     /// pts of the newest packet and of the newest keyframe, when their slots still hold
     /// them and they have one (R25).
     pub newest_pts_ns: Option<i64>,
+    /// pts of the newest keyframe (see `newest_pts_ns`).
     pub keyframe_pts_ns: Option<i64>,
     /// The newest keyframe is still in the ring (a late subscriber can start from it).
     pub keyframe_in_ring: bool,
+    /// Oddities that do not stop the snapshot.
     pub warnings: Vec<String>,
+    /// When the snapshot was taken (for rates between two).
     pub taken: Instant,
 }
 
 impl PacketSnapshot {
+    /// The codec's name (see [`codec_name`]).
     pub fn codec_name(&self) -> String {
         codec_name(self.codec_id)
     }

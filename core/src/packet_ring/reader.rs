@@ -5,7 +5,7 @@
 //!
 //! The SHM is mapped **read-only** and everything in it is treated as hostile: the header is
 //! validated once at open (magic, version, geometry, exact file size, extradata size; see
-//! [`super::layout::validate_header`]) and the geometry is cached, and every value read from a
+//! [`super::shm_region::validate_header`]) and the geometry is cached, and every value read from a
 //! slot is checked before it is used as an offset or a length. A corrupted or malicious ring
 //! produces an error (`Protocol`), an overrun, or a timeout — never a panic, an out-of-bounds
 //! read or a packet larger than `data_size`. (One thing a read-only mapping cannot prevent: a
@@ -47,14 +47,8 @@
 //!
 //! # What a reader allocates
 //!
-//! A publisher chooses the data ring's size and each packet's, and a reader would pay for both:
-//! it maps and populates the whole ring, and copies each packet into a buffer of its size (a
-//! 1 GiB ring holding one 1 GiB packet took an FFmpeg reader to 3.2 GB). [`PacketLimits`]
-//! bounds them: a ring larger than `max_ring_size` is refused at open, before its pages are
-//! touched; a packet larger than `max_packet_size` is skipped before a byte of buffer is asked
-//! for, counted ([`PacketReaderStats::oversized`]) and handled as a loss, like an overrun: the
-//! reader resumes at the next keyframe and flags it DISCONTINUITY (a decoder cannot use the
-//! packets that depend on the skipped one).
+//! A publisher chooses the data ring's size and each packet's; [`PacketLimits`] (the
+//! `limits` module) bounds what a reader maps and copies.
 //!
 //! Where to start (§10.8, R26): at open, and with [`PacketRingReader::start_at_last_keyframe`],
 //! the next packet is the newest keyframe; when no keyframe was published yet the reader waits
@@ -66,12 +60,13 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, ErrorCode, Result};
 use crate::futex;
 use crate::liveness;
-use crate::packet::layout::{self, Geometry};
-use crate::packet::layout::{
+use crate::packet_ring::limits::PacketLimits;
+use crate::packet_ring::output::{PacketInfo, PacketSink};
+use crate::packet_ring::shm_region::{self, Geometry};
+use crate::packet_ring::shm_region::{
     HDR_GLOBAL_SEQ, HDR_LAST_KEYFRAME_SEQ, HDR_PRODUCER_PID, HDR_SHUTDOWN_FLAG, HDR_WRITE_OFFSET,
     SLOT_DATA_OFFSET, SLOT_DATA_SIZE, SLOT_DTS, SLOT_FLAGS, SLOT_PTS, SLOT_SEQ,
 };
-use crate::packet::PacketInfo;
 use crate::shm::{self, Mapping};
 use crate::wire::packet::PACKET_HEADER_SIZE;
 use crate::wire::{INVALID_SEQ, PACKET_FLAGS_KNOWN, PACKET_FLAG_DISCONTINUITY, PACKET_FLAG_KEY};
@@ -82,58 +77,6 @@ pub const LIVENESS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Overruns one `next_packet` call handles before its deadline applies to re-anchoring.
 const MAX_OVERRUNS_PER_POLL: u32 = 4;
-
-/// The largest packet a reader accepts by default: 64 MiB. The largest access units real
-/// streams carry are intra frames at 8K (7680x4320). A conforming H.264 stream at level 6.2
-/// bounds one to about 25 MB (384 bytes per macroblock over MinCR 2); HEVC and AV1 at their
-/// top levels' rates (800 Mbit/s, HEVC level 6.2 high tier) put an intra frame in the tens of
-/// MB. 64 MiB even holds an incompressible 8K 4:2:0 10-bit picture (59.3 MiB raw), so only
-/// mathematically lossless 4:2:2/4:4:4 at 8K needs more: raise it with
-/// `SubscriberOptions::max_packet_size`.
-pub const DEFAULT_MAX_PACKET_SIZE: u64 = 64 << 20;
-
-/// The largest data ring a reader maps by default: 256 MiB, four packets of the largest size
-/// above, or 2.7 s of the 800 Mbit/s of HEVC level 6.2 high tier (the publisher's default ring
-/// is 8 MiB). Every reader maps and populates the whole ring: raise it with
-/// `SubscriberOptions::max_packet_ring_size` for rings meant to hold more.
-pub const DEFAULT_MAX_PACKET_RING_SIZE: u64 = 256 << 20;
-
-/// What a reader accepts from a publisher (see "What a reader allocates" above).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PacketLimits {
-    /// The largest data ring (`data_size`, in bytes) mapped; a larger one is refused at open.
-    pub max_ring_size: u64,
-    /// The largest packet (bytes) read; a larger one is skipped as a loss.
-    pub max_packet_size: u64,
-}
-
-impl Default for PacketLimits {
-    fn default() -> Self {
-        PacketLimits {
-            max_ring_size: DEFAULT_MAX_PACKET_RING_SIZE,
-            max_packet_size: DEFAULT_MAX_PACKET_SIZE,
-        }
-    }
-}
-
-impl PacketLimits {
-    /// Limits from option values where 0 stands for the default (the C ABI's convention).
-    pub fn or_defaults(max_ring_size: u64, max_packet_size: u64) -> PacketLimits {
-        let d = PacketLimits::default();
-        PacketLimits {
-            max_ring_size: if max_ring_size == 0 {
-                d.max_ring_size
-            } else {
-                max_ring_size
-            },
-            max_packet_size: if max_packet_size == 0 {
-                d.max_packet_size
-            } else {
-                max_packet_size
-            },
-        }
-    }
-}
 
 /// Counters of a reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -208,7 +151,7 @@ impl PacketRingReader {
 
     /// [`Self::from_mapping`] with `limits`.
     pub fn from_mapping_with(map: Mapping, limits: PacketLimits) -> Result<PacketRingReader> {
-        let (geo, codec_id) = layout::validate_header(&map)?;
+        let (geo, codec_id) = shm_region::validate_header(&map)?;
         // Before the pages are populated: a ring is only mapped (address space) until then.
         if u64::from(geo.data_size) > limits.max_ring_size {
             return Err(Error::new(
@@ -255,6 +198,7 @@ impl PacketRingReader {
         self.codec_id
     }
 
+    /// Slots in the ring (`ring_slots` of the header, validated at open).
     pub fn ring_slots(&self) -> u32 {
         self.geo.ring_slots
     }
@@ -273,7 +217,7 @@ impl PacketRingReader {
     /// The codec extradata as it is now (it may be set after open, before the first packet),
     /// copied out with its size validated (<= 4096).
     pub fn extradata(&self) -> Result<Vec<u8>> {
-        layout::read_extradata(&self.map)
+        shm_region::read_extradata(&self.map)
     }
 
     /// Position at the newest keyframe (§10.8); when none was published yet, wait for the
@@ -316,6 +260,8 @@ impl PacketRingReader {
         self.spin = spin;
     }
 
+    /// Whether `next_packet` returns `PacketOverrun` once after a loss (on) or re-anchors at a
+    /// keyframe by itself (off, the default).
     pub fn set_overrun_errors(&mut self, on: bool) {
         self.overrun_errors = on;
     }
@@ -335,6 +281,7 @@ impl PacketRingReader {
         self.load(HDR_PRODUCER_PID, Ordering::Relaxed)
     }
 
+    /// The reader's counters.
     pub fn stats(&self) -> PacketReaderStats {
         self.stats
     }
@@ -687,26 +634,6 @@ impl PacketRingReader {
     }
 }
 
-/// Where `next_packet_into` copies a payload.
-pub trait PacketSink {
-    /// A buffer of exactly `len` bytes for the payload. Asked again, superseding the previous
-    /// buffer, when a copy raced the writer and another packet is read instead. An error
-    /// aborts the read (the packet is not consumed).
-    fn buffer(&mut self, len: usize) -> Result<&mut [u8]>;
-}
-
-/// A `Vec` keeps its capacity; only growth is zero-filled.
-impl PacketSink for Vec<u8> {
-    fn buffer(&mut self, len: usize) -> Result<&mut [u8]> {
-        if self.len() > len {
-            self.truncate(len);
-        } else {
-            self.resize(len, 0);
-        }
-        Ok(self.as_mut_slice())
-    }
-}
-
 impl std::fmt::Debug for PacketRingReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PacketRingReader")
@@ -716,86 +643,5 @@ impl std::fmt::Debug for PacketRingReader {
             .field("resync_after", &self.resync_after)
             .field("stats", &self.stats)
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod limit_tests {
-    use super::*;
-    use crate::packet::tests::writer;
-    use crate::wire::PACKET_FLAG_KEY;
-
-    const POLL: Option<Duration> = Some(Duration::ZERO);
-
-    fn limits(max_ring_size: u64, max_packet_size: u64) -> PacketLimits {
-        PacketLimits {
-            max_ring_size,
-            max_packet_size,
-        }
-    }
-
-    /// Issue #29 item 14: a reader mapped and populated whatever data ring the publisher
-    /// made. One larger than `max_ring_size` is refused at open, naming the option.
-    #[test]
-    fn a_ring_larger_than_the_bound_is_refused_at_open() {
-        let (w, _g) = writer("lim-ring", 4, 1 << 20);
-        let e = PacketRingReader::open_with(w.shm_name(), limits(1 << 19, 1 << 20)).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::NoMemory, "{e}");
-        assert!(e.message().contains("1048576 bytes"), "{e}");
-        assert!(e.message().contains("max_packet_ring_size 524288"), "{e}");
-        // At the bound it is read.
-        let r = PacketRingReader::open_with(w.shm_name(), limits(1 << 20, 1 << 30)).unwrap();
-        assert_eq!(r.max_packet_size(), 1 << 20, "never more than the ring");
-    }
-
-    /// A packet larger than `max_packet_size` is skipped before any buffer is asked for it,
-    /// counted, and the reader resumes at the next keyframe, flagged DISCONTINUITY; with
-    /// overrun errors on it says so once, naming the sizes and the option.
-    #[test]
-    fn an_oversized_packet_is_a_counted_loss() {
-        let (mut w, _g) = writer("lim-pkt", 8, 1 << 16);
-        for errors in [false, true] {
-            let mut r = PacketRingReader::open_with(w.shm_name(), limits(1 << 16, 1000)).unwrap();
-            r.set_overrun_errors(errors);
-            let base = w.stats().packets;
-            w.publish(&[1; 100], 0, 0, PACKET_FLAG_KEY).unwrap();
-            w.publish(&[2; 1001], 1, 1, PACKET_FLAG_KEY).unwrap();
-            w.publish(&[3; 10], 2, 2, 0).unwrap();
-            w.publish(&[4; 1000], 3, 3, PACKET_FLAG_KEY).unwrap();
-            let mut buf = Vec::new();
-            r.start_at(base + 1);
-            assert_eq!(r.next_packet(POLL, &mut buf).unwrap().seq, base + 1);
-            struct NoBuffer;
-            impl PacketSink for NoBuffer {
-                fn buffer(&mut self, len: usize) -> Result<&mut [u8]> {
-                    panic!("a buffer of {len} bytes was asked for");
-                }
-            }
-            if errors {
-                let e = r.next_packet_into(POLL, &mut NoBuffer).unwrap_err();
-                assert_eq!(e.code(), ErrorCode::PacketOverrun, "{e}");
-                let want = format!("packet {} is 1001 bytes", base + 2);
-                assert!(e.message().contains(&want), "{e}");
-                assert!(e.message().contains("max_packet_size 1000"), "{e}");
-            }
-            let info = r.next_packet(POLL, &mut buf).unwrap();
-            assert_eq!(
-                info.seq,
-                base + 4,
-                "the packet after it depends on it: skipped"
-            );
-            assert!(info.is_discontinuity());
-            assert_eq!(buf, vec![4; 1000]);
-            assert_eq!(r.stats().oversized, 1);
-            assert_eq!(r.stats().overruns, 0);
-            assert_eq!(r.stats().packets, 2);
-        }
-    }
-
-    #[test]
-    fn zero_limits_are_the_defaults() {
-        assert_eq!(PacketLimits::or_defaults(0, 0), PacketLimits::default());
-        assert_eq!(PacketLimits::or_defaults(5, 0).max_ring_size, 5);
-        assert_eq!(PacketLimits::or_defaults(0, 7).max_packet_size, 7,);
     }
 }

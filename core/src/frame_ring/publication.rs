@@ -12,7 +12,7 @@ use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::layout::FrameShm;
+use super::shm_region::FrameShm;
 use super::wait_stats::WaitCounters;
 use crate::error::Result;
 use crate::futex;

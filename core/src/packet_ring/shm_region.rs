@@ -24,25 +24,42 @@ use crate::wire::{
     PROTOCOL_VERSION,
 };
 
+/// Offset of the header's `magic`.
 pub const HDR_MAGIC: usize = offset_of!(PacketRingHeader, magic);
+/// Offset of the header's `proto_version`.
 pub const HDR_PROTO_VERSION: usize = offset_of!(PacketRingHeader, proto_version);
+/// Offset of the header's `ring_slots`.
 pub const HDR_RING_SLOTS: usize = offset_of!(PacketRingHeader, ring_slots);
+/// Offset of the header's `data_size`.
 pub const HDR_DATA_SIZE: usize = offset_of!(PacketRingHeader, data_size);
+/// Offset of the header's `codec_id`.
 pub const HDR_CODEC_ID: usize = offset_of!(PacketRingHeader, codec_id);
+/// Offset of the header's `codec_extradata_size`.
 pub const HDR_EXTRADATA_SIZE: usize = offset_of!(PacketRingHeader, codec_extradata_size);
+/// Offset of the header's `producer_pid`.
 pub const HDR_PRODUCER_PID: usize = offset_of!(PacketRingHeader, producer_pid);
 /// Also the R13 futex word (its low 32 bits; little-endian, so the same address).
 pub const HDR_GLOBAL_SEQ: usize = offset_of!(PacketRingHeader, global_seq);
+/// Offset of the header's `last_keyframe_seq`.
 pub const HDR_LAST_KEYFRAME_SEQ: usize = offset_of!(PacketRingHeader, last_keyframe_seq);
+/// Offset of the header's `write_offset`.
 pub const HDR_WRITE_OFFSET: usize = offset_of!(PacketRingHeader, write_offset);
+/// Offset of the header's `shutdown_flag`.
 pub const HDR_SHUTDOWN_FLAG: usize = offset_of!(PacketRingHeader, shutdown_flag);
+/// Offset of the header's `codec_extradata`.
 pub const HDR_EXTRADATA: usize = offset_of!(PacketRingHeader, codec_extradata);
 
+/// Offset of a slot's `seq`.
 pub const SLOT_SEQ: usize = offset_of!(PacketSlotEntry, seq);
+/// Offset of a slot's `pts_ns`.
 pub const SLOT_PTS: usize = offset_of!(PacketSlotEntry, pts_ns);
+/// Offset of a slot's `dts_ns`.
 pub const SLOT_DTS: usize = offset_of!(PacketSlotEntry, dts_ns);
+/// Offset of a slot's `data_offset`.
 pub const SLOT_DATA_OFFSET: usize = offset_of!(PacketSlotEntry, data_offset);
+/// Offset of a slot's `data_size`.
 pub const SLOT_DATA_SIZE: usize = offset_of!(PacketSlotEntry, data_size);
+/// Offset of a slot's `flags`.
 pub const SLOT_FLAGS: usize = offset_of!(PacketSlotEntry, flags);
 
 /// The validated, cached shape of one packet ring.
@@ -97,7 +114,8 @@ pub fn validate_config(ring_slots: u32, data_size: u32, extradata_len: usize) ->
     }
     if extradata_len > MAX_EXTRADATA_SIZE {
         return Err(Error::invalid(format!(
-            "codec extradata is {extradata_len} bytes; at most {MAX_EXTRADATA_SIZE} fit (§10.3)"
+            "codec extradata is {extradata_len} bytes; at most {MAX_EXTRADATA_SIZE} fit in the \
+             packet ring's header"
         )));
     }
     Ok(Geometry {
@@ -109,7 +127,9 @@ pub fn validate_config(ring_slots: u32, data_size: u32, extradata_len: usize) ->
 /// What [`check_header`] found in a packet header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeaderCheck {
+    /// The ring's validated shape.
     pub geometry: Geometry,
+    /// `AV_CODEC_ID_*` of the stream.
     pub codec_id: u32,
     /// `codec_extradata_size`, checked against [`MAX_EXTRADATA_SIZE`].
     pub extradata_size: u32,
@@ -234,11 +254,10 @@ mod tests {
         Mapping::map(std::os::fd::AsFd::as_fd(&fd), len, true, "layout test").unwrap()
     }
 
-    /// The reader and the inspector checked the header in two copies that disagreed: on an
-    /// object smaller than a header the reader said "smaller than" and the inspector "magic"
-    /// (it looked at the magic first); on one bigger than its geometry the reader refused it
-    /// and the inspector accepted it. One check now: it names both faults of a small object,
-    /// and only the reader's exact-size rule differs.
+    /// The reader and the inspector share one header check: on an object smaller than a
+    /// header it names both faults (the size and the magic), and only the reader's exact-size
+    /// rule differs (an object bigger than its geometry is refused by the reader, shown by the
+    /// inspector).
     #[test]
     fn one_header_check_for_readers_and_the_inspector() {
         let tiny = mem(256);

@@ -10,7 +10,7 @@ use core::mem::offset_of;
 
 use super::objects::open_readonly;
 use crate::error::{Error, Result};
-use crate::frames::layout::{
+use crate::frame_ring::shm_region::{
     FrameShm, FRAME_MEMORY_KIND_OFFSET, SUB_DELIVERED_OFFSET, SUB_DROPPED_OVERRUN_OFFSET,
     SUB_DROPPED_TORN_OFFSET,
 };
@@ -26,14 +26,18 @@ use crate::wire::{
 pub struct SubscriberSnapshot {
     /// The subscriber bit, 1..=31 (R2).
     pub bit: usize,
+    /// The slot's state.
     pub state: SubscriberState,
+    /// The subscriber's pid, as it recorded it.
     pub pid: u64,
     /// Whether `pid` is alive in our PID namespace.
     pub pid_alive: bool,
+    /// The subscriber's name (`consumer_name`).
     pub name: String,
     /// Its bit is in `subscriber_bitmap`: it reads frames (a packets-only subscriber, or
     /// one the publisher declared dead, has a slot but no bit).
     pub reads_frames: bool,
+    /// The seq of the last frame it ACKed.
     pub last_seen_seq: u64,
     /// CLOCK_REALTIME ns of the last ACK; 0 = none yet.
     pub last_ack_ns: i64,
@@ -41,21 +45,27 @@ pub struct SubscriberSnapshot {
     pub lag: u64,
     /// Time since its last ACK, when it has ACKed.
     pub ack_age: Option<Duration>,
+    /// Frames delivered to it.
     pub delivered: u64,
+    /// Frames it lost to lapping (DROP_OLDEST).
     pub dropped_overrun: u64,
+    /// Frames it dropped because they were rewritten while it copied them.
     pub dropped_torn: u64,
 }
 
 impl SubscriberSnapshot {
+    /// Frames lost, whatever the reason.
     pub fn drops(&self) -> u64 {
         self.dropped_overrun.saturating_add(self.dropped_torn)
     }
 
+    /// The state's name (see [`state_name`]).
     pub fn state_name(&self) -> &'static str {
         state_name(self.state)
     }
 }
 
+/// The name of a subscriber state, as the tool prints it.
 pub fn state_name(s: SubscriberState) -> &'static str {
     match s {
         SubscriberState::Free => "free",
@@ -68,29 +78,45 @@ pub fn state_name(s: SubscriberState) -> &'static str {
 /// What a frame SHM object says, at one instant.
 #[derive(Debug, Clone)]
 pub struct FrameSnapshot {
+    /// The object's name relative to /dev/shm.
     pub shm_name: String,
     /// Size of the object in bytes (7424, R1).
     pub size: usize,
+    /// The publisher library's version (major, minor, patch).
     pub lib_version: (u32, u32, u32),
+    /// The publisher's pid, as it recorded it.
     pub producer_pid: u64,
+    /// Slots in the ring.
     pub ring_size: usize,
+    /// DROP_OLDEST or STRICT_WAIT.
     pub policy: Policy,
+    /// The frames' pixel format.
     pub format: Format,
+    /// Frame width in pixels.
     pub width: u32,
+    /// Frame height in pixels.
     pub height: u32,
+    /// Bytes per row of the luma plane.
     pub pitch_y: u32,
+    /// Bytes per row of the chroma plane(s).
     pub pitch_uv: u32,
+    /// Bytes of one frame (all planes).
     pub frame_size_bytes: u64,
     /// The ring's memory (extension at 0x00DC); `None` = not recorded.
     pub memory_kind: Option<MemoryKind>,
+    /// The seq of the newest published frame.
     pub global_seq: u64,
+    /// The subscriber bits in use.
     pub subscriber_bitmap: u64,
+    /// Whether the publisher has set the shutdown flag.
     pub shutdown: bool,
     /// R28: subscribers asleep on the futex right now.
     pub waiters: u32,
+    /// The subscriber slots in use.
     pub subscribers: Vec<SubscriberSnapshot>,
     /// Oddities that do not stop the snapshot (a stale bit, an unknown state value).
     pub warnings: Vec<String>,
+    /// When the snapshot was taken (for rates between two).
     pub taken: Instant,
 }
 
@@ -124,7 +150,9 @@ pub fn read_frame_shm(name: &str) -> Result<FrameSnapshot> {
     let mut warnings = Vec::new();
 
     if size != FRAME_SHM_SIZE {
-        warnings.push(format!("object is {size} bytes, not {FRAME_SHM_SIZE} (R1)"));
+        warnings.push(format!(
+            "object is {size} bytes, not {FRAME_SHM_SIZE} (the one size of a frame SHM)"
+        ));
     }
     let lib_version = (
         u32_at(offset_of!(SharedHeader, lib_version_major)),
@@ -195,7 +223,7 @@ pub fn read_frame_shm(name: &str) -> Result<FrameSnapshot> {
     let waiters = shm.waiters().load(Ordering::Relaxed);
 
     if shm.sub_state(0).load(Ordering::Acquire) != 0 {
-        warnings.push("subscriber slot 0 (the reserved sentinel, R2) is in use".into());
+        warnings.push("subscriber slot 0 (reserved, never assigned) is in use".into());
     }
     let mut subscribers = Vec::new();
     for bit in 1..=MAX_SUBSCRIBERS {

@@ -1,7 +1,7 @@
 //! The frame ring (§2, §5, §6): decoded frames in slots of CUDA VMM or host memory, one
 //! writer (the publisher) and up to 31 readers (subscribers).
 //!
-//! - [`layout`]: typed access to the frame SHM and the checks a reader makes of it.
+//! - [`shm_region`]: typed access to the frame SHM and the checks a reader makes of it.
 //! - [`writer`]: [`FrameWriter`], creation of the ring, slot acquisition, the R24 publish order
 //!   and STRICT_WAIT (R11, R27).
 //! - [`reader`]: the R10 seqlock read, lapping, and the ACK gate (R12, R23) that keeps a
@@ -14,13 +14,13 @@
 //! `subscriber/` orchestrate them and call into this module.
 
 pub mod ack_page;
-pub mod layout;
 #[cfg(all(test, loom))]
 mod loom_models;
 pub mod publication;
 pub mod reader;
 #[cfg(all(test, not(loom)))]
 mod reader_tests;
+pub mod shm_region;
 pub mod wait_stats;
 pub mod writer;
 

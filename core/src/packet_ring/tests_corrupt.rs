@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::layout::*;
+use super::shm_region::*;
 use super::tests::writer;
 use super::*;
 use crate::error::ErrorCode;

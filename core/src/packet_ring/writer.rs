@@ -32,8 +32,8 @@ use std::sync::atomic::{fence, Ordering};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::futex;
-use crate::packet::layout::{self, Geometry};
-use crate::packet::layout::{
+use crate::packet_ring::shm_region::{self, Geometry};
+use crate::packet_ring::shm_region::{
     HDR_CODEC_ID, HDR_DATA_SIZE, HDR_EXTRADATA, HDR_EXTRADATA_SIZE, HDR_GLOBAL_SEQ,
     HDR_LAST_KEYFRAME_SEQ, HDR_MAGIC, HDR_PRODUCER_PID, HDR_PROTO_VERSION, HDR_RING_SLOTS,
     HDR_SHUTDOWN_FLAG, HDR_WRITE_OFFSET, SLOT_DATA_OFFSET, SLOT_DATA_SIZE, SLOT_DTS, SLOT_FLAGS,
@@ -113,8 +113,11 @@ impl PacketRingWriter {
     /// grants the group and others: a reader that could write it could also truncate it, and
     /// every mapping of a truncated object faults (SIGBUS in the publisher and every reader).
     pub fn create(key: &Key, config: PacketRingConfig, file_mode: u32) -> Result<PacketRingWriter> {
-        let geo =
-            layout::validate_config(config.ring_slots, config.data_size, config.extradata.len())?;
+        let geo = shm_region::validate_config(
+            config.ring_slots,
+            config.data_size,
+            config.extradata.len(),
+        )?;
         let (name, _fd, map) = shm::create_staged(
             &key.packet_shm_name(),
             geo.shm_size(),
@@ -194,7 +197,7 @@ impl PacketRingWriter {
     pub fn set_extradata(&mut self, extradata: &[u8]) -> Result<()> {
         if extradata.len() > crate::wire::MAX_EXTRADATA_SIZE {
             return Err(Error::invalid(format!(
-                "codec extradata is {} bytes; at most {} fit (§10.3)",
+                "codec extradata is {} bytes; at most {} fit in the packet ring's header",
                 extradata.len(),
                 crate::wire::MAX_EXTRADATA_SIZE
             )));
@@ -206,12 +209,12 @@ impl PacketRingWriter {
                 return Ok(());
             }
             return Err(Error::invalid(
-                "codec extradata is already set and fixed for the publisher's lifetime (§10.3)",
+                "codec extradata is already set and fixed for the publisher's lifetime",
             ));
         }
         if self.seq != 0 {
             return Err(Error::invalid(
-                "codec extradata must be set before the first packet is published (§10.3)",
+                "codec extradata must be set before the first packet is published",
             ));
         }
         // Bytes first, then the size with release: a reader that acquires the size sees them.
@@ -322,14 +325,17 @@ impl PacketRingWriter {
         &self.name
     }
 
+    /// `AV_CODEC_ID_*` of the stream.
     pub fn codec_id(&self) -> u32 {
         self.codec_id
     }
 
+    /// Slots in the ring.
     pub fn ring_slots(&self) -> u32 {
         self.geo.ring_slots
     }
 
+    /// Size of the data ring in bytes.
     pub fn data_size(&self) -> u32 {
         self.geo.data_size
     }
@@ -349,6 +355,7 @@ impl PacketRingWriter {
         self.last_keyframe_seq
     }
 
+    /// The writer's counters.
     pub fn stats(&self) -> PacketWriterStats {
         PacketWriterStats {
             packets: self.seq,

@@ -13,8 +13,8 @@ use crate::sync::{fence, Mutex, Ordering};
 use std::os::fd::OwnedFd;
 
 use crate::error::{Error, Result};
-use crate::frames::ack_page::{AckPage, Counter};
-use crate::frames::layout::FrameShm;
+use crate::frame_ring::ack_page::{AckPage, Counter};
+use crate::frame_ring::shm_region::FrameShm;
 use crate::futex;
 use crate::memory::SlotImport;
 use crate::util::{realtime_ns, Origin};
@@ -123,6 +123,7 @@ impl RingView {
 /// Counters of one subscriber (also visible to operators in its SHM slot).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FrameStats {
+    /// Frames handed to this subscriber.
     pub delivered: u64,
     /// Frames overwritten before this subscriber read them (DROP_OLDEST lapping).
     pub dropped_overrun: u64,

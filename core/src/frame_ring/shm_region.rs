@@ -30,6 +30,7 @@ pub struct FrameShm {
 }
 
 impl FrameShm {
+    /// The frame SHM in `map`, which must be at least `FRAME_SHM_SIZE` bytes (nothing is read yet).
     pub fn new(map: shm::Mapping) -> Result<FrameShm> {
         if map.len() < FRAME_SHM_SIZE {
             return Err(Error::protocol(format!(
@@ -58,6 +59,7 @@ impl FrameShm {
         }
     }
 
+    /// The mapping underneath.
     pub fn mapping(&self) -> &Mapping {
         &self.map
     }
@@ -158,14 +160,17 @@ impl FrameShm {
         self.map.load_u64(offset, Ordering::Acquire)
     }
 
+    /// The header's `producer_pid`.
     pub fn producer_pid(&self) -> u64 {
         self.u64_at(offset_of!(SharedHeader, producer_pid))
     }
 
+    /// The header's policy; `None` for a value no policy has.
     pub fn policy(&self) -> Option<Policy> {
         Policy::from_u64(self.u64_at(offset_of!(SharedHeader, policy)))
     }
 
+    /// The header's `global_seq`: the seq of the newest published frame.
     pub fn global_seq(&self) -> Shared64<'_> {
         self.map.atomic_u64(offset_of!(SharedHeader, global_seq))
     }
@@ -180,24 +185,29 @@ impl FrameShm {
         self.map.atomic_u32(FRAME_WAITERS_OFFSET)
     }
 
+    /// The header's bitmap of the subscriber bits in use.
     pub fn subscriber_bitmap(&self) -> Shared64<'_> {
         self.map
             .atomic_u64(offset_of!(SharedHeader, subscriber_bitmap))
     }
 
+    /// The header's `shutdown_flag` (non-zero once the publisher ends).
     pub fn shutdown_flag(&self) -> Shared64<'_> {
         self.map.atomic_u64(offset_of!(SharedHeader, shutdown_flag))
     }
 
+    /// Slot `k`'s `seq` (`INVALID_SEQ` while it is written).
     pub fn slot_seq(&self, k: usize) -> Shared64<'_> {
         self.map.atomic_u64(slot_offset(k) + offset_of!(Slot, seq))
     }
 
+    /// Slot `k`'s `pts_ns`.
     pub fn slot_pts(&self, k: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(slot_offset(k) + offset_of!(Slot, pts_ns))
     }
 
+    /// Slot `k`'s `ack_bitmap`.
     pub fn slot_ack(&self, k: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(slot_offset(k) + offset_of!(Slot, ack_bitmap))
@@ -209,35 +219,42 @@ impl FrameShm {
             .atomic_u32(slot_offset(k) + offset_of!(Slot, ack_bitmap))
     }
 
+    /// Slot `k`'s `written_bytes`.
     pub fn slot_written(&self, k: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(slot_offset(k) + offset_of!(Slot, written_bytes))
     }
 
+    /// Subscriber slot `i`'s `state` (`SubscriberState`).
     pub fn sub_state(&self, i: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(subscriber_offset(i) + offset_of!(Sub, state))
     }
 
+    /// Subscriber slot `i`'s `consumer_pid`.
     pub fn sub_pid(&self, i: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(subscriber_offset(i) + offset_of!(Sub, consumer_pid))
     }
 
+    /// Subscriber slot `i`'s `last_seen_seq`.
     pub fn sub_last_seen(&self, i: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(subscriber_offset(i) + offset_of!(Sub, last_seen_seq))
     }
 
+    /// Subscriber slot `i`'s `last_ack_ns`.
     pub fn sub_last_ack_ns(&self, i: usize) -> Shared64<'_> {
         self.map
             .atomic_u64(subscriber_offset(i) + offset_of!(Sub, last_ack_ns))
     }
 
+    /// Subscriber slot `i`'s counter at offset `which` within the slot (`SUB_*_OFFSET`).
     pub fn sub_counter(&self, i: usize, which: usize) -> Shared64<'_> {
         self.map.atomic_u64(subscriber_offset(i) + which)
     }
 
+    /// Subscriber slot `i`'s `consumer_name`.
     pub fn sub_name(&self, i: usize) -> String {
         let mut raw = [0u8; 32];
         self.map.read_bytes(

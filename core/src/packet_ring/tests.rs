@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::layout::*;
+use super::shm_region::*;
 use super::*;
 use crate::error::ErrorCode;
 use crate::paths::Key;

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::frames::ack_page::AckPage;
-use crate::frames::layout::FrameShm;
-use crate::frames::publication::Publication;
+use crate::frame_ring::ack_page::AckPage;
+use crate::frame_ring::publication::Publication;
+use crate::frame_ring::shm_region::FrameShm;
 use crate::futex;
 use crate::wire::MAX_SUBSCRIBER_SLOTS;
 

@@ -6,8 +6,8 @@
 use std::sync::atomic::Ordering;
 
 use super::ack_page::AckPage;
-use super::layout::FrameShm;
 use super::reader::{Attempt, FrameReader, RingView};
+use super::shm_region::FrameShm;
 use crate::memory::SlotImport;
 use crate::wire::frame::FRAME_SHM_SIZE;
 use crate::wire::{MemoryKind, Policy, INVALID_SEQ};

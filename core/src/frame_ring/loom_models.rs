@@ -20,9 +20,9 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::AtomicU64;
 
 use super::ack_page::AckPage;
-use super::layout::FrameShm;
 use super::publication::Publication;
 use super::reader::{Attempt, FrameReader, RingView};
+use super::shm_region::FrameShm;
 use crate::memory::SlotImport;
 use crate::sync::{fence, Ordering};
 use crate::wire::{MemoryKind, Policy, INVALID_SEQ};
