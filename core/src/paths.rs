@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorCode, Result};
 use crate::wire::MAX_KEY_LEN;
 
+pub use crate::wire::generation::{
+    generation_name, split_generation, GENERATION_DIGITS, GENERATION_SEPARATOR,
+};
+
 /// Default socket directory (R16).
 pub const DEFAULT_RUNTIME_DIR: &str = "/run/cuframes";
 /// Environment variable overriding the socket directory (R16).
@@ -56,35 +60,6 @@ impl Key {
     pub fn is_packet_shm(&self, name: &str) -> bool {
         split_generation(name).0 == self.packet_shm_name()
     }
-}
-
-/// Separates an SHM name from its generation (`cuframes-cam1.0123456789abcdef`). Keys have
-/// no '.', so a generation name is nobody's key: a ring that another user keeps from its
-/// name (/dev/shm is sticky: a name someone else created first stays theirs) lives under
-/// its generation name, which HELLO_RESP announces (R19), and the staged object that a new
-/// ring is built in before it is renamed to its name has one too.
-pub const GENERATION_SEPARATOR: char = '.';
-/// Hex digits of a generation (64 random bits).
-pub const GENERATION_DIGITS: usize = 16;
-
-/// `<name>.<generation>`: an SHM name under which nobody else can have created an object
-/// first (`generation` is 64 random bits).
-pub fn generation_name(name: &str, generation: u64) -> String {
-    format!("{name}{GENERATION_SEPARATOR}{generation:016x}")
-}
-
-/// `(name, Some(generation))` for a generation name `<name>.<16 lowercase hex digits>`,
-/// `(name, None)` for any other name.
-pub fn split_generation(name: &str) -> (&str, Option<u64>) {
-    if let Some((base, digits)) = name.rsplit_once(GENERATION_SEPARATOR) {
-        let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
-        if digits.len() == GENERATION_DIGITS && digits.chars().all(hex) {
-            if let Ok(g) = u64::from_str_radix(digits, 16) {
-                return (base, Some(g));
-            }
-        }
-    }
-    (name, None)
 }
 
 /// The keys whose SHM objects `name` (or the name before its generation) can be: as a frame

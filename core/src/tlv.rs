@@ -709,7 +709,7 @@ fn check_consumer_name(name: &[u8]) -> Result<String> {
 }
 
 /// SHM paths: `[A-Za-z0-9_-]` and an optional leading '/', at most 255 bytes (R19), with
-/// an optional generation suffix: '.' and 16 lowercase hex digits (`paths::split_generation`).
+/// an optional generation suffix: '.' and 16 lowercase hex digits (`wire::generation::split_generation`).
 fn check_shm_path(path: &[u8], field: &str) -> Result<String> {
     if path.len() > MAX_SHM_PATH_LEN {
         return Err(Error::protocol(format!(
@@ -718,7 +718,7 @@ fn check_shm_path(path: &[u8], field: &str) -> Result<String> {
         )));
     }
     let body = path.strip_prefix(b"/").unwrap_or(path);
-    let body = match std::str::from_utf8(body).map(crate::paths::split_generation) {
+    let body = match std::str::from_utf8(body).map(crate::wire::generation::split_generation) {
         Ok((base, Some(_))) => base.as_bytes(),
         _ => body,
     };

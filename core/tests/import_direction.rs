@@ -24,18 +24,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Known violations, each to be fixed in the module it names; the check fails when one of
-/// them no longer occurs, so that its entry goes with the fix.
-const PENDING: &[&str] = &[
-    "mutual: codec/av1.rs <-> codec/mod.rs",
-    "mutual: codec/h264.rs <-> codec/mod.rs",
-    "mutual: codec/hevc.rs <-> codec/mod.rs",
-    "mutual: memory/cuda.rs <-> memory/mod.rs",
-    "mutual: memory/host.rs <-> memory/mod.rs",
-    "mutual: publisher/mod.rs <-> publisher/server.rs",
-    "upward: tlv.rs -> paths.rs",
-];
-
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
     Ident(String),
@@ -681,20 +669,10 @@ fn imports_run_down_the_layers_and_never_both_ways() {
             }
         }
     }
-    let pending: BTreeSet<&str> = PENDING.iter().copied().collect();
-    let mut report = Vec::new();
-    for (key, details) in &found {
-        if !pending.contains(key.as_str()) {
-            report.push(format!("{key}\n    {}", details.join("\n    ")));
-        }
-    }
-    for key in pending {
-        if !found.contains_key(key) {
-            report.push(format!(
-                "{key}\n    no longer occurs: remove it from PENDING"
-            ));
-        }
-    }
+    let report: Vec<String> = found
+        .iter()
+        .map(|(key, details)| format!("{key}\n    {}", details.join("\n    ")))
+        .collect();
     assert!(
         report.is_empty(),
         "imports against the layer table of core/src/lib.rs, or both ways between two \

@@ -1,5 +1,5 @@
 //! Protocol v4 wire layer: the constants, enums and byte layouts of `protocol-v4.md` with the
-//! project's resolutions (`docs/protocol.md`, R1–R30).
+//! project's resolutions (`docs/protocol.md`, R1–R33).
 //!
 //! The shared-memory structs are `repr(C)` with native integers rather than zerocopy's
 //! byte-order wrappers: the `global_seq`, `seq` and bitmap fields are accessed atomically
@@ -9,6 +9,7 @@
 
 pub mod ack_page;
 pub mod frame;
+pub mod generation;
 pub mod meta_ext;
 pub mod packet;
 mod shm_header;
