@@ -38,13 +38,13 @@ impl TestEnv {
 impl Drop for TestEnv {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}", self.key));
-        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}-packets", self.key));
-        // Generation names (`cuframes-KEY.<16 hex>`, a ring whose plain name someone else
-        // held) are the key's too.
         let Ok(key) = cuframes_core::Key::new(&self.key) else {
             return;
         };
+        let _ = cuframes_core::shm::unlink(&key.frame_shm_name());
+        let _ = cuframes_core::shm::unlink(&key.packet_shm_name());
+        // Generation names (`cuframes-KEY.<16 hex>`, a ring whose plain name someone else
+        // held) are the key's too.
         for entry in std::fs::read_dir("/dev/shm")
             .into_iter()
             .flatten()

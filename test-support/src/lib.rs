@@ -3,7 +3,9 @@
 //!
 //! - [`TestEnv`]: a private runtime directory and key per test, cleaned up also on failure;
 //! - the frame pattern ([`planes_for`], [`publish_pattern`], [`verify_frame`]);
-//! - [`Rng`] (replayable), [`RunDelay`] (CPU starvation), [`Children`] (reaped children);
+//! - [`Rng`] (replayable), [`RunDelay`] (CPU starvation);
+//! - [`child`]: the test binary re-executed in a role, and [`Children`] reaped when a test ends;
+//! - the names of a key's SHM objects ([`frame_shm_name`], [`packet_shm_name`], [`shm_path`]);
 //! - CUDA: [`no_cuda`], [`CudaCheck`], [`verify_any`];
 //! - [`ffmpeg`]: the FFmpeg end-to-end tests' world (finding the build, children, framemd5);
 //! - [`OperatorScene`]: the live publisher the operator-tool tests read;
@@ -11,7 +13,7 @@
 //!
 //! Test code only: never a dependency of a production crate.
 
-mod children;
+pub mod child;
 mod cuda;
 mod env;
 pub mod ffmpeg;
@@ -19,15 +21,17 @@ mod pattern;
 mod rng;
 mod run_delay;
 mod scene;
+mod shm_names;
 mod sockets;
 mod wait;
 
-pub use children::{role_command, run_role, wait_for_result, Children, ROLE_ENV};
+pub use child::{role_command, run_role, wait_for_result, Children};
 pub use cuda::{no_cuda, verify_any, CudaCheck};
 pub use env::TestEnv;
 pub use pattern::{fill_pattern, pattern_byte, planes_for, publish_pattern, verify_frame};
 pub use rng::Rng;
 pub use run_delay::RunDelay;
 pub use scene::{publish_filler, OperatorScene, WEIRD_NAME};
+pub use shm_names::{frame_shm_name, packet_shm_name, shm_path};
 pub use sockets::squat_never_accepting;
 pub use wait::wait_until;
