@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Children, TestEnv};
+use common::{child, Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::tlv::{HelloReq, Message};
@@ -36,7 +36,7 @@ fn can_act_as_others() -> bool {
 /// `role_command`, run as `uid` (group 0) with stdin piped: a child that holds what it took
 /// until its stdin closes.
 fn role_as(role: &str, env: &TestEnv, uid: u32, extra: &[(&str, String)]) -> Command {
-    let base = common::role_command(role, env);
+    let base = child::role_command(role, env);
     let mut cmd = Command::new("setpriv");
     cmd.args([
         format!("--reuid={uid}"),
@@ -93,7 +93,7 @@ fn spawn(children: &mut Children, mut cmd: Command) -> BufReader<ChildStdout> {
 /// `role_command`.
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(common::ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();

@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{child, TestEnv};
 use cuframes_core::format::FrameLayout;
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::tlv::{self, HelloResp, Message, SubscribeResp, VmmFds};
@@ -632,7 +632,7 @@ fn oversized_packets_are_a_counted_loss_and_a_raised_bound_reads_them() {
 /// The re-executed children of this binary (`common::role_command`) run here.
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(common::ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     match role.as_str() {
@@ -684,7 +684,7 @@ fn a_stream_of_oversized_packets_is_reported_once() {
     let _serial = serial();
     let env = TestEnv::new("hp-diag");
     for errors in [false, true] {
-        let mut cmd = common::role_command("oversized_reader", &env);
+        let mut cmd = child::role_command("oversized_reader", &env);
         cmd.env("CUFRAMES_OVERRUN_ERRORS", if errors { "1" } else { "0" })
             .stderr(std::process::Stdio::piped());
         let out = cmd.output().unwrap();

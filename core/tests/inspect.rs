@@ -6,11 +6,11 @@ use cuframes_test_support as common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Children, TestEnv};
+use common::{child, Children, TestEnv};
 use cuframes_core::inspect::{self, Liveness, SocketState};
 use cuframes_core::packet::{PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
@@ -19,8 +19,6 @@ use cuframes_core::wire::{
     Format, MemoryKind, Policy, SubscriberState, CODEC_ID_H264, PACKET_FLAG_KEY,
 };
 use cuframes_core::{ErrorCode, Key};
-
-const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
 
 fn publish(p: &Publisher) -> u64 {
     let layout = p.frame_layout().unwrap().clone();
@@ -44,7 +42,7 @@ fn shm_exists(name: &str) -> bool {
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
@@ -84,15 +82,7 @@ fn child_entry() {
 }
 
 fn spawn_publisher(env: &TestEnv) -> Child {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "publisher")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut child = child::role_command("publisher", env).spawn().unwrap();
     let mut line = String::new();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     loop {

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{publish_pattern, Children, TestEnv, ROLE_ENV};
+use common::{child, publish_pattern, Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::Format;
@@ -20,7 +20,7 @@ use cuframes_core::ErrorCode;
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     match role.as_str() {
@@ -68,13 +68,8 @@ fn start_impostor(env: &TestEnv) -> Children {
     // The directory's group may create names in it (what lets the impostor in).
     std::os::unix::fs::chown(&env.dir, Some(0), Some(0)).unwrap();
     std::fs::set_permissions(&env.dir, std::fs::Permissions::from_mode(0o770)).unwrap();
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=0", "--clear-groups"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "impostor")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+    let mut cmd = child::command_as(&child::OTHER_USER_GROUP_0, "impostor");
+    child::in_env(&mut cmd, env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());

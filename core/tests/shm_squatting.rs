@@ -15,12 +15,12 @@ use cuframes_test_support as common;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Children, TestEnv, ROLE_ENV};
+use common::{child, Children, TestEnv};
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
@@ -111,7 +111,7 @@ fn packets() -> PacketRingConfig {
 }
 
 fn run_child(role: &str, env: &TestEnv) -> (Option<i32>, String, String) {
-    let out = common::role_command(role, env)
+    let out = child::role_command(role, env)
         .stderr(Stdio::piped())
         .output()
         .unwrap();
@@ -124,7 +124,7 @@ fn run_child(role: &str, env: &TestEnv) -> (Option<i32>, String, String) {
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
@@ -391,13 +391,8 @@ fn a_squatter_racing_every_replacement_never_stops_the_publisher() {
     // directory must be searchable by it (TestEnv's is 0755 under /tmp).
     let stop = env.dir.join("stop");
     let release = env.dir.join("release");
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=0", "--clear-groups"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "squatter")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+    let mut cmd = child::command_as(&child::OTHER_USER_GROUP_0, "squatter");
+    child::in_env(&mut cmd, &env)
         .env("SQUAT_STOP", &stop)
         .env("SQUAT_RELEASE", &release)
         .stdout(Stdio::piped())
@@ -487,7 +482,7 @@ fn a_squatter_racing_every_replacement_never_stops_the_publisher() {
     stop_readers.store(true, Ordering::Relaxed);
     let got: Vec<(u64, u64)> = readers.into_iter().map(|r| r.join().unwrap()).collect();
     std::fs::write(&stop, b"").unwrap();
-    let (code, fields, out) = common::wait_for_result(&mut children.0[0]);
+    let (code, fields, out) = child::wait_for_result(&mut children.0[0]);
     assert_eq!(code, Some(0), "the squatter failed: {out}");
     let fields = fields.unwrap_or_else(|| panic!("no RESULT from the squatter: {out}"));
     eprintln!(

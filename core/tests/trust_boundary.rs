@@ -11,7 +11,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{child, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::tlv::{self, Message};
@@ -81,12 +81,10 @@ fn peers_that_never_read_do_not_block_the_server() {
     );
 }
 
-const ROLE_ENV: &str = "CUFRAMES_FAIRNESS_ROLE";
-
 /// Re-executed as a child process (another pid) for the connect flood.
 #[test]
 fn child_entry() {
-    if std::env::var(ROLE_ENV).as_deref() != Ok("flood") {
+    if child::role().as_deref() != Some("flood") {
         return;
     }
     let socket = std::env::var("CUFRAMES_FLOOD_SOCKET").unwrap();
@@ -117,9 +115,7 @@ fn a_connection_flood_from_one_process_does_not_lock_others_out() {
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
     p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
         .unwrap();
-    let mut flood = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "flood")
+    let mut flood = child::command("flood")
         .env("CUFRAMES_FLOOD_SOCKET", p.socket_path())
         .spawn()
         .unwrap();

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{squat_never_accepting, Children, TestEnv, ROLE_ENV};
+use common::{child, squat_never_accepting, Children, TestEnv};
 use cuframes_core::publisher::Publisher;
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::{ErrorCode, Key};
@@ -27,7 +27,7 @@ const HUNG: Duration = Duration::from_secs(15);
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     match role.as_str() {
@@ -64,24 +64,17 @@ impl Squatter {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
         let other_uid = root && Command::new("setpriv").arg("--version").output().is_ok();
-        let exe = std::env::current_exe().unwrap();
         let mut cmd = if other_uid {
             // Another user in the directory's group, which may create names in it.
             use std::os::unix::fs::PermissionsExt;
             std::os::unix::fs::chown(&env.dir, Some(0), Some(0)).unwrap();
             std::fs::set_permissions(&env.dir, std::fs::Permissions::from_mode(0o770)).unwrap();
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=0", "--clear-groups"])
-                .arg(exe);
-            c
+            child::command_as(&child::OTHER_USER_GROUP_0, "squatter")
         } else {
             println!("(squatter runs as this user: needs root and setpriv for another uid)");
-            Command::new(exe)
+            child::command("squatter")
         };
-        cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-            .env(ROLE_ENV, "squatter")
-            .env("CUFRAMES_TEST_KEY", &env.key)
-            .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+        child::in_env(&mut cmd, env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

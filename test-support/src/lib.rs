@@ -27,7 +27,7 @@ mod shm_names;
 mod sockets;
 mod wait;
 
-pub use child::{role_command, run_role, wait_for_result, Children};
+pub use child::Children;
 pub use cuda::{no_cuda, verify_any, CudaCheck};
 pub use cuda_pair::{
     busy_iterations_for, cuda_copy_options, cuda_pair, cuda_publisher, cuda_ring,

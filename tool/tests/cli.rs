@@ -7,18 +7,17 @@ use cuframes_test_support as common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{publish_filler, OperatorScene, TestEnv, WEIRD_NAME};
+use common::{child, publish_filler, OperatorScene, TestEnv, WEIRD_NAME};
 use cuframes_core::packet::{PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, CODEC_ID_H264, PACKET_FLAG_KEY};
 use cuframes_core::Key;
 
-const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
 const BIN: &str = env!("CARGO_BIN_EXE_cuframes");
 
 fn run(env: &TestEnv, args: &[&str]) -> Output {
@@ -55,7 +54,7 @@ impl Drop for Children {
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     assert_eq!(role, "publisher");
@@ -89,14 +88,8 @@ fn child_entry() {
 
 /// A publisher (frames + packets, objects with `mode`) in a child process, SIGKILLed.
 fn dead_publisher(env: &TestEnv, mode: &str) -> u32 {
-    let mut kids = Children(vec![Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "publisher")
-        .env("CUFRAMES_TEST_KEY", &env.key)
+    let mut kids = Children(vec![child::role_command("publisher", env)
         .env("CUFRAMES_TEST_MODE", mode)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
         .spawn()
         .unwrap()]);
     let child = &mut kids.0[0];

@@ -21,14 +21,13 @@ use std::process::{ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{planes_for, publish_pattern, verify_frame, Children, TestEnv};
+use common::{child, planes_for, publish_pattern, verify_frame, Children, TestEnv};
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, CODEC_ID_H264, PACKET_FLAG_KEY};
 use cuframes_core::ErrorCode;
 
-const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
 const KEY_ENV: &str = "CUFRAMES_TEST_KEY";
 const CLI: &str = env!("CARGO_BIN_EXE_cuframes");
 
@@ -39,7 +38,7 @@ fn packet_payload(n: u64) -> Vec<u8> {
 
 #[test]
 fn containers_child() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var(KEY_ENV).unwrap();
@@ -160,7 +159,7 @@ fn namespace(env: &TestEnv, hide: &Path, script: &str, role: &str) -> std::proce
         .env("EXE", std::env::current_exe().unwrap())
         .env("CLI", CLI)
         .env(KEY_ENV, &env.key)
-        .env(ROLE_ENV, role)
+        .env(child::ROLE_ENV, role)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

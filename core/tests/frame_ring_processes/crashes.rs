@@ -5,7 +5,7 @@ use cuframes_test_support as common;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use common::{wait_until, Children, TestEnv};
+use common::{child, wait_until, Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, Policy};
@@ -111,7 +111,7 @@ fn sigkilled_subscribers_do_not_stall_strict_wait() {
     );
     drop(p);
     for c in kids.0.iter_mut().skip(2) {
-        let (code, r, out) = common::wait_for_result(c);
+        let (code, r, out) = child::wait_for_result(c);
         let (code, r) = (
             code.unwrap_or(-1),
             r.unwrap_or_else(|| panic!("no RESULT in {out:?}")),

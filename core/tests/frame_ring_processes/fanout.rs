@@ -4,7 +4,7 @@ use cuframes_test_support as common;
 
 use std::time::Duration;
 
-use common::{wait_until, Children, TestEnv};
+use common::{child, wait_until, Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, Policy};
@@ -63,7 +63,7 @@ fn run_fanout(n: usize, policy: Policy, frames: u64, zero_copy_every: usize) {
     drop(p);
     let mut total = 0;
     for c in kids.0.iter_mut() {
-        let (code, r, out) = common::wait_for_result(c);
+        let (code, r, out) = child::wait_for_result(c);
         let (code, r) = (
             code.unwrap_or(-1),
             r.unwrap_or_else(|| panic!("no RESULT in {out:?}")),

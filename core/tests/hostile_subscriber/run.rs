@@ -207,7 +207,7 @@ fn run(policy: Policy) {
     let elapsed = start.elapsed();
     // The hostile child ends by itself after `secs`.
     let hostile_child = kids.0.last_mut().unwrap();
-    let (h_code, h, h_out) = common::wait_for_result(hostile_child);
+    let (h_code, h, h_out) = child::wait_for_result(hostile_child);
     let h = h.unwrap_or_default();
     if policy == Policy::StrictWait {
         // Every honest subscriber ACKs everything before we shut down.
@@ -224,7 +224,7 @@ fn run(policy: Policy) {
     drop(p);
     let mut honest_results = Vec::new();
     for c in kids.0.iter_mut().take(4) {
-        let (code, fields, out) = common::wait_for_result(c);
+        let (code, fields, out) = child::wait_for_result(c);
         honest_results.push((code, fields.unwrap_or_default(), out));
     }
 
