@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{child, Children, TestEnv};
+use common::{child, shm_path, Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::tlv::{HelloReq, Message};
@@ -336,7 +336,7 @@ fn header_waker(key: &str, dir: &std::path::Path) {
     let name = cuframes_core::paths::Key::new(key)
         .unwrap()
         .frame_shm_name();
-    let shm = std::fs::File::open(format!("/dev/shm/{name}")).unwrap();
+    let shm = std::fs::File::open(shm_path(&name)).unwrap();
     // SAFETY: a fresh read-only shared mapping of the frame SHM (FRAME_SHM_SIZE bytes, which
     // the publisher never shrinks); unmapped below.
     let header = unsafe {

@@ -8,7 +8,7 @@ use cuframes_test_support as common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{frame_shm_name, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Frame, Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, Policy, SubscriberMode};
@@ -182,8 +182,7 @@ fn global_seq_moving_backwards_or_far_ahead_fails_clearly() {
     let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 32);
     cfg.ring_size = 4;
     p.enable_frames(cfg).unwrap();
-    let (_fd, header) =
-        cuframes_core::shm::open(&format!("cuframes-{}", env.key), 0, true).unwrap();
+    let (_fd, header) = cuframes_core::shm::open(&frame_shm_name(&env.key), 0, true).unwrap();
 
     for (case, forged) in [("backwards", 1u64), ("far ahead", 1u64 << 40)] {
         let mut sub = Subscriber::connect(&env.key, &env.subscriber_options(case)).unwrap();

@@ -7,7 +7,7 @@ use cuframes_test_support as common;
 
 use std::time::Duration;
 
-use common::{child, TestEnv};
+use common::{child, frame_shm_name, shm_path, TestEnv};
 use cuframes_core::cuda;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
@@ -73,7 +73,7 @@ fn subscribers_find_the_publishers_gpu_by_uuid() {
     cfg.memory = MemoryChoice::Cuda { device: ordinal };
     p.enable_frames(cfg).unwrap();
     // The header carries the UUID too (for operators).
-    let raw = std::fs::read(format!("/dev/shm/cuframes-{}", env.key)).unwrap();
+    let raw = std::fs::read(shm_path(&frame_shm_name(&env.key))).unwrap();
     let meta = FrameMeta::read_from_bytes(&raw[0x40..0x80]).unwrap();
     assert_eq!(MetaExt::read(&meta).gpu_uuid, Some(uuid.0));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

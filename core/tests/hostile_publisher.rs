@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
-use common::{child, TestEnv};
+use common::{child, frame_shm_name, packet_shm_name, TestEnv};
 use cuframes_core::format::FrameLayout;
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::tlv::{self, HelloResp, Message, SubscribeResp, VmmFds};
@@ -73,7 +73,7 @@ fn good_hello(key: &str) -> HelloResp {
         ring_size: 2,
         ownership_mode: 0,
         meta: FrameLayout::new(Format::Nv12, 64, 32).unwrap().to_meta(),
-        shm_path: format!("cuframes-{key}"),
+        shm_path: frame_shm_name(key),
         // A plain v4 publisher: no ACK pages, our subscriber ACKs in the header.
         publisher_flags: 0,
         packets: None,
@@ -137,7 +137,7 @@ fn garbage_instead_of_hello_resp_is_a_protocol_error() {
 /// one the case is about); removed by TestEnv.
 fn valid_frame_shm(key: &str) -> cuframes_core::testing::FrameShm {
     let (_fd, map) =
-        cuframes_core::shm::create(&format!("cuframes-{key}"), FRAME_SHM_SIZE, 0o600).unwrap();
+        cuframes_core::shm::create(&frame_shm_name(key), FRAME_SHM_SIZE, 0o600).unwrap();
     let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
     shm.initialise(
         &good_hello(key).meta,
@@ -235,8 +235,7 @@ fn a_legacy_magic_frame_shm_is_refused() {
     let env = TestEnv::new("hp8");
     // A v1–v3 style SHM under the key's name, from a "publisher" that is this process.
     let (_fd, map) =
-        cuframes_core::shm::create(&format!("cuframes-{}", env.key), FRAME_SHM_SIZE, 0o600)
-            .unwrap();
+        cuframes_core::shm::create(&frame_shm_name(&env.key), FRAME_SHM_SIZE, 0o600).unwrap();
     map.atomic_u32(0)
         .store(LEGACY_FRAME_MAGIC, std::sync::atomic::Ordering::Release);
     let key = env.key.clone();
@@ -518,7 +517,7 @@ fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
     let env = TestEnv::new("hp-bigring");
     let p = packet_publisher(&env, 1 << 16);
     const GIB: u32 = 1 << 30;
-    let name = format!("cuframes-{}-packets", env.key);
+    let name = packet_shm_name(&env.key);
     {
         let (fd, _) = cuframes_core::shm::open(&name, 4096, true).unwrap();
         nix::unistd::ftruncate(fd.as_fd(), packet_shm_size(16, GIB as usize) as i64).unwrap();

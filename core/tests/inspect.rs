@@ -10,7 +10,7 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{child, Children, TestEnv};
+use common::{child, frame_shm_name, packet_shm_name, shm_path, Children, TestEnv};
 use cuframes_core::inspect::{self, Liveness, SocketState};
 use cuframes_core::packet::{PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
@@ -140,7 +140,7 @@ fn live_publisher_with_subscribers() {
     }
     assert!(info.packets.is_none());
     let f = info.frame_snapshot().expect("frame snapshot");
-    assert_eq!(f.shm_name, format!("cuframes-{}", env.key));
+    assert_eq!(f.shm_name, frame_shm_name(&env.key));
     assert_eq!(f.producer_pid, std::process::id() as u64);
     assert_eq!((f.format, f.width, f.height), (Format::Nv12, 64, 48));
     assert_eq!(f.ring_size, 8);
@@ -237,7 +237,7 @@ fn packet_ring_snapshot_and_keyframe_age() {
     assert!(info.frames.is_none());
     assert!(info.liveness.is_alive(), "{:?}", info.liveness);
     let p = info.packet_snapshot().expect("packet snapshot");
-    assert_eq!(p.shm_name, format!("cuframes-{}-packets", env.key));
+    assert_eq!(p.shm_name, packet_shm_name(&env.key));
     assert_eq!(p.codec_name(), "h264");
     assert_eq!((p.ring_slots, p.data_size, p.extradata_size), (8, 4096, 6));
     assert_eq!(
@@ -255,7 +255,7 @@ fn packet_ring_snapshot_and_keyframe_age() {
         w.publish(&[1; 10], seq as i64 * 40 * ms, seq as i64 * 40 * ms, 0)
             .unwrap();
     }
-    let p = inspect::read_packet_shm(&format!("cuframes-{}-packets", env.key)).unwrap();
+    let p = inspect::read_packet_shm(&packet_shm_name(&env.key)).unwrap();
     assert_eq!(p.global_seq, 20);
     assert!(!p.keyframe_in_ring);
     assert_eq!(p.keyframe_age(), None);
@@ -303,8 +303,8 @@ fn sigkilled_publisher_is_dead_and_cleaned() {
     assert_eq!(info.frame_snapshot().unwrap().producer_pid, child_pid);
     assert!(info.liveness.reason().contains(&child_pid.to_string()));
 
-    let frame_shm = format!("cuframes-{}", env.key);
-    let packet_shm = format!("cuframes-{}-packets", env.key);
+    let frame_shm = frame_shm_name(&env.key);
+    let packet_shm = packet_shm_name(&env.key);
     let dry = inspect::clean(&env.dir, Some(std::slice::from_ref(&k)), true).unwrap();
     assert!(dry.dry_run);
     let mut what: Vec<_> = dry.removed.iter().map(|r| r.what).collect();
@@ -356,7 +356,7 @@ fn clean_keeps_live_publishers_and_removes_stale_sockets() {
         assert_eq!(stale_path.exists(), dry_run);
     }
     assert!(p.socket_path().exists());
-    assert!(shm_exists(&format!("cuframes-{}", live.key)));
+    assert!(shm_exists(&frame_shm_name(&live.key)));
     assert_eq!(p.subscriber_count(), 1);
     publish(&p);
 }
@@ -371,8 +371,8 @@ fn raw_shm(name: &str, bytes: &[u8]) {
 #[test]
 fn corrupt_objects_are_reported_not_panicked_on() {
     let env = TestEnv::new("insp-bad");
-    let frame = format!("cuframes-{}", env.key);
-    let packets = format!("cuframes-{}-packets", env.key);
+    let frame = frame_shm_name(&env.key);
+    let packets = packet_shm_name(&env.key);
     let k = key(&env);
 
     let check = |name: &str, bytes: Vec<u8>, packet: bool, want: &str| {
@@ -517,7 +517,7 @@ fn a_ring_whose_owner_is_not_its_producers_is_foreign() {
     }
     let env = TestEnv::new("insp-fake");
     let _objects = KeyObjects(env.key.clone());
-    let frame = format!("cuframes-{}", env.key);
+    let frame = frame_shm_name(&env.key);
     planted_ring(&frame, 1, 65534);
     let info = inspect::inspect(&env.dir, &key(&env)).unwrap();
     assert!(
@@ -562,7 +562,7 @@ fn a_generation_named_ring_is_its_keys() {
     }
     let env = TestEnv::new("insp-gen");
     let _objects = KeyObjects(env.key.clone());
-    let frame = format!("cuframes-{}", env.key);
+    let frame = frame_shm_name(&env.key);
     planted_ring(&frame, 1, 65534);
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
     p.enable_frames(FrameRingConfig::new(Format::Nv12, 80, 32))
@@ -599,7 +599,7 @@ fn clean_removes_dead_generation_rings_of_ours_only() {
     }
     let env = TestEnv::new("insp-gclean");
     let _objects = KeyObjects(env.key.clone());
-    let frame = format!("cuframes-{}", env.key);
+    let frame = frame_shm_name(&env.key);
     let (ours, staged, theirs) = (
         cuframes_core::paths::generation_name(&frame, 0x1111),
         cuframes_core::paths::generation_name(&frame, 0x2222),
@@ -614,7 +614,7 @@ fn clean_removes_dead_generation_rings_of_ours_only() {
     let newer = std::time::SystemTime::now() + Duration::from_secs(60);
     std::fs::File::options()
         .write(true)
-        .open(format!("/dev/shm/{theirs}"))
+        .open(shm_path(&theirs))
         .unwrap()
         .set_modified(newer)
         .unwrap();
@@ -623,7 +623,7 @@ fn clean_removes_dead_generation_rings_of_ours_only() {
     let report = inspect::clean(&env.dir, Some(&[key(&env)]), false).unwrap();
     let mut removed: Vec<&str> = report.removed.iter().map(|r| r.path.as_str()).collect();
     removed.sort_unstable();
-    let mut want = vec![format!("/dev/shm/{ours}"), format!("/dev/shm/{staged}")];
+    let mut want = vec![shm_path(&ours), shm_path(&staged)];
     want.sort_unstable();
     assert_eq!(removed, want, "{report:?}");
     assert!(!shm_exists(&ours) && !shm_exists(&staged));

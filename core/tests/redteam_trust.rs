@@ -8,7 +8,7 @@ use cuframes_test_support as common;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use common::TestEnv;
+use common::{frame_shm_name, shm_path, TestEnv};
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::publisher::Publisher;
 use cuframes_core::subscriber::Subscriber;
@@ -72,7 +72,7 @@ fn a_subscriber_refuses_a_packet_shm_the_publisher_does_not_own() {
     let name = p.packet_shm_name().unwrap();
     // What the subscriber finds at the announced name: an object of another uid (here the
     // publisher's own ring, handed to uid 65534: a valid header, as a squatter's would be).
-    let path = format!("/dev/shm/{name}");
+    let path = shm_path(&name);
     std::os::unix::fs::chown(&path, Some(OTHER_UID), None).unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().uid(), OTHER_UID);
     let mut opts = env.subscriber_options("victim");
@@ -136,7 +136,7 @@ fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
     let env = TestEnv::new("rt-genrace");
     let _objects = KeyObjects(env.key.clone());
     // The key's frame name is another user's: the ring takes its generation name.
-    plant_frame_shm(&format!("cuframes-{}", env.key));
+    plant_frame_shm(&frame_shm_name(&env.key));
     let p = Arc::new(Publisher::create(&env.key, env.publisher_options()).unwrap());
     p.enable_frames(FrameRingConfig::new(Format::Nv12, 80, 32))
         .unwrap();
@@ -148,7 +148,7 @@ fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
             .replace_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
             .unwrap();
         let gone = std::time::Instant::now() + Duration::from_secs(10);
-        while std::path::Path::new(&format!("/dev/shm/{hook_first}")).exists() {
+        while std::path::Path::new(&shm_path(&hook_first)).exists() {
             assert!(std::time::Instant::now() < gone, "{hook_first} stayed");
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -157,7 +157,7 @@ fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
     let mut opts = env.subscriber_options("victim");
     opts.connect_timeout = Duration::from_secs(10);
     let got = Subscriber::connect(&env.key, &opts);
-    let planted = std::fs::metadata(format!("/dev/shm/{first}")).map(|m| m.uid());
+    let planted = std::fs::metadata(shm_path(&first)).map(|m| m.uid());
     let mut s = got.expect("the subscriber follows the replacement");
     assert_eq!(planted.unwrap(), OTHER_UID, "the hook ran");
     let (seq, planes) = common::publish_pattern(&p, 1, None).unwrap();
@@ -199,13 +199,13 @@ fn a_reconnecting_reader_waits_out_a_foreign_object_at_the_key_name() {
     let second = Publisher::create(&env.key, env.publisher_options()).unwrap();
     second.enable_frames(ring).unwrap();
     let name = second.frame_shm_name().unwrap();
-    assert_eq!(name, format!("cuframes-{}", env.key));
+    assert_eq!(name, frame_shm_name(&env.key));
     let aside = format!("{name}.0000000000000000");
     let (hook_name, hook_aside) = (name.clone(), aside.clone());
     let restorer = std::sync::Arc::new(std::sync::Mutex::new(None));
     let hook_restorer = std::sync::Arc::clone(&restorer);
     cuframes_core::testing::hooks::set_before_frame_shm_open(&env.key, move || {
-        let path = |n: &str| format!("/dev/shm/{n}");
+        let path = |n: &str| shm_path(n);
         std::fs::rename(path(&hook_name), path(&hook_aside)).unwrap();
         plant_frame_shm(&hook_name);
         *hook_restorer.lock().unwrap() = Some(std::thread::spawn(move || {
@@ -236,5 +236,5 @@ fn a_reconnecting_reader_waits_out_a_foreign_object_at_the_key_name() {
     drop(f);
     let restorer = restorer.lock().unwrap().take();
     restorer.expect("the hook ran").join().unwrap();
-    assert!(!std::path::Path::new(&format!("/dev/shm/{aside}")).exists());
+    assert!(!std::path::Path::new(&shm_path(&aside)).exists());
 }

@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{child, TestEnv};
+use common::{child, frame_shm_name, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, Policy};
@@ -395,7 +395,7 @@ fn a_failed_replacement_leaves_the_old_ring_in_place() {
     let strays: Vec<_> = std::fs::read_dir("/dev/shm")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with(&format!("cuframes-{}.", env.key)))
+        .filter(|n| n.starts_with(&format!("{}.", frame_shm_name(&env.key))))
         .collect();
     assert!(
         strays.is_empty(),

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{child, Children, TestEnv};
+use common::{child, frame_shm_name, packet_shm_name, shm_path, Children, TestEnv};
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
@@ -67,7 +67,7 @@ impl Drop for KeyObjects {
 }
 
 fn owner(name: &str) -> Option<u32> {
-    std::fs::symlink_metadata(format!("/dev/shm/{name}"))
+    std::fs::symlink_metadata(shm_path(name))
         .ok()
         .map(|m| m.uid())
 }
@@ -148,10 +148,7 @@ fn names_held_by_another_uid_do_not_stop_the_publisher() {
     }
     let env = TestEnv::new("sq-first");
     let objects = KeyObjects(env.key.clone());
-    let (frame, packet) = (
-        format!("cuframes-{}", env.key),
-        format!("cuframes-{}-packets", env.key),
-    );
+    let (frame, packet) = (frame_shm_name(&env.key), packet_shm_name(&env.key));
     plant(&frame);
     plant(&packet);
     let (code, out, err) = run_child("squatted_first_ring", &env);
@@ -241,7 +238,7 @@ fn a_subscriber_refuses_a_frame_shm_the_publisher_does_not_own() {
     }
     let env = TestEnv::new("sq-owner");
     let _objects = KeyObjects(env.key.clone());
-    plant(&format!("cuframes-{}", env.key));
+    plant(&frame_shm_name(&env.key));
     // A publisher of uid 0 (this process) that announces the planted object.
     let path = env.dir.join(format!("{}.sock", env.key));
     let listener = UnixListener::bind(&path).unwrap();
@@ -263,7 +260,7 @@ fn a_subscriber_refuses_a_frame_shm_the_publisher_does_not_own() {
             meta: cuframes_core::format::FrameLayout::new(Format::Nv12, 64, 32)
                 .unwrap()
                 .to_meta(),
-            shm_path: format!("cuframes-{key}"),
+            shm_path: frame_shm_name(&key),
             publisher_flags: 0,
             packets: None,
         };
@@ -302,8 +299,8 @@ fn squatter(key: &str) {
         SQUATTER_UID,
         "not running as the squatter"
     );
-    let frame = format!("cuframes-{key}");
-    let packets = format!("cuframes-{key}-packets");
+    let frame = frame_shm_name(key);
+    let packets = packet_shm_name(key);
     let create = |name: &str| {
         shm_open(
             format!("/{name}").as_str(),
@@ -398,7 +395,7 @@ fn a_squatter_racing_every_replacement_never_stops_the_publisher() {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut children = Children(vec![cmd.spawn().unwrap()]);
-    let frame = format!("cuframes-{}", env.key);
+    let frame = frame_shm_name(&env.key);
     common::wait_until(
         "the squatter to take the frame SHM name",
         Duration::from_secs(20),

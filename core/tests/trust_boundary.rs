@@ -11,7 +11,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::{child, TestEnv};
+use common::{child, packet_shm_name, shm_path, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::tlv::{self, Message};
@@ -200,7 +200,7 @@ fn key_x_packets_cannot_touch_key_x() {
         data_size: 1 << 16,
     })
     .unwrap();
-    let packets = format!("/dev/shm/cuframes-{}-packets", env.key);
+    let packets = shm_path(&packet_shm_name(&env.key));
     let before = std::fs::metadata(&packets).unwrap();
     let other = format!("{}-packets", env.key);
     let refused = Publisher::create(&other, env.publisher_options())
@@ -241,7 +241,7 @@ fn a_group_member_cannot_truncate_the_packet_ring() {
         data_size: 1 << 16,
     })
     .unwrap();
-    let path = format!("/dev/shm/cuframes-{}-packets", env.key);
+    let path = shm_path(&packet_shm_name(&env.key));
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o640);
     let root = unsafe { libc::geteuid() } == 0;

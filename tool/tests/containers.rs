@@ -21,7 +21,10 @@ use std::process::{ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{child, planes_for, publish_pattern, verify_frame, Children, TestEnv};
+use common::{
+    child, frame_shm_name, packet_shm_name, planes_for, publish_pattern, verify_frame, Children,
+    TestEnv,
+};
 use cuframes_core::packet::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
@@ -225,8 +228,8 @@ fn publisher_and_subscribers_in_separate_namespaces() {
         );
     }
     let sock = env.dir.join(format!("{}.sock", env.key));
-    let frame_shm = shm(&format!("cuframes-{}", env.key));
-    let packet_shm = shm(&format!("cuframes-{}-packets", env.key));
+    let frame_shm = shm(&frame_shm_name(&env.key));
+    let packet_shm = shm(&packet_shm_name(&env.key));
 
     // The publisher's namespace: its shell (PID 1) outlives the publisher, so that
     // `cuframes clean` can run there after the kill.
