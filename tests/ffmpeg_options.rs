@@ -146,7 +146,7 @@ fn old_names_are_deprecated_aliases() {
             && err.contains("-timeout (ms) is deprecated: use -read_timeout"),
         "{err}"
     );
-    // Demuxer: -connect_timeout was the handshake timeout (a duration already).
+    // Demuxer: -connect_timeout is the old name of the handshake timeout (a duration already).
     let (failed, err, _) = missing(&s, "pkt-alias", "cuframes_pkt", &["-connect_timeout", "2"]);
     assert!(failed && err.contains("deprecated"), "{err}");
     // Muxer: -min_subscribers/-subscriber_wait are wait_subscribers/wait_timeout.
@@ -179,7 +179,7 @@ fn old_names_are_deprecated_aliases() {
     assert!(t.elapsed() >= Duration::from_millis(500));
 }
 
-/// Issue 29 item 6: a socket at the key's name that never accepts (listening with a backlog
+/// A socket at the key's name that never accepts (listening with a backlog
 /// of 0 that is full, as a group member can plant it). Both inputs fail within their
 /// `-handshake_timeout` (plus start-up slack) with an error that says so, instead of hanging
 /// in `connect()` until killed.

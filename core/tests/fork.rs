@@ -1,5 +1,5 @@
 //! Objects inherited through `fork`: a child that drops the publisher, subscriber, frame or
-//! packet writer it inherited must leave the parent's stream as it was (issue 34, item 4).
+//! packet writer it inherited must leave the parent's stream as it is.
 //! Python's `os.fork()` and `multiprocessing` children do exactly that when they exit.
 //!
 //! The children here are forks of the test process itself: each runs one closure (dropping

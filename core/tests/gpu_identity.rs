@@ -1,4 +1,4 @@
-//! Issue #14 (GPU identity) on a GPU machine: a CUDA ring announces its GPU's UUID, a
+//! GPU identity on a GPU machine: a CUDA ring announces its GPU's UUID, a
 //! subscriber finds that GPU among its own devices whatever `CUDA_VISIBLE_DEVICES` makes of
 //! the numbering, and one that cannot see it is refused naming the UUID. Prints SKIPPED
 //! without a GPU (the CPU-testable refusal is in `hostile_publisher.rs`).

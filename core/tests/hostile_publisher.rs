@@ -275,7 +275,7 @@ fn a_legacy_magic_frame_shm_is_refused() {
     assert!(e.message().contains("0xCC7C1DCC"), "{e}");
 }
 
-/// Issue #14 (GPU identity): a publisher whose CUDA ring is on a GPU this process cannot see
+/// GPU identity: a publisher whose CUDA ring is on a GPU this process cannot see
 /// (another container's GPU, a CUDA_VISIBLE_DEVICES that hides it) is refused before
 /// SUBSCRIBE, with an error naming the announced UUID; without the check the subscriber
 /// would import the ring's handles on whatever its device 0 is. CPU-testable: here no GPU is
@@ -404,9 +404,9 @@ fn sparse_sealed_memfd(len: u64) -> std::os::fd::OwnedFd {
     fd
 }
 
-/// Issue #29 item 13: a 64x32 NV12 ring (12 KiB frames) announcing 2 GiB slots on sparse
-/// sealed memfds made the reader map and populate 2 GiB of shmem per slot (4 GiB for this
-/// ring of two). A slot may be no larger than the frame rounded up to a granularity: the
+/// A 64x32 NV12 ring (12 KiB frames) announcing 2 GiB slots on sparse sealed memfds would
+/// make a reader map and populate 2 GiB of shmem per slot (4 GiB for this ring of two). A
+/// slot may be no larger than the frame rounded up to a granularity: the
 /// subscribe is refused at once, naming both sizes, before anything is mapped.
 #[test]
 fn slots_far_larger_than_the_frame_are_refused_without_allocating() {
@@ -499,10 +499,9 @@ fn packet_publisher(env: &TestEnv, data_size: u32) -> cuframes_core::publisher::
     p
 }
 
-/// Issue #29 item 14: a 1 GiB packet data ring (here a publisher's ring whose header is
-/// forged to 1 GiB over a sparse object, holding a 1 GiB "packet") made every reader map
-/// and populate all of it (`-f cuframes_pkt` reached 3.2 GB with the packet's copies). A
-/// ring larger than `max_packet_ring_size` is refused at subscribe, naming the option,
+/// A 1 GiB packet data ring (here a publisher's ring whose header is forged to 1 GiB over a
+/// sparse object, holding a 1 GiB "packet") would make every reader map and populate all of
+/// it (`-f cuframes_pkt` reaches 3.2 GB with the packet's copies). A ring larger than `max_packet_ring_size` is refused at subscribe, naming the option,
 /// before its pages are touched; a raised option lets it through.
 #[test]
 fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
@@ -576,7 +575,7 @@ fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
     drop(p);
 }
 
-/// Issue #29 item 14: a packet larger than `max_packet_size` is not copied (no buffer of its
+/// A packet larger than `max_packet_size` is not copied (no buffer of its
 /// size is allocated): it is skipped as a counted loss, the stream goes on at the next
 /// keyframe flagged DISCONTINUITY. A subscriber that raised the option reads the same
 /// 80 MiB packet bit-exact.

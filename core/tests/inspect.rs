@@ -505,9 +505,9 @@ fn gone_pid() -> u64 {
     u64::from(pid)
 }
 
-/// Issue 29 item 9: a ring owned by a uid outside the group, with a valid header and
-/// producer pid 1, is refused by publishers; the inspector called it an alive publisher
-/// (so did `ls`, `stat` and the exporter's `cuframes_publisher_alive`). Its owner does not
+/// A ring owned by a uid outside the group, with a valid header and producer pid 1, is
+/// refused by publishers, and the inspector (behind `ls`, `stat` and the exporter's
+/// `cuframes_publisher_alive`) must not call it an alive publisher either. Its owner does not
 /// match the uid its producer runs as: "foreign", not alive, and `clean` keeps it.
 #[test]
 fn a_ring_whose_owner_is_not_its_producers_is_foreign() {
@@ -550,10 +550,10 @@ fn a_ring_whose_owner_is_not_its_producers_is_foreign() {
     );
 }
 
-/// Issue 29 item 7: while another uid holds `cuframes-KEY`, a publisher's ring lives under
-/// its generation name `cuframes-KEY.<16 hex>`. The inspector took that for no key at all
-/// (a '.' is not in a key) and showed the squatter's object as KEY's ring. It shows the
-/// publisher's ring now, alive, with the squatter's object among the key's others.
+/// While another uid holds `cuframes-KEY`, a publisher's ring lives under its generation name
+/// `cuframes-KEY.<16 hex>`. The inspector must not take that for no key at all (a '.' is not
+/// in a key) nor show the squatter's object as KEY's ring: it shows the publisher's ring,
+/// alive, with the squatter's object among the key's others.
 #[test]
 fn a_generation_named_ring_is_its_keys() {
     if !is_root() {

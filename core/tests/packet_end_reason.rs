@@ -1,9 +1,9 @@
-//! Issue 30 (red team, unconfirmed item): a packet subscriber waiting in `next_packet` when
-//! its publisher is killed ends `PublisherLost`, with and without `reconnect`. The subscriber
-//! labels every `Disconnected` of its packet reader a clean end (`Shutdown`), which is right
-//! only because that reader's pid check is off (the socket's EOF says the publisher is gone):
-//! with the check on, the reader saw the dead producer before the subscriber looked at the
-//! socket again, and a killed publisher was reported as a clean shutdown. The publisher is a
+//! A packet subscriber waiting in `next_packet` when its publisher is killed ends
+//! `PublisherLost`, with and without `reconnect`. The subscriber labels every `Disconnected`
+//! of its packet reader a clean end (`Shutdown`), which is right only because that reader's
+//! pid check is off (the socket's EOF says the publisher is gone): with the check on, the
+//! reader would see the dead producer before the subscriber looks at the socket again, and
+//! report a killed publisher as a clean shutdown. The publisher is a
 //! child process (this test binary re-executed).
 
 use cuframes_test_support as common;

@@ -1,4 +1,4 @@
-//! Publisher impersonation (trust-boundary issue, item 8): while a key's publisher is away, a
+//! Publisher impersonation: while a key's publisher is away, a
 //! member of the runtime directory's group can bind the key's socket. A reconnecting reader
 //! accepts only a publisher of the uid its first connection saw (SO_PEERCRED), and an
 //! explicit `publisher_uid` is checked on every connection, the first included.
@@ -113,10 +113,10 @@ fn read_for(s: &mut Subscriber, limit: Duration) -> (u64, Option<cuframes_core::
     (frames, last)
 }
 
-/// Finding: the honest publisher stopped, a reader with `reconnect` waited, a group member
-/// bound the key first, and the reader silently took the impostor's frames. It refuses the
-/// impostor now (the uid its first connection saw is not the impostor's), says so while it
-/// waits, and takes the honest publisher back when that returns.
+/// The honest publisher stops, a reader with `reconnect` waits, a group member binds the key
+/// first: the reader must not silently take the impostor's frames. It refuses the impostor
+/// (the uid its first connection saw is not the impostor's), says so while it waits, and
+/// takes the honest publisher back when that returns.
 #[test]
 fn a_reconnecting_reader_refuses_an_impostor_and_waits_for_its_publisher() {
     if !can_switch_users() {

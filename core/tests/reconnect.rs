@@ -1,4 +1,4 @@
-//! Issue #14 (reconnect): subscribers with `reconnect` keep running across publisher
+//! Reconnect: subscribers with `reconnect` keep running across publisher
 //! restarts under the same key. The publisher is a child process (this test binary
 //! re-executed), SIGKILLed and started again three times; its clock starts at 0 each time.
 //! A frame subscriber and a packet subscriber read on: every frame and packet is intact,
@@ -185,8 +185,8 @@ fn subscribers_follow_a_publisher_restarted_three_times() {
     });
 
     // Before each kill and at the end: both readers follow publisher `round` (0 = the first)
-    // and have read 20 more items. A fixed 300 ms assumed they were back by then; one that
-    // came back only after the next kill counted a restart too few.
+    // and have read 20 more items. Waiting for that, not for a fixed time, matters: a reader
+    // that comes back only after the next kill counts a restart too few.
     let following = |round: u64| {
         let deadline = Instant::now() + Duration::from_secs(20);
         for (what, pr) in [("frames", &fp), ("packets", &pp)] {

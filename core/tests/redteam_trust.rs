@@ -1,4 +1,4 @@
-//! Red-team checks of issue 29's new trust surfaces: what a hostile local user (another uid
+//! Red-team checks of the trust surfaces: what a hostile local user (another uid
 //! in the group) can make a publisher, a subscriber or the operator tools trust or remove.
 //! Objects of "another uid" are made as root and chowned to 65534 (the sticky /dev/shm
 //! keeps a name its creator's; root may unlink it when the test ends).
@@ -58,8 +58,8 @@ fn packet_publisher(env: &TestEnv) -> Publisher {
 /// The packet SHM that HELLO_RESP names is opened only if the publisher (SO_PEERCRED of the
 /// subscriber's connection) owns it, as the frame SHM is: a name in /dev/shm is anyone's to
 /// create first (the key's packet name between a publisher's exit and a reader's open, a
-/// generation name once its ring is gone). Before, a packets-only subscriber mapped an
-/// object of another uid at the announced name and read its packets.
+/// generation name once its ring is gone): a packets-only subscriber never maps an object of
+/// another uid at the announced name nor reads its packets.
 #[test]
 fn a_subscriber_refuses_a_packet_shm_the_publisher_does_not_own() {
     if !is_root() {
@@ -121,9 +121,9 @@ fn plant_frame_shm(name: &str) {
 /// subscriber is between HELLO_RESP and opening the ring it named; the replacement removes
 /// that name and another user creates it again (anyone in the group saw it in HELLO_RESP or
 /// in /dev/shm). The ring HELLO_RESP described is gone: the handshake starts over and meets
-/// the new ring. Before, the subscriber failed for good with PERMISSION ("belongs to uid
-/// 65534"): one user could end every connect (and every reconnecting reader's wait, which
-/// does not retry PERMISSION) that met a replacement.
+/// the new ring. Failing for good with PERMISSION ("belongs to uid 65534") instead would let
+/// one user end every connect (and every reconnecting reader's wait, which does not retry
+/// PERMISSION) that meets a replacement.
 #[test]
 fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
     use cuframes_core::publisher::FrameRingConfig;
@@ -172,8 +172,8 @@ fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
 /// waited for came back and announced `cuframes-K`, and between HELLO_RESP and the open
 /// another user's object is at that name (the publisher went again, or its ring moved; here
 /// the publisher's object is moved aside and put back 200 ms later). The wait goes on and
-/// meets the publisher's ring. Before, the foreign object's PERMISSION was not retried and
-/// ended the reader's stream for good.
+/// meets the publisher's ring: the foreign object's PERMISSION is retried, not the end of the
+/// reader's stream.
 #[test]
 fn a_reconnecting_reader_waits_out_a_foreign_object_at_the_key_name() {
     use cuframes_core::publisher::FrameRingConfig;

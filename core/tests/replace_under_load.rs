@@ -1,7 +1,8 @@
 //! Ring replacement (a camera changing size) while the publisher is busy: a STRICT_WAIT
 //! acquire waiting for a late ACK, a monitoring thread reading the subscriber table,
-//! subscribers leaving, and a slot acquired before the replacement. Each of these deadlocked
-//! or crashed once; the lock hierarchy in `core/src/publisher/mod.rs` is what they check.
+//! subscribers leaving, and a slot acquired before the replacement. Each of these deadlocks or
+//! crashes under a wrong lock order; the lock hierarchy in `core/src/publisher/mod.rs` is what
+//! they check.
 //!
 //! A deadlock cannot be joined: every scenario runs its threads under a watchdog and fails
 //! when they have not all finished in time (the stuck threads are left behind; the test

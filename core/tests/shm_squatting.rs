@@ -1,4 +1,4 @@
-//! Names in /dev/shm that another user creates first (issue 29, item 7). /dev/shm is sticky:
+//! Names in /dev/shm that another user creates first. /dev/shm is sticky:
 //! a name someone else made stays theirs, and our rename over it fails. A publisher is never
 //! stopped by that: its ring keeps its own unguessable generation name
 //! (`cuframes-KEY.<16 hex>`), which HELLO_RESP announces (R19), and subscribers follow it
@@ -135,10 +135,9 @@ fn child_entry() {
     }
 }
 
-/// Item 7(b): both of the key's names are held by another uid before the publisher starts
-/// (stale recovery met them, then `enable_frames` and `enable_packets`). Before, create
-/// failed with ALREADY_EXISTS ("belongs to uid 65534"); now the publisher starts, its rings
-/// keep their generation names with a diagnostic naming the squatter's uid, subscribers
+/// Both of the key's names are held by another uid before the publisher starts (stale
+/// recovery meets them, then `enable_frames` and `enable_packets`): the publisher starts
+/// anyway rather than failing with ALREADY_EXISTS, its rings keep their generation names with a diagnostic naming the squatter's uid, subscribers
 /// follow HELLO_RESP there, a replacement works, and its end leaves nothing behind.
 #[test]
 fn names_held_by_another_uid_do_not_stop_the_publisher() {
@@ -228,8 +227,8 @@ fn squatted_first_ring(key: &str) {
 }
 
 /// The subscriber opens the frame SHM that HELLO_RESP names only if the publisher (the peer
-/// of its socket, SO_PEERCRED) owns it: a name in /dev/shm is anyone's to create first.
-/// Before, it mapped another uid's object at the key's name and went on to SUBSCRIBE.
+/// of its socket, SO_PEERCRED) owns it: a name in /dev/shm is anyone's to create first, and
+/// another uid's object at the key's name is never mapped nor followed by a SUBSCRIBE.
 #[test]
 fn a_subscriber_refuses_a_frame_shm_the_publisher_does_not_own() {
     if !is_root() {
@@ -370,7 +369,7 @@ fn squatter(key: &str) {
     );
 }
 
-/// Item 7(a), the real attack: a squatter of another uid holds the key's names before the
+/// The real attack: a squatter of another uid holds the key's names before the
 /// publisher starts and races every replacement for them (gives them back and takes them
 /// again), seeing and attacking every generation name, while the publisher replaces its
 /// host-memory ring 40 times between 1080p NV12 and 80x32 with two subscribers reading.

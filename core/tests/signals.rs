@@ -1,4 +1,4 @@
-//! The library under the host's signal dispositions and process life (issue 34): a daemon that
+//! The library under the host's signal dispositions and process life: a daemon that
 //! ignores SIGCHLD or reaps every child itself, and a C host that leaves SIGPIPE at its default
 //! (terminate). Each case runs in a child process (this test binary re-executed with
 //! `CUFRAMES_CHILD_ROLE` set, see `child_entry`), so that a disposition never leaks into

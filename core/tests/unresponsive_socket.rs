@@ -1,4 +1,4 @@
-//! A socket that never accepts (trust-boundary issue, item 6): a member of the runtime
+//! A socket that never accepts: a member of the runtime
 //! directory's group binds a Unix socket under another name, listens with a backlog of 0,
 //! fills the backlog and renames the socket to the key's path. Every connect to it blocks in
 //! the kernel until a connection is accepted, which is never: a subscriber, a publisher's
@@ -117,8 +117,8 @@ fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static)
     }
 }
 
-/// Finding: the subscriber's connect blocked in connect() forever, whatever its connect
-/// timeout; it gives up within it now, with TIMEOUT naming the socket.
+/// The subscriber's connect never blocks in connect() past its connect timeout: it gives up
+/// within it, with TIMEOUT naming the socket.
 #[test]
 fn a_subscriber_gives_up_within_its_connect_timeout() {
     let env = TestEnv::new("unacc-sub");
@@ -143,9 +143,9 @@ fn a_subscriber_gives_up_within_its_connect_timeout() {
     squat.assert_untouched();
 }
 
-/// Finding: a publisher's create (its recovery of a dead predecessor connects to the key's
-/// socket) hung; the socket has a live listener, so it is ALREADY_EXISTS now, and the socket
-/// is left where it is.
+/// A publisher's create (its recovery of a dead predecessor connects to the key's socket)
+/// does not hang on a socket that never accepts: the socket has a live listener, so it is
+/// ALREADY_EXISTS, and the socket is left where it is.
 #[test]
 fn a_publisher_create_fails_with_already_exists() {
     let env = TestEnv::new("unacc-pub");
@@ -165,9 +165,9 @@ fn a_publisher_create_fails_with_already_exists() {
     squat.assert_untouched();
 }
 
-/// Finding: `cuframes clean` (and `--dry-run`) hung in connect() while confirming that the
+/// `cuframes clean` (and `--dry-run`) does not hang in connect() while confirming that the
 /// key is dead (its socket is not bound under its own name, so `/proc/net/unix` does not show
-/// it listening). It returns now and keeps the key: something listens on it.
+/// it listening): it returns and keeps the key, since something listens on it.
 #[test]
 fn clean_returns_and_keeps_the_key() {
     let env = TestEnv::new("unacc-clean");

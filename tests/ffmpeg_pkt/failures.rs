@@ -155,7 +155,7 @@ fn no_publisher_is_a_clear_error() {
     assert!(t.elapsed() >= Duration::from_millis(500));
 }
 
-/// Issue #14 (reconnect): recorders writing MPEG-TS and Matroska with `-reconnect 1` while
+/// Reconnect: recorders writing MPEG-TS and Matroska with `-reconnect 1` while
 /// their publisher is SIGKILLed and restarted three times. Each recording plays end to end:
 /// `ffprobe -count_frames` without an error decodes as many frames as it holds packets (each
 /// restart resumes on a keyframe), its timestamps keep increasing across the restarts, and it

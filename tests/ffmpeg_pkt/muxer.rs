@@ -80,8 +80,8 @@ fn flags_and_timestamps_survive_a_relay() {
             "1",
             // Room for the whole test stream: a packet ring never waits for its readers
             // (§10), and the relay writes as fast as it reads, so with the default 64 slots a
-            // reader more than 64 packets behind (this slow one, or any on a loaded machine:
-            // CI once got 57 of 100) is lapped and resumes at the next keyframe.
+            // reader more than 64 packets behind (this slow one, or any on a loaded machine,
+            // which can be lapped for almost half the stream) resumes at the next keyframe.
             "-ring_slots",
             "1024",
             &k2,

@@ -524,9 +524,9 @@ fn objects_the_user_may_not_read() {
     assert!(!shm_exists(&frame_shm_name(&dead.key)));
 }
 
-/// Issue 29 items 7 and 9 in the tool's output. A ring owned by uid 65534 with a valid
-/// header and producer pid 1 (what a publisher refuses) was shown as an alive publisher;
-/// it is "foreign" now, not alive, with the mismatch in text and JSON (`owner_mismatch`).
+/// Foreign and squatted rings in the tool's output. A ring owned by uid 65534 with a valid
+/// header and producer pid 1 (what a publisher refuses) is "foreign", not an alive
+/// publisher, with the mismatch in text and JSON (`owner_mismatch`).
 /// And a publisher whose ring lives under its generation name (another uid holds its key's
 /// name) is listed under its key, alive, with the squatter's object among `other_shm`.
 #[test]

@@ -1,4 +1,4 @@
-//! Issue #14 (containers): publisher and subscribers in separate PID, mount, network and user
+//! Containers: publisher and subscribers in separate PID, mount, network and user
 //! namespaces (`unshare -rpfmn --mount-proc`), as in separate containers. Each namespace gets
 //! a fresh `/proc` and a fresh, empty tmpfs over the temporary directory with only the
 //! runtime directory bound back into it: what the processes share is `/dev/shm` and the

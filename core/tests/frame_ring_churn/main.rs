@@ -1,4 +1,4 @@
-//! Churn soak of the frame ring (issue: "Churn soak in CI"): one publisher at a high rate and
+//! Churn soak of the frame ring: one publisher at a high rate and
 //! up to 31 subscriber processes (a few more at times, so that some meet TOO_MANY) that join,
 //! leave, rejoin, stall past the ack timeout and are SIGKILLed or SIGSTOPped at random, under
 //! each policy. Every delivered frame is checked byte for byte against the pattern of its seq

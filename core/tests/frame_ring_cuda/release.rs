@@ -297,7 +297,7 @@ fn dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reus
     // The "reader": a long kernel, then a copy of the frame's luma out of its buffer.
     testing::busy(&reader, load).unwrap();
     // SAFETY: both are device buffers of at least y.pitch * y.rows bytes (the frame's buffer
-    // is alive until `f` is dropped, which now waits for this copy); our own stream.
+    // is alive until `f` is dropped, which waits for this copy); our own stream.
     unsafe {
         cuda::copy_2d_async(
             snapshot.device_ptr(),
