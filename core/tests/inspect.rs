@@ -364,7 +364,8 @@ fn clean_keeps_live_publishers_and_removes_stale_sockets() {
 /// Write `bytes` as `/dev/shm/<name>` (mode 0600).
 fn raw_shm(name: &str, bytes: &[u8]) {
     let (_fd, map) = cuframes_core::shm::create(name, bytes.len(), 0o600).unwrap();
-    // A writable mapping of our own test object.
+    // SAFETY: `map` is a writable mapping of our own test object, `bytes.len()` long, that
+    // `bytes` does not overlap.
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.as_ptr(), bytes.len()) };
 }
 

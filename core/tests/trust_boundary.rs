@@ -245,6 +245,7 @@ fn a_group_member_cannot_truncate_the_packet_ring() {
     let path = shm_path(&packet_shm_name(&env.key));
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+    // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root || Command::new("setpriv").arg("--version").output().is_err() {
         eprintln!("SKIPPED the truncate attempt (needs root and setpriv to act as a group member)");

@@ -4,12 +4,17 @@
 
 use std::path::PathBuf;
 
+/// One test's world: its runtime directory and its key, removed with every SHM object of
+/// the key when dropped.
 pub struct TestEnv {
+    /// The private runtime directory (sockets live here).
     pub dir: PathBuf,
+    /// A key no other test (or run) uses: `t-<tag>-<pid>-<n>`.
     pub key: String,
 }
 
 impl TestEnv {
+    /// A fresh directory and key; `tag` names the test in the key.
     pub fn new(tag: &str) -> TestEnv {
         let n = cuframes_core::testing::unique_suffix();
         let key = format!("t-{tag}-{}-{:x}", std::process::id(), n & 0xFFFF_FFFF);
@@ -19,6 +24,7 @@ impl TestEnv {
         TestEnv { dir, key }
     }
 
+    /// Publisher options in this runtime directory.
     pub fn publisher_options(&self) -> cuframes_core::publisher::PublisherOptions {
         cuframes_core::publisher::PublisherOptions {
             runtime_dir: Some(self.dir.clone()),
@@ -26,6 +32,7 @@ impl TestEnv {
         }
     }
 
+    /// Subscriber options named `name` in this runtime directory.
     pub fn subscriber_options(&self, name: &str) -> cuframes_core::subscriber::SubscriberOptions {
         cuframes_core::subscriber::SubscriberOptions {
             runtime_dir: Some(self.dir.clone()),

@@ -237,6 +237,7 @@ fn attack_slot(fd: &OwnedFd, t: &mut Tally, rng: &mut Rng, seals: &mut u64) {
         if r == 0 { Ok(()) } else { Err(errno()) },
     );
     // A seal of our own (F_SEAL_WRITE) would make the publisher's next write fault/refuse.
+    // SAFETY: fcntl on a descriptor we own; a failure is an errno, counted.
     let r = unsafe { libc::fcntl(raw, libc::F_ADD_SEALS, libc::F_SEAL_WRITE) };
     t.note(
         "slot_add_seal_write",
