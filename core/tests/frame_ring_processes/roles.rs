@@ -3,7 +3,7 @@
 use cuframes_test_support as common;
 
 use std::io::Write;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use common::{child, TestEnv};
@@ -12,18 +12,20 @@ use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, SubscriberMode};
 use cuframes_core::ErrorCode;
 
+/// Publish the test pattern of the next frame (`seq_hint`): its seq.
 pub fn publish(p: &Publisher, seq_hint: u64) -> cuframes_core::Result<u64> {
     common::publish_pattern(p, seq_hint, None).map(|(seq, _)| seq)
 }
 
+/// A child in `role` ([`child::role_command`]) with `extra` in its environment.
 pub fn spawn_child(role: &str, env: &TestEnv, extra: &[(&str, String)]) -> Child {
     let mut cmd = child::role_command(role, env);
-    cmd.stderr(Stdio::inherit());
     for (k, v) in extra {
         cmd.env(k, v);
     }
     cmd.spawn().unwrap()
 }
+
 /// Runs as an unprivileged user: the publisher's uid restriction must refuse it.
 pub fn refused_subscriber(key: &str) {
     let e = Subscriber::connect(key, &SubscriberOptions::default())
