@@ -30,8 +30,8 @@ build() {
   rm -rf "$out" && mkdir -p "$out"
   # Test executables, found through cargo's JSON messages (the churn soak where it exists).
   local tests=(--test cuda_vmm --test frame_ring_cuda)
-  [ -f core/tests/frame_ring_churn.rs ] && tests+=(--test frame_ring_churn)
-  [ -f core/tests/hostile_subscriber.rs ] && tests+=(--test hostile_subscriber)
+  [ -f core/tests/frame_ring_churn/main.rs ] && tests+=(--test frame_ring_churn)
+  [ -f core/tests/hostile_subscriber/main.rs ] && tests+=(--test hostile_subscriber)
   [ -f core/tests/gpu_identity.rs ] && tests+=(--test gpu_identity --test hostile_publisher)
   [ -f core/tests/soak_replace.rs ] && tests+=(--test soak_replace)
   # The GPU tests use the test kernels of feature `testing` (the dev-dependency turns it on;
@@ -291,7 +291,7 @@ gpu_test() {
   rm -f "$log"
   return "$rc"
 }
-# The churn soak (core/tests/frame_ring_churn.rs) with its slots on CUDA VMM device 0.
+# The churn soak (core/tests/frame_ring_churn/) with its slots on CUDA VMM device 0.
 # At most 8 subscriber processes (CI: 33): on an H200 a subscriber process's CUDA start-up
 # (driver + context) takes 9.5 s on average with up to 33 starting at once, 1.3 s with 8, so
 # with 33 most of a 15 s soak is start-up and too few sessions run for the soak's "the churn
@@ -306,7 +306,7 @@ soak_cuda() {
   CUFRAMES_SOAK_MEMORY=cuda CUFRAMES_SOAK_SECS="${GPU_SOAK_SECS:-60}" \
     gpu_test "$out/soak_replace" --exact replacing_the_ring_under_churn_for_a_while --nocapture
 }
-# The hostile-subscriber run (core/tests/hostile_subscriber.rs) with its slots on CUDA VMM.
+# The hostile-subscriber run (core/tests/hostile_subscriber/) with its slots on CUDA VMM.
 # It needs root and setpriv (the hostile child runs as uid 65534): a skip here is a failure.
 # The binary is copied where uid 65534 can execute it (the checkout may sit under /root).
 hostile_cuda() {
@@ -324,10 +324,10 @@ hostile_cuda() {
   return "$rc"
 }
 # Tests of frame_ring_cuda that get a summary line of their own (and are skipped in its main step).
-ring_own_steps=(release_then_destroy_cycles_tear_down_on_our_thread
-  dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before
-  dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reused
-  no_call_replaces_the_callers_current_context)
+ring_own_steps=(release::release_then_destroy_cycles_tear_down_on_our_thread
+  release::dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before
+  release::dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reused
+  context::no_call_replaces_the_callers_current_context)
 
 run() {
   local pass=0 fail=0 failed=() t skips=()
@@ -349,17 +349,17 @@ run() {
   step "CUDA VMM layer (alloc/export/import across processes, copies, events)" gpu_test "$out/cuda_vmm" --test-threads=1 --nocapture
   step "frame ring on CUDA VMM (both policies, COPY/ZERO_COPY, 8 subscribers, bit-exact)" gpu_test "$out/frame_ring_cuda" --test-threads=1 --nocapture "${skips[@]}"
   step "release on a stream, then subscriber destroy, x${CUFRAMES_RELEASE_CYCLES:-1000}: torn down on our thread, no failed driver release, memory and mappings flat" \
-    gpu_test "$out/frame_ring_cuda" --exact release_then_destroy_cycles_tear_down_on_our_thread --test-threads=1 --nocapture
+    gpu_test "$out/frame_ring_cuda" --exact release::release_then_destroy_cycles_tear_down_on_our_thread --test-threads=1 --nocapture
   step "dropping a zero-copy CUDA frame waits for the GPU work queued before it, then ACKs" \
-    gpu_test "$out/frame_ring_cuda" --exact dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before --test-threads=1 --nocapture
+    gpu_test "$out/frame_ring_cuda" --exact release::dropping_a_zero_copy_frame_waits_for_the_gpu_work_queued_before --test-threads=1 --nocapture
   step "dropping a COPY CUDA frame waits for the GPU work queued on it before its buffer is reused" \
-    gpu_test "$out/frame_ring_cuda" --exact dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reused --test-threads=1 --nocapture
+    gpu_test "$out/frame_ring_cuda" --exact release::dropping_a_copy_frame_waits_for_the_gpu_work_queued_before_its_buffer_is_reused --test-threads=1 --nocapture
   step "no call replaces the caller's current context (own cuCtxCreate context)" \
-    gpu_test "$out/frame_ring_cuda" --exact no_call_replaces_the_callers_current_context --test-threads=1 --nocapture
+    gpu_test "$out/frame_ring_cuda" --exact context::no_call_replaces_the_callers_current_context --test-threads=1 --nocapture
   if [ -x "$out/frame_ring_churn" ]; then
     step "churn soak on CUDA VMM (both policies, ${GPU_CHURN_SECS:-30} s each, up to ${GPU_CHURN_MAX:-8} subscriber processes)" churn_cuda
   else
-    skip_step "churn soak on CUDA" "no $out/frame_ring_churn: core/tests/frame_ring_churn.rs missing at build time"
+    skip_step "churn soak on CUDA" "no $out/frame_ring_churn: core/tests/frame_ring_churn/ missing at build time"
   fi
   if [ -x "$out/soak_replace" ]; then
     step "CUDA ring replaced every 50 ms under STRICT_WAIT load (${GPU_SOAK_SECS:-60} s; readers join, leave, fork, are SIGKILLed): no hang, crash or wrong frame" \

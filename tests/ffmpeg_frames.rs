@@ -159,13 +159,13 @@ fn roundtrip_bgra() {
     check_format(FORMATS[6]);
 }
 
-/// Issue #14 (size and format changes): a source that changes size twice mid-stream (a camera
+/// Size and format changes: a source that changes size twice mid-stream (a camera
 /// switching resolution) makes `hwupload_cuframes` publish a new ring generation each time;
 /// every reader follows: its frames take the new size. A reader with `-reinit_filter 0`
 /// passes them on as they are and its framemd5 (sizes and hashes of every frame) equals the
 /// direct path's; a reader with ffmpeg's defaults reconfigures its filter graph on each change
 /// and scales to the size its output was opened with, exactly as the direct path followed by
-/// that scale. Before, the first change was an error and the readers' streams ended there.
+/// that scale. The first change is not an error that ends the readers' streams.
 #[test]
 fn size_changes_make_new_ring_generations_that_readers_follow() {
     let Some(ff) = find() else { return };
@@ -339,11 +339,10 @@ fn missing_publisher_is_a_clear_error() {
     assert!(err.contains("Cannot subscribe"), "{err}");
 }
 
-/// Issue #14 (metadata downstream): sample aspect ratio, range, primaries, transfer and
-/// matrix go through the ring. The whole framemd5, headers (`#sar`) included, equals the
-/// direct path's, and a BT.709 and a BT.601 source keep their tags frame by frame
-/// (`ffprobe -show_frames` of what a reader records). Before the extension the reader's
-/// `#sar` was 0/1 and every tag "unknown".
+/// Metadata downstream: sample aspect ratio, range, primaries, transfer and matrix go through
+/// the ring. The whole framemd5, headers (`#sar`) included, equals the direct path's (not a
+/// `#sar` of 0/1 with every tag "unknown"), and a BT.709 and a BT.601 source keep their tags
+/// frame by frame (`ffprobe -show_frames` of what a reader records).
 #[test]
 fn colour_tags_and_aspect_ratio_survive_the_ring() {
     let Some(ff) = find() else { return };
@@ -467,7 +466,7 @@ const PER_RING: usize = 4;
 /// output options (before `-f framemd5`).
 type Reader<'a> = (&'a [&'a str], &'a [&'a str]);
 
-/// Issue 34, item 8: a publisher in this process (STRICT_WAIT, so nothing is lost) publishes
+/// A ring moved between host and CUDA memory: a publisher in this process (STRICT_WAIT, so nothing is lost) publishes
 /// PER_RING NV12 frames in a ring of `first` memory, 64x48, then replaces it by a ring of
 /// `second` memory and size and publishes as many again; each reader writes framemd5. Returns
 /// each reader's (frame size, hash) per frame and its log; every reader must end cleanly.
@@ -576,7 +575,7 @@ fn a_replaced_host_ring_of_another_size_is_followed() {
     }
 }
 
-/// The GPU tests of item 8 print SKIPPED with the reason where there is no CUDA device. Run
+/// The GPU tests of a ring moved between memories print SKIPPED with the reason where there is no CUDA device. Run
 /// them on a GPU host with a cuframes FFmpeg build: `cargo test --release --test
 /// ffmpeg_frames -- ring_moved` (or `CUFRAMES_FFMPEG=/path/to/ffmpeg`).
 fn no_gpu() -> bool {
@@ -605,8 +604,8 @@ fn assert_same_frames_in_both_rings(r: usize, frames: &[(String, String)], log: 
 }
 
 /// A host ring replaced by a CUDA ring: the output stays software (the stream said so), the
-/// CUDA frames are downloaded on a CUDA device the input sets up then. Before, `wrap_frame`
-/// took a reference to a device context that was never made (`av_buffer_ref(NULL)`: a crash).
+/// CUDA frames are downloaded on a CUDA device the input sets up then (`wrap_frame` must not
+/// take a reference to a device context that was never made: `av_buffer_ref(NULL)` crashes).
 #[test]
 fn a_ring_moved_from_host_to_cuda_memory_is_followed() {
     let Some(ff) = find() else { return };

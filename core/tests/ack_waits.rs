@@ -8,7 +8,7 @@ use std::mem::offset_of;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{frame_shm_name, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::frame::SharedHeader;
@@ -74,8 +74,7 @@ fn a_subscriber_given_up_on_leaves_the_header_bitmap_and_the_others_stay() {
     let env = TestEnv::new("kickbitmap");
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
     ring(&p, Policy::StrictWait, Duration::from_millis(300));
-    let (_fd, header) =
-        cuframes_core::shm::open(&format!("cuframes-{}", env.key), 0, false).unwrap();
+    let (_fd, header) = cuframes_core::shm::open(&frame_shm_name(&env.key), 0, false).unwrap();
     let bitmap = || header.load_u64(SUBSCRIBER_BITMAP_OFFSET, Ordering::Acquire);
     let mut reader = Subscriber::connect(&env.key, &env.subscriber_options("reader")).unwrap();
     let mut stalled = Subscriber::connect(&env.key, &env.subscriber_options("stalled")).unwrap();

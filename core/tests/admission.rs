@@ -8,7 +8,7 @@ use cuframes_test_support as common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{frame_shm_name, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, Policy, SubscriberMode};
@@ -26,12 +26,12 @@ fn plain_v4(env: &TestEnv, name: &str) -> SubscriberOptions {
     }
 }
 
-/// Defect (a mutant: the `clear_ack_bit` call of `server::subscribe` removed): an ACK of a bit's
-/// previous owner that was in flight when the owner left lands in the bitmap of a frame acquired
-/// after that; the next owner of the bit is admitted before the frame is published, so it owes
-/// that frame, and the stale bit counted as its ACK. STRICT_WAIT then rewrote the slot of a frame
-/// the new owner had not read. Admission clears the bit from every slot, so the publisher waits
-/// for the new owner's own ACK.
+/// An ACK of a bit's previous owner that was in flight when the owner left lands in the bitmap
+/// of a frame acquired after that; the next owner of the bit is admitted before the frame is
+/// published, so it owes that frame, and the stale bit would count as its ACK, letting
+/// STRICT_WAIT rewrite the slot of a frame the new owner has not read. Admission clears the bit
+/// from every slot (the `clear_ack_bit` call of `server::subscribe`, which this test catches
+/// removed), so the publisher waits for the new owner's own ACK.
 #[test]
 fn a_stale_ack_of_a_bits_previous_owner_does_not_count_for_the_next() {
     let env = TestEnv::new("admitclr");
@@ -49,8 +49,7 @@ fn a_stale_ack_of_a_bits_previous_owner_does_not_count_for_the_next() {
     // Far longer than the test: a wait that ends does so because of an ACK, never a timeout.
     cfg.ack_timeout = Duration::from_secs(30);
     p.enable_frames(cfg).unwrap();
-    let (_fd, header) =
-        cuframes_core::shm::open(&format!("cuframes-{}", env.key), 0, true).unwrap();
+    let (_fd, header) = cuframes_core::shm::open(&frame_shm_name(&env.key), 0, true).unwrap();
 
     let a = Subscriber::connect(&env.key, &plain_v4(&env, "A")).unwrap();
     let bit = a.bit();

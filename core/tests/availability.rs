@@ -1,5 +1,4 @@
-//! Availability against hostile subscribers of other uids (trust-boundary issue, items
-//! 10–12): a peer must not take every subscriber slot, lock newcomers out of the handshake,
+//! Availability against hostile subscribers of other uids: a peer must not take every subscriber slot, lock newcomers out of the handshake,
 //! or hold a STRICT_WAIT publisher down by never ACKing and rejoining, or by waking it for
 //! nothing. The attackers are re-executed children of this binary run as other uids in the
 //! SHM objects' group (`setpriv`, gid 0 here), as the documented setup lets a subscriber of
@@ -15,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Children, TestEnv};
+use common::{child, shm_path, Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::tlv::{HelloReq, Message};
@@ -36,7 +35,7 @@ fn can_act_as_others() -> bool {
 /// `role_command`, run as `uid` (group 0) with stdin piped: a child that holds what it took
 /// until its stdin closes.
 fn role_as(role: &str, env: &TestEnv, uid: u32, extra: &[(&str, String)]) -> Command {
-    let base = common::role_command(role, env);
+    let base = child::role_command(role, env);
     let mut cmd = Command::new("setpriv");
     cmd.args([
         format!("--reuid={uid}"),
@@ -93,7 +92,7 @@ fn spawn(children: &mut Children, mut cmd: Command) -> BufReader<ChildStdout> {
 /// `role_command`.
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(common::ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
@@ -336,7 +335,7 @@ fn header_waker(key: &str, dir: &std::path::Path) {
     let name = cuframes_core::paths::Key::new(key)
         .unwrap()
         .frame_shm_name();
-    let shm = std::fs::File::open(format!("/dev/shm/{name}")).unwrap();
+    let shm = std::fs::File::open(shm_path(&name)).unwrap();
     // SAFETY: a fresh read-only shared mapping of the frame SHM (FRAME_SHM_SIZE bytes, which
     // the publisher never shrinks); unmapped below.
     let header = unsafe {
@@ -375,8 +374,8 @@ fn header_waker(key: &str, dir: &std::path::Path) {
 // ---------------------------------------------------------------------------------------
 // Item 10: slots.
 
-/// Defect: one process took all 31 subscriber slots with 31 handshakes, and every other
-/// subscriber of any uid got TOO_MANY while it held them. A uid holds at most
+/// One process must not take all 31 subscriber slots with 31 handshakes, leaving every other
+/// subscriber of any uid TOO_MANY while it holds them. A uid holds at most
 /// `max_subscribers_per_uid` (8) slots and a process `max_subscribers_per_pid` (4); the
 /// refusal names the cap and its option; root (the publisher's uid here) is not capped.
 #[test]
@@ -436,9 +435,9 @@ fn one_process_or_uid_cannot_take_every_subscriber_slot() {
 // ---------------------------------------------------------------------------------------
 // Item 11: pending handshakes.
 
-/// Defect: four colluding uids (16 pending handshakes each, from four processes each) filled
-/// the global cap of 64 pending handshakes, and every new subscriber was dropped at accept
-/// until their handshakes timed out (never, with a long handshake timeout). A newcomer whose
+/// Four colluding uids (16 pending handshakes each, from four processes each) fill the global
+/// cap of 64 pending handshakes; every new subscriber must not be dropped at accept until
+/// their handshakes time out (never, with a long handshake timeout). A newcomer whose
 /// uid holds fewer pending handshakes takes the oldest place of the biggest holder.
 #[test]
 fn four_uids_flooding_pending_handshakes_cannot_lock_out_a_fifth() {
@@ -552,9 +551,9 @@ fn strict_publisher_with(
     (p, stop, reader)
 }
 
-/// Defect: under STRICT_WAIT, a reader of another uid that never ACKs and subscribes again
-/// whenever it is dropped cost the publisher one ack timeout per rejoin, for as long as it
-/// liked (~8 fps instead of ~200). Rejoin after a kick waits, per uid, one ack timeout
+/// Under STRICT_WAIT, a reader of another uid that never ACKs and subscribes again whenever
+/// it is dropped would cost the publisher one ack timeout per rejoin, for as long as it likes
+/// (~8 fps instead of ~200). Rejoin after a kick waits, per uid, one ack timeout
 /// doubled per kick (bounded).
 #[test]
 fn a_never_acking_rejoiner_does_not_hold_strict_wait_publishing_down() {
@@ -600,7 +599,7 @@ fn a_never_acking_rejoiner_does_not_hold_strict_wait_publishing_down() {
     );
 }
 
-/// Defect: a subscriber that bumped its own ACK page's counter and woke it in a loop made a
+/// A subscriber that bumps its own ACK page's counter and wakes it in a loop would make a
 /// STRICT_WAIT publisher waiting for its ACK re-check at CPU speed (2.4 s of CPU in 8 s).
 /// Wake-ups of a page that bring no ACK are trusted only a few times per wait.
 #[test]

@@ -4,16 +4,19 @@
 //!
 //! Every test first asks `driver_available()`; without a CUDA driver it prints
 //! "SKIPPED (no CUDA driver): <reason>" and returns. The cross-process test re-executes this
-//! test binary as the child (`child_process_entry`, selected by an environment variable) and
-//! hands it the fds over a socketpair with SCM_RIGHTS.
+//! test binary as the child (`child_process_entry`, `test_support::child`; its role is the
+//! number of its end of a socketpair) and hands it the fds over that socketpair with
+//! SCM_RIGHTS.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
+
+use cuframes_test_support::child;
 
 use cuframes_core::cuda::{
     self, copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count, memset_d8_async,
@@ -28,7 +31,6 @@ use nix::sys::socket::{
     SockFlag, SockType,
 };
 
-const CHILD_ENV: &str = "CUFRAMES_CUDA_VMM_CHILD_FD";
 const RING: usize = 2;
 const SEQ_BASE: u64 = 0x1_0000_0041; // high bits set: the pattern uses all 64 bits of seq
 const CHILD_SEQ_OFFSET: u64 = 1000;
@@ -133,7 +135,7 @@ fn driver_device_and_granularity() {
 /// Child side of `vmm_fd_shared_with_child_process_bit_exact`: a no-op unless started by it.
 #[test]
 fn child_process_entry() {
-    let Ok(fd) = std::env::var(CHILD_ENV) else {
+    let Some(fd) = child::role() else {
         return;
     };
     let fd: RawFd = fd.parse().expect("fd number");
@@ -242,16 +244,8 @@ fn vmm_fd_shared_with_child_process_bit_exact() {
     )
     .unwrap();
     let child_raw = child_end.as_raw_fd();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "child_process_entry",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(CHILD_ENV, child_raw.to_string())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    let mut cmd = child::command_for("child_process_entry", &child_raw.to_string());
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     // SAFETY: fcntl is async-signal-safe; it only clears FD_CLOEXEC on the child's end.
     unsafe {
         cmd.pre_exec(move || {

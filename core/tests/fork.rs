@@ -1,5 +1,5 @@
 //! Objects inherited through `fork`: a child that drops the publisher, subscriber, frame or
-//! packet writer it inherited must leave the parent's stream as it was (issue 34, item 4).
+//! packet writer it inherited must leave the parent's stream as it is.
 //! Python's `os.fork()` and `multiprocessing` children do exactly that when they exit.
 //!
 //! The children here are forks of the test process itself: each runs one closure (dropping
@@ -9,7 +9,7 @@ use cuframes_test_support as common;
 
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{packet_shm_name, shm_path, TestEnv};
 use cuframes_core::packet_ring::{PacketRingConfig, PacketRingReader, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
@@ -139,7 +139,7 @@ fn children_dropping_an_inherited_publisher_and_subscriber_leave_the_parent_stre
         publish_and_read(&p, &mut sub, seq);
     }
     let socket = p.socket_path().to_owned();
-    let packet_shm = std::path::Path::new("/dev/shm").join(format!("cuframes-{}-packets", env.key));
+    let packet_shm = std::path::PathBuf::from(shm_path(&packet_shm_name(&env.key)));
     for child in 0..3 {
         let (sub_ptr, pub_ptr) = (&mut sub as *mut Subscriber, &p as *const Publisher);
         let end = in_forked_child(|| {

@@ -162,8 +162,8 @@ fn a_spinning_subscriber_gets_every_frame_and_keeps_its_timeout() {
 }
 
 /// A spin looks at the socket while it spins: a publisher that goes away during a long spin
-/// ends the stream at once, not when the spin's budget runs out (it used to: the spin watched
-/// only `global_seq`).
+/// ends the stream at once, not when the spin's budget runs out (a spin that watches only
+/// `global_seq` would).
 #[test]
 fn a_long_spin_still_sees_the_publisher_leave() {
     let env = TestEnv::new("spinend");
@@ -188,7 +188,7 @@ fn a_long_spin_still_sees_the_publisher_leave() {
     );
 }
 
-/// Issue #14 (metadata downstream): the colour description and sample aspect ratio the
+/// Metadata downstream: the colour description and sample aspect ratio the
 /// publisher gives its ring reach every subscriber and every frame, and a ring without one
 /// says so (None, not a default that would pass for BT.601 limited).
 #[test]
@@ -234,13 +234,13 @@ fn the_colour_description_travels_with_the_ring() {
     assert_eq!(s.cuda_device(), None);
 }
 
-/// Issue #14 (size and format changes): the publisher replaces its ring (a camera switching
-/// resolution, twice); the subscriber drains the old ring, follows the new one by itself and
+/// Size and format changes: the publisher replaces its ring (a camera switching resolution,
+/// twice); the subscriber drains the old ring, follows the new one by itself and
 /// delivers every frame with its own layout, never an old-size frame after a new one or the
 /// reverse. Under STRICT_WAIT the publisher waits for the old ring's ACKs and for the
 /// subscriber to come back, so no frame is lost. The reader is slow (it takes longer to drain
-/// a ring than the test used to sleep before replacing the next one): CI once failed here
-/// under DROP_OLDEST with a reader that came back only after the second replacement.
+/// a ring than a fixed pause between replacements would allow), so that a reader that comes
+/// back only after the next replacement is part of what is tested.
 #[test]
 fn a_replaced_ring_is_followed_frame_for_frame() {
     for policy in [Policy::StrictWait, Policy::DropOldest] {
@@ -285,8 +285,8 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
                 p.replace_frames(config(*g)).unwrap();
                 if policy == Policy::DropOldest {
                     // Nobody waits under DROP_OLDEST: a ring replaced before the reader came
-                    // back to it is not for it (R26). Wait until it is back (a fixed sleep
-                    // was too short for a loaded CI machine).
+                    // back to it is not for it (R26). Wait until it is back (no fixed sleep
+                    // is long enough on a loaded CI machine).
                     common::wait_until(
                         "the reader to come back to the new ring",
                         Duration::from_secs(10),
@@ -315,14 +315,12 @@ fn a_replaced_ring_is_followed_frame_for_frame() {
     }
 }
 
-/// Defect (CI, 2026-12-06: `a_replaced_ring_is_followed_frame_for_frame` under STRICT_WAIT,
-/// reader back from generation 0 straight to 2): a subscriber opened the frame SHM by its name
-/// only after SUBSCRIBE. A replacement in between gave it the next generation's header beside
-/// the slots VMM_FDS sent for the one it was admitted to: refused when the geometry changed
-/// (connect failed, or a returning reader skipped that generation's frames), read from the
-/// wrong slots when it did not. The replacement here comes at exactly that point (a hook in
-/// `Subscriber::connect`); the subscriber must get every frame of the new ring, each the one
-/// published under its seq, with its layout.
+/// A replacement between a subscriber's SUBSCRIBE and its opening of the frame SHM: opened by
+/// its name at that point, the SHM would be the next generation's header beside the slots
+/// VMM_FDS sent for the one the subscriber was admitted to (refused when the geometry
+/// changed, read from the wrong slots when it did not). The replacement here comes at exactly
+/// that point (a hook in `Subscriber::connect`); the subscriber must get every frame of the
+/// new ring, each the one published under its seq, with its layout.
 #[test]
 fn a_replacement_during_the_handshake_is_followed_not_mixed_up() {
     use std::sync::Arc;
@@ -392,15 +390,15 @@ fn a_replacement_during_the_handshake_is_followed_not_mixed_up() {
 }
 
 /// How long the slow reader of `a_replaced_ring_is_followed_frame_for_frame` takes per frame:
-/// three frames take longer than the 300 ms the test used to give a reader to follow.
+/// three frames take longer than 300 ms, longer than any fixed time a test might give a reader
+/// to follow.
 const SLOW_READER: Duration = Duration::from_millis(120);
 
-/// Defect (CI, the FFmpeg 7.1 size-change test): a publisher that replaced its ring and ended
-/// soon after went away before a reader still draining the old ring had subscribed to the new
-/// one (which needs the publisher's socket), so that reader lost the whole last generation
-/// although nothing had overwritten it. The publisher's end now waits, up to the ring's ack
-/// timeout, for the readers its replacement sent away; one that never comes back costs that
-/// bound, no more.
+/// A publisher that replaces its ring and ends soon after must not go away before a reader
+/// still draining the old ring has subscribed to the new one (which needs the publisher's
+/// socket): that reader would lose the whole last generation although nothing overwrote it.
+/// The publisher's end waits, up to the ring's ack timeout, for the readers its replacement
+/// sent away; one that never comes back costs that bound, no more.
 #[test]
 fn a_publisher_ending_right_after_a_replacement_waits_for_its_readers() {
     let config = |w, h, ack_timeout| {

@@ -1,4 +1,4 @@
-//! The frame ring's promises on the paths that broke them (issue: frame-ring guarantees):
+//! The frame ring's promises on the paths most likely to break them:
 //! STRICT_WAIT never rewrites a slot a live subscriber holds, a publish only ever touches the
 //! slot its seq names, and a reader faced with an impossible `global_seq` fails clearly.
 //! Host memory, one process (subscribers on their own sockets, as in production).
@@ -8,7 +8,7 @@ use cuframes_test_support as common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{frame_shm_name, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Frame, Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, Policy, SubscriberMode};
@@ -57,16 +57,16 @@ fn options(env: &TestEnv, name: &str, mode: SubscriberMode) -> SubscriberOptions
     }
 }
 
-/// Defect: a subscriber declared dead ACKed for the next owner of its bit. A (COPY) stalls
-/// and is given up on; its bit was freed at once and handed to B (ZERO_COPY); A, which had not
-/// read its socket yet, read a frame and ACKed it with the old bit; the publisher took that as
-/// B's ACK and rewrote the frame B held.
+/// A subscriber declared dead never ACKs for the next owner of its bit. A (COPY) stalls and
+/// is given up on, and its bit goes to B (ZERO_COPY); A, which has not read its socket yet,
+/// reads a frame and ACKs it with the old bit: were its bit freed at once, the publisher
+/// would take that as B's ACK and rewrite the frame B holds.
 #[test]
 fn a_dead_subscriber_never_acks_for_the_next_owner_of_its_bit() {
     let env = TestEnv::new("deadack");
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
     // Long enough that publish 6 below still waits for B when this thread wakes late from its
-    // 100 ms sleep on a loaded machine (a shorter one gave B up and overwrote its frame).
+    // 100 ms sleep on a loaded machine (a shorter one gives B up and overwrites its frame).
     let ack_timeout = Duration::from_secs(1);
     strict_ring(&p, 2, ack_timeout);
     let mut a = Subscriber::connect(&env.key, &options(&env, "A", SubscriberMode::Copy)).unwrap();
@@ -138,9 +138,10 @@ fn a_dead_subscriber_never_acks_for_the_next_owner_of_its_bit() {
     }
 }
 
-/// Defect: `publish` used the caller's `AcquiredSlot::index` (the C API's `CSlot.index`):
-/// an index of 16..37 wrote seq and pts into the subscriber-slot area while the real slot
-/// stayed INVALID, so the frame was never delivered.
+/// `publish` derives the slot from the seq and never trusts the caller's
+/// `AcquiredSlot::index` (the C API's `CSlot.index`): an index of 16..37 would write seq and
+/// pts into the subscriber-slot area while the real slot stays INVALID, and the frame would
+/// never be delivered.
 #[test]
 fn publish_derives_the_slot_from_the_seq_not_from_the_caller() {
     let env = TestEnv::new("slotidx");
@@ -170,9 +171,9 @@ fn publish_derives_the_slot_from_the_seq_not_from_the_caller() {
     );
 }
 
-/// Defect: a reader that saw `global_seq` move backwards (a crashed or hostile writer) spun
-/// at 100 % CPU with no frame and no error until its timeout; one far ahead of every slot
-/// stalled it silently. Both are impossible for an honest writer (R18, R24): a clear PROTOCOL
+/// A reader that sees `global_seq` move backwards (a crashed or hostile writer) must not spin
+/// at 100 % CPU with no frame and no error until its timeout, nor stall silently on one far
+/// ahead of every slot. Both are impossible for an honest writer (R18, R24): a clear PROTOCOL
 /// error, at once.
 #[test]
 fn global_seq_moving_backwards_or_far_ahead_fails_clearly() {
@@ -182,8 +183,7 @@ fn global_seq_moving_backwards_or_far_ahead_fails_clearly() {
     let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 32);
     cfg.ring_size = 4;
     p.enable_frames(cfg).unwrap();
-    let (_fd, header) =
-        cuframes_core::shm::open(&format!("cuframes-{}", env.key), 0, true).unwrap();
+    let (_fd, header) = cuframes_core::shm::open(&frame_shm_name(&env.key), 0, true).unwrap();
 
     for (case, forged) in [("backwards", 1u64), ("far ahead", 1u64 << 40)] {
         let mut sub = Subscriber::connect(&env.key, &env.subscriber_options(case)).unwrap();

@@ -1,14 +1,13 @@
-//! Issue #14 (GPU identity) on a GPU machine: a CUDA ring announces its GPU's UUID, a
+//! GPU identity on a GPU machine: a CUDA ring announces its GPU's UUID, a
 //! subscriber finds that GPU among its own devices whatever `CUDA_VISIBLE_DEVICES` makes of
 //! the numbering, and one that cannot see it is refused naming the UUID. Prints SKIPPED
 //! without a GPU (the CPU-testable refusal is in `hostile_publisher.rs`).
 
 use cuframes_test_support as common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::TestEnv;
+use common::{child, frame_shm_name, shm_path, TestEnv};
 use cuframes_core::cuda;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
@@ -17,12 +16,10 @@ use cuframes_core::wire::meta_ext::MetaExt;
 use cuframes_core::wire::Format;
 use zerocopy::FromBytes;
 
-const CHILD_ENV: &str = "CUFRAMES_UUID_CHILD";
-
 /// Child: subscribe to `CUFRAMES_TEST_KEY` (device from `CUFRAMES_TEST_DEVICE`) and report.
 #[test]
 fn uuid_child() {
-    if std::env::var(CHILD_ENV).is_err() {
+    if child::role().is_none() {
         return;
     }
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
@@ -44,13 +41,9 @@ fn uuid_child() {
     }
 }
 
-fn child(env: &TestEnv, visible: Option<&str>, device: i32) -> String {
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", "uuid_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, "1")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_TEST_DEVICE", device.to_string())
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir);
+fn subscriber_child(env: &TestEnv, visible: Option<&str>, device: i32) -> String {
+    let mut c = child::command_for("uuid_child", "subscriber");
+    child::in_env(&mut c, env).env("CUFRAMES_TEST_DEVICE", device.to_string());
     match visible {
         Some(v) => c.env("CUDA_VISIBLE_DEVICES", v),
         None => c.env_remove("CUDA_VISIBLE_DEVICES"),
@@ -80,7 +73,7 @@ fn subscribers_find_the_publishers_gpu_by_uuid() {
     cfg.memory = MemoryChoice::Cuda { device: ordinal };
     p.enable_frames(cfg).unwrap();
     // The header carries the UUID too (for operators).
-    let raw = std::fs::read(format!("/dev/shm/cuframes-{}", env.key)).unwrap();
+    let raw = std::fs::read(shm_path(&frame_shm_name(&env.key))).unwrap();
     let meta = FrameMeta::read_from_bytes(&raw[0x40..0x80]).unwrap();
     assert_eq!(MetaExt::read(&meta).gpu_uuid, Some(uuid.0));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -94,15 +87,15 @@ fn subscribers_find_the_publishers_gpu_by_uuid() {
     });
 
     // Everything visible, device unset: the publisher's ordinal.
-    let r = child(&env, None, -1);
+    let r = subscriber_child(&env, None, -1);
     assert_eq!(r, format!("ok device=Some({ordinal}) frame=true"), "{r}");
     // Only that GPU visible: it is device 0 here, found by its UUID.
-    let r = child(&env, Some(&uuid.to_string()), -1);
+    let r = subscriber_child(&env, Some(&uuid.to_string()), -1);
     assert_eq!(r, "ok device=Some(0) frame=true", "{r}");
-    let r = child(&env, Some(&ordinal.to_string()), -1);
+    let r = subscriber_child(&env, Some(&ordinal.to_string()), -1);
     assert_eq!(r, "ok device=Some(0) frame=true", "{r}");
     // No GPU visible: refused, naming the UUID.
-    let r = child(&env, Some(""), -1);
+    let r = subscriber_child(&env, Some(""), -1);
     assert!(
         r.starts_with("err NotFound") && r.contains(&uuid.to_string()),
         "{r}"
@@ -110,7 +103,7 @@ fn subscribers_find_the_publishers_gpu_by_uuid() {
     if n > 1 {
         // Another GPU asked for explicitly: refused naming both.
         let other = cuda::device_uuid(0).unwrap();
-        let r = child(&env, None, 0);
+        let r = subscriber_child(&env, None, 0);
         assert!(
             r.starts_with("err NotFound")
                 && r.contains(&uuid.to_string())
@@ -118,7 +111,7 @@ fn subscribers_find_the_publishers_gpu_by_uuid() {
             "{r}"
         );
         // Only another GPU visible.
-        let r = child(&env, Some("0"), -1);
+        let r = subscriber_child(&env, Some("0"), -1);
         assert!(
             r.starts_with("err NotFound") && r.contains("cannot see"),
             "{r}"

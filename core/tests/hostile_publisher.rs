@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{child, frame_shm_name, packet_shm_name, TestEnv};
 use cuframes_core::format::FrameLayout;
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::tlv::{self, HelloResp, Message, SubscribeResp, VmmFds};
@@ -73,7 +73,7 @@ fn good_hello(key: &str) -> HelloResp {
         ring_size: 2,
         ownership_mode: 0,
         meta: FrameLayout::new(Format::Nv12, 64, 32).unwrap().to_meta(),
-        shm_path: format!("cuframes-{key}"),
+        shm_path: frame_shm_name(key),
         // A plain v4 publisher: no ACK pages, our subscriber ACKs in the header.
         publisher_flags: 0,
         packets: None,
@@ -137,7 +137,7 @@ fn garbage_instead_of_hello_resp_is_a_protocol_error() {
 /// one the case is about); removed by TestEnv.
 fn valid_frame_shm(key: &str) -> cuframes_core::testing::FrameShm {
     let (_fd, map) =
-        cuframes_core::shm::create(&format!("cuframes-{key}"), FRAME_SHM_SIZE, 0o600).unwrap();
+        cuframes_core::shm::create(&frame_shm_name(key), FRAME_SHM_SIZE, 0o600).unwrap();
     let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
     shm.initialise(
         &good_hello(key).meta,
@@ -235,8 +235,7 @@ fn a_legacy_magic_frame_shm_is_refused() {
     let env = TestEnv::new("hp8");
     // A v1–v3 style SHM under the key's name, from a "publisher" that is this process.
     let (_fd, map) =
-        cuframes_core::shm::create(&format!("cuframes-{}", env.key), FRAME_SHM_SIZE, 0o600)
-            .unwrap();
+        cuframes_core::shm::create(&frame_shm_name(&env.key), FRAME_SHM_SIZE, 0o600).unwrap();
     map.atomic_u32(0)
         .store(LEGACY_FRAME_MAGIC, std::sync::atomic::Ordering::Release);
     let key = env.key.clone();
@@ -276,7 +275,7 @@ fn a_legacy_magic_frame_shm_is_refused() {
     assert!(e.message().contains("0xCC7C1DCC"), "{e}");
 }
 
-/// Issue #14 (GPU identity): a publisher whose CUDA ring is on a GPU this process cannot see
+/// GPU identity: a publisher whose CUDA ring is on a GPU this process cannot see
 /// (another container's GPU, a CUDA_VISIBLE_DEVICES that hides it) is refused before
 /// SUBSCRIBE, with an error naming the announced UUID; without the check the subscriber
 /// would import the ring's handles on whatever its device 0 is. CPU-testable: here no GPU is
@@ -405,9 +404,9 @@ fn sparse_sealed_memfd(len: u64) -> std::os::fd::OwnedFd {
     fd
 }
 
-/// Issue #29 item 13: a 64x32 NV12 ring (12 KiB frames) announcing 2 GiB slots on sparse
-/// sealed memfds made the reader map and populate 2 GiB of shmem per slot (4 GiB for this
-/// ring of two). A slot may be no larger than the frame rounded up to a granularity: the
+/// A 64x32 NV12 ring (12 KiB frames) announcing 2 GiB slots on sparse sealed memfds would
+/// make a reader map and populate 2 GiB of shmem per slot (4 GiB for this ring of two). A
+/// slot may be no larger than the frame rounded up to a granularity: the
 /// subscribe is refused at once, naming both sizes, before anything is mapped.
 #[test]
 fn slots_far_larger_than_the_frame_are_refused_without_allocating() {
@@ -500,10 +499,9 @@ fn packet_publisher(env: &TestEnv, data_size: u32) -> cuframes_core::publisher::
     p
 }
 
-/// Issue #29 item 14: a 1 GiB packet data ring (here a publisher's ring whose header is
-/// forged to 1 GiB over a sparse object, holding a 1 GiB "packet") made every reader map
-/// and populate all of it (`-f cuframes_pkt` reached 3.2 GB with the packet's copies). A
-/// ring larger than `max_packet_ring_size` is refused at subscribe, naming the option,
+/// A 1 GiB packet data ring (here a publisher's ring whose header is forged to 1 GiB over a
+/// sparse object, holding a 1 GiB "packet") would make every reader map and populate all of
+/// it (`-f cuframes_pkt` reaches 3.2 GB with the packet's copies). A ring larger than `max_packet_ring_size` is refused at subscribe, naming the option,
 /// before its pages are touched; a raised option lets it through.
 #[test]
 fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
@@ -518,7 +516,7 @@ fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
     let env = TestEnv::new("hp-bigring");
     let p = packet_publisher(&env, 1 << 16);
     const GIB: u32 = 1 << 30;
-    let name = format!("cuframes-{}-packets", env.key);
+    let name = packet_shm_name(&env.key);
     {
         let (fd, _) = cuframes_core::shm::open(&name, 4096, true).unwrap();
         nix::unistd::ftruncate(fd.as_fd(), packet_shm_size(16, GIB as usize) as i64).unwrap();
@@ -577,7 +575,7 @@ fn a_packet_ring_larger_than_the_bound_is_refused_without_allocating() {
     drop(p);
 }
 
-/// Issue #29 item 14: a packet larger than `max_packet_size` is not copied (no buffer of its
+/// A packet larger than `max_packet_size` is not copied (no buffer of its
 /// size is allocated): it is skipped as a counted loss, the stream goes on at the next
 /// keyframe flagged DISCONTINUITY. A subscriber that raised the option reads the same
 /// 80 MiB packet bit-exact.
@@ -632,7 +630,7 @@ fn oversized_packets_are_a_counted_loss_and_a_raised_bound_reads_them() {
 /// The re-executed children of this binary (`common::role_command`) run here.
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(common::ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     match role.as_str() {
@@ -684,7 +682,7 @@ fn a_stream_of_oversized_packets_is_reported_once() {
     let _serial = serial();
     let env = TestEnv::new("hp-diag");
     for errors in [false, true] {
-        let mut cmd = common::role_command("oversized_reader", &env);
+        let mut cmd = child::role_command("oversized_reader", &env);
         cmd.env("CUFRAMES_OVERRUN_ERRORS", if errors { "1" } else { "0" })
             .stderr(std::process::Stdio::piped());
         let out = cmd.output().unwrap();

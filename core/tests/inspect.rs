@@ -6,11 +6,11 @@ use cuframes_test_support as common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Children, TestEnv};
+use common::{child, frame_shm_name, packet_shm_name, shm_path, Children, TestEnv};
 use cuframes_core::inspect::{self, Liveness, SocketState};
 use cuframes_core::packet_ring::{PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
@@ -19,8 +19,6 @@ use cuframes_core::wire::{
     Format, MemoryKind, Policy, SubscriberState, CODEC_ID_H264, PACKET_FLAG_KEY,
 };
 use cuframes_core::{ErrorCode, Key};
-
-const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
 
 fn publish(p: &Publisher) -> u64 {
     let layout = p.frame_layout().unwrap().clone();
@@ -44,7 +42,7 @@ fn shm_exists(name: &str) -> bool {
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
@@ -84,15 +82,7 @@ fn child_entry() {
 }
 
 fn spawn_publisher(env: &TestEnv) -> Child {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "publisher")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut child = child::role_command("publisher", env).spawn().unwrap();
     let mut line = String::new();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     loop {
@@ -150,7 +140,7 @@ fn live_publisher_with_subscribers() {
     }
     assert!(info.packets.is_none());
     let f = info.frame_snapshot().expect("frame snapshot");
-    assert_eq!(f.shm_name, format!("cuframes-{}", env.key));
+    assert_eq!(f.shm_name, frame_shm_name(&env.key));
     assert_eq!(f.producer_pid, std::process::id() as u64);
     assert_eq!((f.format, f.width, f.height), (Format::Nv12, 64, 48));
     assert_eq!(f.ring_size, 8);
@@ -247,7 +237,7 @@ fn packet_ring_snapshot_and_keyframe_age() {
     assert!(info.frames.is_none());
     assert!(info.liveness.is_alive(), "{:?}", info.liveness);
     let p = info.packet_snapshot().expect("packet snapshot");
-    assert_eq!(p.shm_name, format!("cuframes-{}-packets", env.key));
+    assert_eq!(p.shm_name, packet_shm_name(&env.key));
     assert_eq!(p.codec_name(), "h264");
     assert_eq!((p.ring_slots, p.data_size, p.extradata_size), (8, 4096, 6));
     assert_eq!(
@@ -265,7 +255,7 @@ fn packet_ring_snapshot_and_keyframe_age() {
         w.publish(&[1; 10], seq as i64 * 40 * ms, seq as i64 * 40 * ms, 0)
             .unwrap();
     }
-    let p = inspect::read_packet_shm(&format!("cuframes-{}-packets", env.key)).unwrap();
+    let p = inspect::read_packet_shm(&packet_shm_name(&env.key)).unwrap();
     assert_eq!(p.global_seq, 20);
     assert!(!p.keyframe_in_ring);
     assert_eq!(p.keyframe_age(), None);
@@ -313,8 +303,8 @@ fn sigkilled_publisher_is_dead_and_cleaned() {
     assert_eq!(info.frame_snapshot().unwrap().producer_pid, child_pid);
     assert!(info.liveness.reason().contains(&child_pid.to_string()));
 
-    let frame_shm = format!("cuframes-{}", env.key);
-    let packet_shm = format!("cuframes-{}-packets", env.key);
+    let frame_shm = frame_shm_name(&env.key);
+    let packet_shm = packet_shm_name(&env.key);
     let dry = inspect::clean(&env.dir, Some(std::slice::from_ref(&k)), true).unwrap();
     assert!(dry.dry_run);
     let mut what: Vec<_> = dry.removed.iter().map(|r| r.what).collect();
@@ -366,7 +356,7 @@ fn clean_keeps_live_publishers_and_removes_stale_sockets() {
         assert_eq!(stale_path.exists(), dry_run);
     }
     assert!(p.socket_path().exists());
-    assert!(shm_exists(&format!("cuframes-{}", live.key)));
+    assert!(shm_exists(&frame_shm_name(&live.key)));
     assert_eq!(p.subscriber_count(), 1);
     publish(&p);
 }
@@ -374,15 +364,16 @@ fn clean_keeps_live_publishers_and_removes_stale_sockets() {
 /// Write `bytes` as `/dev/shm/<name>` (mode 0600).
 fn raw_shm(name: &str, bytes: &[u8]) {
     let (_fd, map) = cuframes_core::shm::create(name, bytes.len(), 0o600).unwrap();
-    // A writable mapping of our own test object.
+    // SAFETY: `map` is a writable mapping of our own test object, `bytes.len()` long, that
+    // `bytes` does not overlap.
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.as_ptr(), bytes.len()) };
 }
 
 #[test]
 fn corrupt_objects_are_reported_not_panicked_on() {
     let env = TestEnv::new("insp-bad");
-    let frame = format!("cuframes-{}", env.key);
-    let packets = format!("cuframes-{}-packets", env.key);
+    let frame = frame_shm_name(&env.key);
+    let packets = packet_shm_name(&env.key);
     let k = key(&env);
 
     let check = |name: &str, bytes: Vec<u8>, packet: bool, want: &str| {
@@ -515,9 +506,9 @@ fn gone_pid() -> u64 {
     u64::from(pid)
 }
 
-/// Issue 29 item 9: a ring owned by a uid outside the group, with a valid header and
-/// producer pid 1, is refused by publishers; the inspector called it an alive publisher
-/// (so did `ls`, `stat` and the exporter's `cuframes_publisher_alive`). Its owner does not
+/// A ring owned by a uid outside the group, with a valid header and producer pid 1, is
+/// refused by publishers, and the inspector (behind `ls`, `stat` and the exporter's
+/// `cuframes_publisher_alive`) must not call it an alive publisher either. Its owner does not
 /// match the uid its producer runs as: "foreign", not alive, and `clean` keeps it.
 #[test]
 fn a_ring_whose_owner_is_not_its_producers_is_foreign() {
@@ -527,7 +518,7 @@ fn a_ring_whose_owner_is_not_its_producers_is_foreign() {
     }
     let env = TestEnv::new("insp-fake");
     let _objects = KeyObjects(env.key.clone());
-    let frame = format!("cuframes-{}", env.key);
+    let frame = frame_shm_name(&env.key);
     planted_ring(&frame, 1, 65534);
     let info = inspect::inspect(&env.dir, &key(&env)).unwrap();
     assert!(
@@ -560,10 +551,10 @@ fn a_ring_whose_owner_is_not_its_producers_is_foreign() {
     );
 }
 
-/// Issue 29 item 7: while another uid holds `cuframes-KEY`, a publisher's ring lives under
-/// its generation name `cuframes-KEY.<16 hex>`. The inspector took that for no key at all
-/// (a '.' is not in a key) and showed the squatter's object as KEY's ring. It shows the
-/// publisher's ring now, alive, with the squatter's object among the key's others.
+/// While another uid holds `cuframes-KEY`, a publisher's ring lives under its generation name
+/// `cuframes-KEY.<16 hex>`. The inspector must not take that for no key at all (a '.' is not
+/// in a key) nor show the squatter's object as KEY's ring: it shows the publisher's ring,
+/// alive, with the squatter's object among the key's others.
 #[test]
 fn a_generation_named_ring_is_its_keys() {
     if !is_root() {
@@ -572,7 +563,7 @@ fn a_generation_named_ring_is_its_keys() {
     }
     let env = TestEnv::new("insp-gen");
     let _objects = KeyObjects(env.key.clone());
-    let frame = format!("cuframes-{}", env.key);
+    let frame = frame_shm_name(&env.key);
     planted_ring(&frame, 1, 65534);
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
     p.enable_frames(FrameRingConfig::new(Format::Nv12, 80, 32))
@@ -609,7 +600,7 @@ fn clean_removes_dead_generation_rings_of_ours_only() {
     }
     let env = TestEnv::new("insp-gclean");
     let _objects = KeyObjects(env.key.clone());
-    let frame = format!("cuframes-{}", env.key);
+    let frame = frame_shm_name(&env.key);
     let (ours, staged, theirs) = (
         cuframes_core::paths::generation_name(&frame, 0x1111),
         cuframes_core::paths::generation_name(&frame, 0x2222),
@@ -624,7 +615,7 @@ fn clean_removes_dead_generation_rings_of_ours_only() {
     let newer = std::time::SystemTime::now() + Duration::from_secs(60);
     std::fs::File::options()
         .write(true)
-        .open(format!("/dev/shm/{theirs}"))
+        .open(shm_path(&theirs))
         .unwrap()
         .set_modified(newer)
         .unwrap();
@@ -633,7 +624,7 @@ fn clean_removes_dead_generation_rings_of_ours_only() {
     let report = inspect::clean(&env.dir, Some(&[key(&env)]), false).unwrap();
     let mut removed: Vec<&str> = report.removed.iter().map(|r| r.path.as_str()).collect();
     removed.sort_unstable();
-    let mut want = vec![format!("/dev/shm/{ours}"), format!("/dev/shm/{staged}")];
+    let mut want = vec![shm_path(&ours), shm_path(&staged)];
     want.sort_unstable();
     assert_eq!(removed, want, "{report:?}");
     assert!(!shm_exists(&ours) && !shm_exists(&staged));

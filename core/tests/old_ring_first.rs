@@ -1,9 +1,9 @@
-//! Issue 34, item 5: a subscriber of frames *and* packets delivers what the ring it leaves
-//! still holds before the frames of the next one (docs/protocol.md, ring replacement),
-//! whichever read notices the end first. Before, a packet read that saw SHUTDOWN(NEW_RING), or
-//! a publisher restart under `reconnect`, opened the next ring at once and the old ring's
-//! unread frames were thrown away; a frame read that noticed a restart first threw away the
-//! old packet ring's unread packets the same way.
+//! A subscriber of frames *and* packets delivers what the ring it leaves still holds before
+//! the frames of the next one (docs/protocol.md, ring replacement), whichever read notices
+//! the end first: a packet read that sees SHUTDOWN(NEW_RING), or a publisher restart under
+//! `reconnect`, must not open the next ring at once and throw the old ring's unread frames
+//! away, nor a frame read that notices a restart first throw away the old packet ring's
+//! unread packets.
 
 use cuframes_test_support as common;
 

@@ -1,9 +1,9 @@
-//! Issue 30 (red team, unconfirmed item): a packet subscriber waiting in `next_packet` when
-//! its publisher is killed ends `PublisherLost`, with and without `reconnect`. The subscriber
-//! labels every `Disconnected` of its packet reader a clean end (`Shutdown`), which is right
-//! only because that reader's pid check is off (the socket's EOF says the publisher is gone):
-//! with the check on, the reader saw the dead producer before the subscriber looked at the
-//! socket again, and a killed publisher was reported as a clean shutdown. The publisher is a
+//! A packet subscriber waiting in `next_packet` when its publisher is killed ends
+//! `PublisherLost`, with and without `reconnect`. The subscriber labels every `Disconnected`
+//! of its packet reader a clean end (`Shutdown`), which is right only because that reader's
+//! pid check is off (the socket's EOF says the publisher is gone): with the check on, the
+//! reader would see the dead producer before the subscriber looks at the socket again, and
+//! report a killed publisher as a clean shutdown. The publisher is a
 //! child process (this test binary re-executed).
 
 use cuframes_test_support as common;
@@ -11,7 +11,7 @@ use cuframes_test_support as common;
 use std::io::{BufRead, BufReader, Write};
 use std::time::{Duration, Instant};
 
-use common::{role_command, Children, TestEnv, ROLE_ENV};
+use common::{child, Children, TestEnv};
 use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::{Publisher, PublisherOptions};
 use cuframes_core::subscriber::{EndReason, Subscriber, SubscriberOptions};
@@ -20,7 +20,7 @@ use cuframes_core::ErrorCode;
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     assert_eq!(role, "packet_publisher");
@@ -44,7 +44,9 @@ fn child_entry() {
 /// How a packet subscriber waiting in `next_packet` ends when its publisher is SIGKILLed.
 fn end_of_a_wait_through_a_kill(reconnect: Option<Duration>) -> (ErrorCode, Option<EndReason>) {
     let env = TestEnv::new("pktlost");
-    let mut child = role_command("packet_publisher", &env).spawn().unwrap();
+    let mut child = child::role_command("packet_publisher", &env)
+        .spawn()
+        .unwrap();
     let out = child.stdout.take().unwrap();
     let kids = Children(vec![child]);
     // The test harness prints its own lines first; kept open so the child never sees EPIPE.

@@ -9,9 +9,8 @@
 //! counted as corrupt. Required: zero corrupt packets, strictly increasing seqs, every gap
 //! marked by DISCONTINUITY on a keyframe (R9), the late reader starts on a keyframe.
 //!
-//! The readers are this test binary re-executed (`current_exe()`) with
-//! `CUFRAMES_PKT_STRESS_ROLE=<index>` and the filter `packet_stress_child`, so no extra binary
-//! is needed. `CUFRAMES_PKT_STRESS_PACKETS` overrides the packet count for quick local runs.
+//! The readers are this test binary re-executed (`test_support::child`) in the role `<index>`
+//! with the filter `packet_stress_child`, so no extra binary is needed. `CUFRAMES_PKT_STRESS_PACKETS` overrides the packet count for quick local runs.
 //!
 //! CI runs it in release (`cargo test --release -p cuframes-core --test packet_stress`);
 //! it also passes in debug builds, more slowly (see docs/benchmarks.md, "Packet ring").
@@ -19,15 +18,14 @@
 use cuframes_test_support as common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Rng;
+use common::{child, Rng};
 use cuframes_core::packet_ring::{PacketRingConfig, PacketRingReader, PacketRingWriter};
 use cuframes_core::wire::PACKET_FLAG_KEY;
 use cuframes_core::{ErrorCode, Key};
 
-const ROLE_ENV: &str = "CUFRAMES_PKT_STRESS_ROLE";
 const SHM_ENV: &str = "CUFRAMES_PKT_STRESS_SHM";
 const TOTAL_ENV: &str = "CUFRAMES_PKT_STRESS_PACKETS";
 const DEFAULT_PACKETS: u64 = 1_000_000;
@@ -101,7 +99,7 @@ fn spin(d: Duration) {
 /// `STRESS-RESULT k=v ...` line at the end.
 #[test]
 fn packet_stress_child() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return; // Not a child: nothing to do.
     };
     let idx: usize = role.parse().unwrap();
@@ -208,7 +206,7 @@ fn field(line: &str, key: &str) -> String {
 
 #[test]
 fn packet_ring_multiprocess_stress() {
-    if std::env::var(ROLE_ENV).is_ok() {
+    if child::role().is_some() {
         return; // The child runs packet_stress_child only.
     }
     let total = total_packets();
@@ -230,17 +228,9 @@ fn packet_ring_multiprocess_stress() {
         0o600,
     )
     .unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut children = Children(Vec::new());
     for idx in 0..READERS {
-        let mut child = Command::new(&exe)
-            .args([
-                "packet_stress_child",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE_ENV, idx.to_string())
+        let mut child = child::command_for("packet_stress_child", &idx.to_string())
             .env(SHM_ENV, w.shm_name())
             .env(TOTAL_ENV, total.to_string())
             .stdout(Stdio::piped())

@@ -5,7 +5,7 @@ use cuframes_test_support as common;
 
 use std::time::Duration;
 
-use common::TestEnv;
+use common::{packet_shm_name, TestEnv};
 use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
@@ -248,8 +248,7 @@ fn a_publisher_pid_from_another_pid_namespace_does_not_end_the_stream() {
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
     p.enable_packets(config()).unwrap();
     p.publish_packet(&[1; 10], 0, 0, PACKET_FLAG_KEY).unwrap();
-    let (_fd, map) =
-        cuframes_core::shm::open(&format!("cuframes-{}-packets", env.key), 0, true).unwrap();
+    let (_fd, map) = cuframes_core::shm::open(&packet_shm_name(&env.key), 0, true).unwrap();
     map.atomic_u64(0x18)
         .store(0x7FFF_FFF0, std::sync::atomic::Ordering::Release); // no such pid
     let mut s = Subscriber::connect(&env.key, &packets_only(&env, "ns")).unwrap();

@@ -1,4 +1,4 @@
-//! Publisher impersonation (trust-boundary issue, item 8): while a key's publisher is away, a
+//! Publisher impersonation: while a key's publisher is away, a
 //! member of the runtime directory's group can bind the key's socket. A reconnecting reader
 //! accepts only a publisher of the uid its first connection saw (SO_PEERCRED), and an
 //! explicit `publisher_uid` is checked on every connection, the first included.
@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{publish_pattern, Children, TestEnv, ROLE_ENV};
+use common::{child, publish_pattern, Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::Format;
@@ -20,7 +20,7 @@ use cuframes_core::ErrorCode;
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     match role.as_str() {
@@ -68,13 +68,8 @@ fn start_impostor(env: &TestEnv) -> Children {
     // The directory's group may create names in it (what lets the impostor in).
     std::os::unix::fs::chown(&env.dir, Some(0), Some(0)).unwrap();
     std::fs::set_permissions(&env.dir, std::fs::Permissions::from_mode(0o770)).unwrap();
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=0", "--clear-groups"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "impostor")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+    let mut cmd = child::command_as(&child::OTHER_USER_GROUP_0, "impostor");
+    child::in_env(&mut cmd, env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -118,10 +113,10 @@ fn read_for(s: &mut Subscriber, limit: Duration) -> (u64, Option<cuframes_core::
     (frames, last)
 }
 
-/// Finding: the honest publisher stopped, a reader with `reconnect` waited, a group member
-/// bound the key first, and the reader silently took the impostor's frames. It refuses the
-/// impostor now (the uid its first connection saw is not the impostor's), says so while it
-/// waits, and takes the honest publisher back when that returns.
+/// The honest publisher stops, a reader with `reconnect` waits, a group member binds the key
+/// first: the reader must not silently take the impostor's frames. It refuses the impostor
+/// (the uid its first connection saw is not the impostor's), says so while it waits, and
+/// takes the honest publisher back when that returns.
 #[test]
 fn a_reconnecting_reader_refuses_an_impostor_and_waits_for_its_publisher() {
     if !can_switch_users() {

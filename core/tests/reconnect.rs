@@ -1,4 +1,4 @@
-//! Issue #14 (reconnect): subscribers with `reconnect` keep running across publisher
+//! Reconnect: subscribers with `reconnect` keep running across publisher
 //! restarts under the same key. The publisher is a child process (this test binary
 //! re-executed), SIGKILLed and started again three times; its clock starts at 0 each time.
 //! A frame subscriber and a packet subscriber read on: every frame and packet is intact,
@@ -9,19 +9,18 @@
 use cuframes_test_support as common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{planes_for, publish_pattern, verify_frame, Children, TestEnv};
+use common::{child, planes_for, publish_pattern, verify_frame, Children, TestEnv};
 use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, CODEC_ID_H264, PACKET_FLAG_DISCONTINUITY, PACKET_FLAG_KEY};
 use cuframes_core::ErrorCode;
 
-const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
 const STEP_NS: i64 = 40_000_000;
 
 fn payload(n: u64) -> Vec<u8> {
@@ -30,7 +29,7 @@ fn payload(n: u64) -> Vec<u8> {
 
 #[test]
 fn reconnect_child() {
-    if std::env::var(ROLE_ENV).is_err() {
+    if child::role().is_none() {
         return;
     }
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
@@ -56,16 +55,8 @@ fn reconnect_child() {
 }
 
 fn start_publisher(env: &TestEnv) -> Child {
-    let mut c = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "reconnect_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE_ENV, "publisher")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+    let mut cmd = child::command_for("reconnect_child", "publisher");
+    let mut c = child::in_env(&mut cmd, env)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -194,8 +185,8 @@ fn subscribers_follow_a_publisher_restarted_three_times() {
     });
 
     // Before each kill and at the end: both readers follow publisher `round` (0 = the first)
-    // and have read 20 more items. A fixed 300 ms assumed they were back by then; one that
-    // came back only after the next kill counted a restart too few.
+    // and have read 20 more items. Waiting for that, not for a fixed time, matters: a reader
+    // that comes back only after the next kill counts a restart too few.
     let following = |round: u64| {
         let deadline = Instant::now() + Duration::from_secs(20);
         for (what, pr) in [("frames", &fp), ("packets", &pp)] {

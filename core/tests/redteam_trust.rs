@@ -1,4 +1,4 @@
-//! Red-team checks of issue 29's new trust surfaces: what a hostile local user (another uid
+//! Red-team checks of the trust surfaces: what a hostile local user (another uid
 //! in the group) can make a publisher, a subscriber or the operator tools trust or remove.
 //! Objects of "another uid" are made as root and chowned to 65534 (the sticky /dev/shm
 //! keeps a name its creator's; root may unlink it when the test ends).
@@ -8,7 +8,7 @@ use cuframes_test_support as common;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use common::TestEnv;
+use common::{frame_shm_name, shm_path, TestEnv};
 use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::Publisher;
 use cuframes_core::subscriber::Subscriber;
@@ -58,8 +58,8 @@ fn packet_publisher(env: &TestEnv) -> Publisher {
 /// The packet SHM that HELLO_RESP names is opened only if the publisher (SO_PEERCRED of the
 /// subscriber's connection) owns it, as the frame SHM is: a name in /dev/shm is anyone's to
 /// create first (the key's packet name between a publisher's exit and a reader's open, a
-/// generation name once its ring is gone). Before, a packets-only subscriber mapped an
-/// object of another uid at the announced name and read its packets.
+/// generation name once its ring is gone): a packets-only subscriber never maps an object of
+/// another uid at the announced name nor reads its packets.
 #[test]
 fn a_subscriber_refuses_a_packet_shm_the_publisher_does_not_own() {
     if !is_root() {
@@ -72,7 +72,7 @@ fn a_subscriber_refuses_a_packet_shm_the_publisher_does_not_own() {
     let name = p.packet_shm_name().unwrap();
     // What the subscriber finds at the announced name: an object of another uid (here the
     // publisher's own ring, handed to uid 65534: a valid header, as a squatter's would be).
-    let path = format!("/dev/shm/{name}");
+    let path = shm_path(&name);
     std::os::unix::fs::chown(&path, Some(OTHER_UID), None).unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().uid(), OTHER_UID);
     let mut opts = env.subscriber_options("victim");
@@ -121,9 +121,9 @@ fn plant_frame_shm(name: &str) {
 /// subscriber is between HELLO_RESP and opening the ring it named; the replacement removes
 /// that name and another user creates it again (anyone in the group saw it in HELLO_RESP or
 /// in /dev/shm). The ring HELLO_RESP described is gone: the handshake starts over and meets
-/// the new ring. Before, the subscriber failed for good with PERMISSION ("belongs to uid
-/// 65534"): one user could end every connect (and every reconnecting reader's wait, which
-/// does not retry PERMISSION) that met a replacement.
+/// the new ring. Failing for good with PERMISSION ("belongs to uid 65534") instead would let
+/// one user end every connect (and every reconnecting reader's wait, which does not retry
+/// PERMISSION) that meets a replacement.
 #[test]
 fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
     use cuframes_core::publisher::FrameRingConfig;
@@ -136,7 +136,7 @@ fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
     let env = TestEnv::new("rt-genrace");
     let _objects = KeyObjects(env.key.clone());
     // The key's frame name is another user's: the ring takes its generation name.
-    plant_frame_shm(&format!("cuframes-{}", env.key));
+    plant_frame_shm(&frame_shm_name(&env.key));
     let p = Arc::new(Publisher::create(&env.key, env.publisher_options()).unwrap());
     p.enable_frames(FrameRingConfig::new(Format::Nv12, 80, 32))
         .unwrap();
@@ -148,7 +148,7 @@ fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
             .replace_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
             .unwrap();
         let gone = std::time::Instant::now() + Duration::from_secs(10);
-        while std::path::Path::new(&format!("/dev/shm/{hook_first}")).exists() {
+        while std::path::Path::new(&shm_path(&hook_first)).exists() {
             assert!(std::time::Instant::now() < gone, "{hook_first} stayed");
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -157,7 +157,7 @@ fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
     let mut opts = env.subscriber_options("victim");
     opts.connect_timeout = Duration::from_secs(10);
     let got = Subscriber::connect(&env.key, &opts);
-    let planted = std::fs::metadata(format!("/dev/shm/{first}")).map(|m| m.uid());
+    let planted = std::fs::metadata(shm_path(&first)).map(|m| m.uid());
     let mut s = got.expect("the subscriber follows the replacement");
     assert_eq!(planted.unwrap(), OTHER_UID, "the hook ran");
     let (seq, planes) = common::publish_pattern(&p, 1, None).unwrap();
@@ -172,8 +172,8 @@ fn a_replaced_generation_name_taken_by_another_uid_restarts_the_handshake() {
 /// waited for came back and announced `cuframes-K`, and between HELLO_RESP and the open
 /// another user's object is at that name (the publisher went again, or its ring moved; here
 /// the publisher's object is moved aside and put back 200 ms later). The wait goes on and
-/// meets the publisher's ring. Before, the foreign object's PERMISSION was not retried and
-/// ended the reader's stream for good.
+/// meets the publisher's ring: the foreign object's PERMISSION is retried, not the end of the
+/// reader's stream.
 #[test]
 fn a_reconnecting_reader_waits_out_a_foreign_object_at_the_key_name() {
     use cuframes_core::publisher::FrameRingConfig;
@@ -199,13 +199,13 @@ fn a_reconnecting_reader_waits_out_a_foreign_object_at_the_key_name() {
     let second = Publisher::create(&env.key, env.publisher_options()).unwrap();
     second.enable_frames(ring).unwrap();
     let name = second.frame_shm_name().unwrap();
-    assert_eq!(name, format!("cuframes-{}", env.key));
+    assert_eq!(name, frame_shm_name(&env.key));
     let aside = format!("{name}.0000000000000000");
     let (hook_name, hook_aside) = (name.clone(), aside.clone());
     let restorer = std::sync::Arc::new(std::sync::Mutex::new(None));
     let hook_restorer = std::sync::Arc::clone(&restorer);
     cuframes_core::testing::hooks::set_before_frame_shm_open(&env.key, move || {
-        let path = |n: &str| format!("/dev/shm/{n}");
+        let path = |n: &str| shm_path(n);
         std::fs::rename(path(&hook_name), path(&hook_aside)).unwrap();
         plant_frame_shm(&hook_name);
         *hook_restorer.lock().unwrap() = Some(std::thread::spawn(move || {
@@ -236,5 +236,5 @@ fn a_reconnecting_reader_waits_out_a_foreign_object_at_the_key_name() {
     drop(f);
     let restorer = restorer.lock().unwrap().take();
     restorer.expect("the hook ran").join().unwrap();
-    assert!(!std::path::Path::new(&format!("/dev/shm/{aside}")).exists());
+    assert!(!std::path::Path::new(&shm_path(&aside)).exists());
 }

@@ -1,7 +1,8 @@
 //! Ring replacement (a camera changing size) while the publisher is busy: a STRICT_WAIT
 //! acquire waiting for a late ACK, a monitoring thread reading the subscriber table,
-//! subscribers leaving, and a slot acquired before the replacement. Each of these deadlocked
-//! or crashed once; the lock hierarchy in `core/src/publisher/mod.rs` is what they check.
+//! subscribers leaving, and a slot acquired before the replacement. Each of these deadlocks or
+//! crashes under a wrong lock order; the lock hierarchy in `core/src/publisher/mod.rs` is what
+//! they check.
 //!
 //! A deadlock cannot be joined: every scenario runs its threads under a watchdog and fails
 //! when they have not all finished in time (the stuck threads are left behind; the test
@@ -15,7 +16,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{child, frame_shm_name, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, Policy};
@@ -173,7 +174,7 @@ fn replacements_against_table_readers_and_leaving_subscribers_keep_going() {
 #[test]
 fn a_slot_acquired_before_a_replacement_stays_writable() {
     let env = TestEnv::new("rpl-slot");
-    let (code, fields, out) = common::run_role(common::role_command("slot_outlives_ring", &env));
+    let (code, fields, out) = child::run_role(child::role_command("slot_outlives_ring", &env));
     assert_eq!(code, Some(0), "the child died: {out}");
     let fields = fields.unwrap_or_else(|| panic!("no RESULT line: {out}"));
     assert_eq!(fields["same_thread"], 1, "{out}");
@@ -183,7 +184,7 @@ fn a_slot_acquired_before_a_replacement_stays_writable() {
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(common::ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
@@ -387,7 +388,7 @@ fn wait_for(mut cond: impl FnMut() -> bool) {
 #[test]
 fn a_failed_replacement_leaves_the_old_ring_in_place() {
     let env = TestEnv::new("rpl-fail");
-    let (code, fields, out) = common::run_role(common::role_command("failed_replacement", &env));
+    let (code, fields, out) = child::run_role(child::role_command("failed_replacement", &env));
     assert_eq!(code, Some(0), "the child failed: {out}");
     let fields = fields.unwrap_or_else(|| panic!("no RESULT line: {out}"));
     assert_eq!(fields["kept"], 1, "{out}");
@@ -395,7 +396,7 @@ fn a_failed_replacement_leaves_the_old_ring_in_place() {
     let strays: Vec<_> = std::fs::read_dir("/dev/shm")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with(&format!("cuframes-{}.", env.key)))
+        .filter(|n| n.starts_with(&format!("{}.", frame_shm_name(&env.key))))
         .collect();
     assert!(
         strays.is_empty(),

@@ -1,4 +1,4 @@
-//! Names in /dev/shm that another user creates first (issue 29, item 7). /dev/shm is sticky:
+//! Names in /dev/shm that another user creates first. /dev/shm is sticky:
 //! a name someone else made stays theirs, and our rename over it fails. A publisher is never
 //! stopped by that: its ring keeps its own unguessable generation name
 //! (`cuframes-KEY.<16 hex>`), which HELLO_RESP announces (R19), and subscribers follow it
@@ -15,12 +15,12 @@ use cuframes_test_support as common;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Children, TestEnv, ROLE_ENV};
+use common::{child, frame_shm_name, packet_shm_name, shm_path, Children, TestEnv};
 use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
@@ -67,7 +67,7 @@ impl Drop for KeyObjects {
 }
 
 fn owner(name: &str) -> Option<u32> {
-    std::fs::symlink_metadata(format!("/dev/shm/{name}"))
+    std::fs::symlink_metadata(shm_path(name))
         .ok()
         .map(|m| m.uid())
 }
@@ -111,7 +111,7 @@ fn packets() -> PacketRingConfig {
 }
 
 fn run_child(role: &str, env: &TestEnv) -> (Option<i32>, String, String) {
-    let out = common::role_command(role, env)
+    let out = child::role_command(role, env)
         .stderr(Stdio::piped())
         .output()
         .unwrap();
@@ -124,7 +124,7 @@ fn run_child(role: &str, env: &TestEnv) -> (Option<i32>, String, String) {
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
@@ -135,10 +135,9 @@ fn child_entry() {
     }
 }
 
-/// Item 7(b): both of the key's names are held by another uid before the publisher starts
-/// (stale recovery met them, then `enable_frames` and `enable_packets`). Before, create
-/// failed with ALREADY_EXISTS ("belongs to uid 65534"); now the publisher starts, its rings
-/// keep their generation names with a diagnostic naming the squatter's uid, subscribers
+/// Both of the key's names are held by another uid before the publisher starts (stale
+/// recovery meets them, then `enable_frames` and `enable_packets`): the publisher starts
+/// anyway rather than failing with ALREADY_EXISTS, its rings keep their generation names with a diagnostic naming the squatter's uid, subscribers
 /// follow HELLO_RESP there, a replacement works, and its end leaves nothing behind.
 #[test]
 fn names_held_by_another_uid_do_not_stop_the_publisher() {
@@ -148,10 +147,7 @@ fn names_held_by_another_uid_do_not_stop_the_publisher() {
     }
     let env = TestEnv::new("sq-first");
     let objects = KeyObjects(env.key.clone());
-    let (frame, packet) = (
-        format!("cuframes-{}", env.key),
-        format!("cuframes-{}-packets", env.key),
-    );
+    let (frame, packet) = (frame_shm_name(&env.key), packet_shm_name(&env.key));
     plant(&frame);
     plant(&packet);
     let (code, out, err) = run_child("squatted_first_ring", &env);
@@ -231,8 +227,8 @@ fn squatted_first_ring(key: &str) {
 }
 
 /// The subscriber opens the frame SHM that HELLO_RESP names only if the publisher (the peer
-/// of its socket, SO_PEERCRED) owns it: a name in /dev/shm is anyone's to create first.
-/// Before, it mapped another uid's object at the key's name and went on to SUBSCRIBE.
+/// of its socket, SO_PEERCRED) owns it: a name in /dev/shm is anyone's to create first, and
+/// another uid's object at the key's name is never mapped nor followed by a SUBSCRIBE.
 #[test]
 fn a_subscriber_refuses_a_frame_shm_the_publisher_does_not_own() {
     if !is_root() {
@@ -241,7 +237,7 @@ fn a_subscriber_refuses_a_frame_shm_the_publisher_does_not_own() {
     }
     let env = TestEnv::new("sq-owner");
     let _objects = KeyObjects(env.key.clone());
-    plant(&format!("cuframes-{}", env.key));
+    plant(&frame_shm_name(&env.key));
     // A publisher of uid 0 (this process) that announces the planted object.
     let path = env.dir.join(format!("{}.sock", env.key));
     let listener = UnixListener::bind(&path).unwrap();
@@ -263,7 +259,7 @@ fn a_subscriber_refuses_a_frame_shm_the_publisher_does_not_own() {
             meta: cuframes_core::format::FrameLayout::new(Format::Nv12, 64, 32)
                 .unwrap()
                 .to_meta(),
-            shm_path: format!("cuframes-{key}"),
+            shm_path: frame_shm_name(&key),
             publisher_flags: 0,
             packets: None,
         };
@@ -302,8 +298,8 @@ fn squatter(key: &str) {
         SQUATTER_UID,
         "not running as the squatter"
     );
-    let frame = format!("cuframes-{key}");
-    let packets = format!("cuframes-{key}-packets");
+    let frame = frame_shm_name(key);
+    let packets = packet_shm_name(key);
     let create = |name: &str| {
         shm_open(
             format!("/{name}").as_str(),
@@ -373,7 +369,7 @@ fn squatter(key: &str) {
     );
 }
 
-/// Item 7(a), the real attack: a squatter of another uid holds the key's names before the
+/// The real attack: a squatter of another uid holds the key's names before the
 /// publisher starts and races every replacement for them (gives them back and takes them
 /// again), seeing and attacking every generation name, while the publisher replaces its
 /// host-memory ring 40 times between 1080p NV12 and 80x32 with two subscribers reading.
@@ -391,19 +387,14 @@ fn a_squatter_racing_every_replacement_never_stops_the_publisher() {
     // directory must be searchable by it (TestEnv's is 0755 under /tmp).
     let stop = env.dir.join("stop");
     let release = env.dir.join("release");
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=0", "--clear-groups"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "squatter")
-        .env("CUFRAMES_TEST_KEY", &env.key)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+    let mut cmd = child::command_as(&child::OTHER_USER_GROUP_0, "squatter");
+    child::in_env(&mut cmd, &env)
         .env("SQUAT_STOP", &stop)
         .env("SQUAT_RELEASE", &release)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut children = Children(vec![cmd.spawn().unwrap()]);
-    let frame = format!("cuframes-{}", env.key);
+    let frame = frame_shm_name(&env.key);
     common::wait_until(
         "the squatter to take the frame SHM name",
         Duration::from_secs(20),
@@ -487,7 +478,7 @@ fn a_squatter_racing_every_replacement_never_stops_the_publisher() {
     stop_readers.store(true, Ordering::Relaxed);
     let got: Vec<(u64, u64)> = readers.into_iter().map(|r| r.join().unwrap()).collect();
     std::fs::write(&stop, b"").unwrap();
-    let (code, fields, out) = common::wait_for_result(&mut children.0[0]);
+    let (code, fields, out) = child::wait_for_result(&mut children.0[0]);
     assert_eq!(code, Some(0), "the squatter failed: {out}");
     let fields = fields.unwrap_or_else(|| panic!("no RESULT from the squatter: {out}"));
     eprintln!(

@@ -1,4 +1,4 @@
-//! The library under the host's signal dispositions and process life (issue 34): a daemon that
+//! The library under the host's signal dispositions and process life: a daemon that
 //! ignores SIGCHLD or reaps every child itself, and a C host that leaves SIGPIPE at its default
 //! (terminate). Each case runs in a child process (this test binary re-executed with
 //! `CUFRAMES_CHILD_ROLE` set, see `child_entry`), so that a disposition never leaks into
@@ -9,14 +9,14 @@ use cuframes_test_support as common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{role_command, run_role, wait_for_result, wait_until, Children, TestEnv, ROLE_ENV};
+use common::{child, wait_until, Children, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::Format;
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
@@ -151,7 +151,7 @@ fn server_thread_runs() -> bool {
 
 fn check_serving_child(role: &str, rounds: u64) {
     let env = TestEnv::new("sig");
-    let (code, fields, out) = run_role(role_command(role, &env));
+    let (code, fields, out) = child::run_role(child::role_command(role, &env));
     let fields = fields.unwrap_or_else(|| panic!("no RESULT from the child: {out}"));
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(fields["rounds"], rounds);
@@ -182,7 +182,7 @@ fn a_publisher_is_created_under_a_reaping_sigchld_handler() {
 #[test]
 fn waking_an_ended_server_thread_raises_no_sigpipe() {
     let env = TestEnv::new("sigpipe");
-    let (code, fields, out) = run_role(role_command("sigpipe_wake", &env));
+    let (code, fields, out) = child::run_role(child::role_command("sigpipe_wake", &env));
     assert_eq!(
         code,
         Some(0),
@@ -199,13 +199,13 @@ fn waking_an_ended_server_thread_raises_no_sigpipe() {
 fn a_diagnostic_to_a_closed_stderr_neither_kills_nor_panics() {
     let env = TestEnv::new("diag");
     for role in ["diag_sigpipe_default", "diag_sigpipe_ignored"] {
-        let mut cmd = role_command(role, &env);
+        let mut cmd = child::role_command(role, &env);
         cmd.stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         // Nobody reads the child's stderr: its writes there fail with EPIPE.
         drop(child.stderr.take());
         let mut children = Children(vec![child]);
-        let (code, fields, out) = wait_for_result(&mut children.0[0]);
+        let (code, fields, out) = child::wait_for_result(&mut children.0[0]);
         assert_eq!(
             code,
             Some(0),
@@ -222,7 +222,7 @@ fn a_diagnostic_to_a_closed_stderr_neither_kills_nor_panics() {
 #[test]
 fn a_publisher_restarts_after_a_crash_while_a_forked_worker_holds_its_socket() {
     let env = TestEnv::new("crashfork");
-    let status = role_command("crash_with_forked_worker", &env)
+    let status = child::role_command("crash_with_forked_worker", &env)
         .stdout(Stdio::null())
         .status()
         .unwrap();

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Rng, TestEnv};
+use common::{child, Rng, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, Policy};
@@ -203,7 +203,7 @@ fn replacing_the_ring_under_churn_for_a_while() {
             }
             if let Some(status) = r.child.try_wait().unwrap() {
                 let mut r = readers.remove(i);
-                let (code, fields, out) = common::wait_for_result(&mut r.child);
+                let (code, fields, out) = child::wait_for_result(&mut r.child);
                 let _ = status;
                 match (code, fields) {
                     (Some(0), Some(f)) => {
@@ -268,7 +268,7 @@ fn replacing_the_ring_under_churn_for_a_while() {
 }
 
 fn spawn_reader(env: &TestEnv, role: Role, lifetime: Duration, seed: u64) -> Child {
-    common::role_command(role.name(), env)
+    child::role_command(role.name(), env)
         .env(
             "CUFRAMES_SOAK_LIFETIME_MS",
             lifetime.as_millis().to_string(),
@@ -280,7 +280,7 @@ fn spawn_reader(env: &TestEnv, role: Role, lifetime: Duration, seed: u64) -> Chi
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(common::ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();

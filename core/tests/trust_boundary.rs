@@ -11,7 +11,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
+use common::{child, packet_shm_name, shm_path, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::tlv::{self, Message};
@@ -40,9 +40,9 @@ fn ping_flooder(socket: std::path::PathBuf, stop: std::sync::Arc<std::sync::atom
     }
 }
 
-/// Finding: PONGs were sent with a blocking wait of up to 1 s per message on a full socket;
-/// 4 peers that PING without reading made every new reader fail "no HELLO_RESP in time", and
-/// with 16 a publisher took 29 s to shut down.
+/// Peers that PING without reading never block the server: with PONGs sent under a blocking
+/// wait (up to 1 s per message on a full socket), 4 such peers would make every new reader
+/// fail "no HELLO_RESP in time", and 16 would make a publisher take 29 s to shut down.
 #[test]
 fn peers_that_never_read_do_not_block_the_server() {
     let env = TestEnv::new("noread");
@@ -81,12 +81,10 @@ fn peers_that_never_read_do_not_block_the_server() {
     );
 }
 
-const ROLE_ENV: &str = "CUFRAMES_FAIRNESS_ROLE";
-
 /// Re-executed as a child process (another pid) for the connect flood.
 #[test]
 fn child_entry() {
-    if std::env::var(ROLE_ENV).as_deref() != Ok("flood") {
+    if child::role().as_deref() != Some("flood") {
         return;
     }
     let socket = std::env::var("CUFRAMES_FLOOD_SOCKET").unwrap();
@@ -109,17 +107,16 @@ fn child_entry() {
     }
 }
 
-/// Finding: 64 pending handshake slots, first come first served: one process that kept
-/// opening silent connections refused every new subscriber until its connections timed out.
+/// One process that keeps opening silent connections must not refuse every new subscriber
+/// until its connections time out, as 64 pending handshake slots served first come first
+/// would.
 #[test]
 fn a_connection_flood_from_one_process_does_not_lock_others_out() {
     let env = TestEnv::new("flood");
     let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
     p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 32))
         .unwrap();
-    let mut flood = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "flood")
+    let mut flood = child::command("flood")
         .env("CUFRAMES_FLOOD_SOCKET", p.socket_path())
         .spawn()
         .unwrap();
@@ -141,9 +138,9 @@ fn a_connection_flood_from_one_process_does_not_lock_others_out() {
     assert!(worst < Duration::from_secs(1), "{worst:?}");
 }
 
-/// Finding: the socket's mode was set by path after `bind`; a group member that replaced the
-/// socket by a symlink in between made a root publisher chmod the symlink's target (a 0600
-/// file became 0660 within a few hundred creations).
+/// The socket's mode is never set by path after `bind`: a group member that replaces the
+/// socket by a symlink in between would make a root publisher chmod the symlink's target (a
+/// 0600 file turns 0660 within a few hundred creations).
 #[test]
 fn a_symlink_planted_at_the_socket_name_is_never_followed() {
     use std::os::unix::fs::PermissionsExt;
@@ -189,10 +186,10 @@ fn a_symlink_planted_at_the_socket_name_is_never_followed() {
     );
 }
 
-/// Finding: starting a frame publisher on key `K-packets` replaced the live packet ring of key
-/// `K` (`/dev/shm/cuframes-K-packets`): the frame SHM of one key was the packet SHM of the
-/// other, and stale recovery unlinked an object whose magic it did not expect. R32 keeps the
-/// two name spaces apart.
+/// A frame publisher on key `K-packets` must not replace the live packet ring of key `K`
+/// (`/dev/shm/cuframes-K-packets`): were the frame SHM of one key the packet SHM of the
+/// other, stale recovery would unlink an object whose magic it does not expect. No key ends
+/// in `-packets` (R32), which keeps the two name spaces apart.
 #[test]
 fn key_x_packets_cannot_touch_key_x() {
     let env = TestEnv::new("ns");
@@ -204,7 +201,7 @@ fn key_x_packets_cannot_touch_key_x() {
         data_size: 1 << 16,
     })
     .unwrap();
-    let packets = format!("/dev/shm/cuframes-{}-packets", env.key);
+    let packets = shm_path(&packet_shm_name(&env.key));
     let before = std::fs::metadata(&packets).unwrap();
     let other = format!("{}-packets", env.key);
     let refused = Publisher::create(&other, env.publisher_options())
@@ -229,9 +226,9 @@ fn key_x_packets_cannot_touch_key_x() {
     drop(p);
 }
 
-/// Finding: the packet ring was created 0660, so any group member could `truncate` it and
-/// every mapping of it (the publisher's, every reader's) faulted with SIGBUS. Readers only
-/// read it: it is 0640 now, and a group member's truncate and O_RDWR open are refused.
+/// The packet ring is 0640: at 0660 any group member could `truncate` it and every mapping of
+/// it (the publisher's, every reader's) would fault with SIGBUS. Readers only read it, and a
+/// group member's truncate and O_RDWR open are refused.
 #[test]
 fn a_group_member_cannot_truncate_the_packet_ring() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -245,9 +242,10 @@ fn a_group_member_cannot_truncate_the_packet_ring() {
         data_size: 1 << 16,
     })
     .unwrap();
-    let path = format!("/dev/shm/cuframes-{}-packets", env.key);
+    let path = shm_path(&packet_shm_name(&env.key));
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+    // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root || Command::new("setpriv").arg("--version").output().is_err() {
         eprintln!("SKIPPED the truncate attempt (needs root and setpriv to act as a group member)");

@@ -1,4 +1,4 @@
-//! A socket that never accepts (trust-boundary issue, item 6): a member of the runtime
+//! A socket that never accepts: a member of the runtime
 //! directory's group binds a Unix socket under another name, listens with a backlog of 0,
 //! fills the backlog and renames the socket to the key's path. Every connect to it blocks in
 //! the kernel until a connection is accepted, which is never: a subscriber, a publisher's
@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{squat_never_accepting, Children, TestEnv, ROLE_ENV};
+use common::{child, squat_never_accepting, Children, TestEnv};
 use cuframes_core::publisher::Publisher;
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::{ErrorCode, Key};
@@ -27,7 +27,7 @@ const HUNG: Duration = Duration::from_secs(15);
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     match role.as_str() {
@@ -64,24 +64,17 @@ impl Squatter {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
         let other_uid = root && Command::new("setpriv").arg("--version").output().is_ok();
-        let exe = std::env::current_exe().unwrap();
         let mut cmd = if other_uid {
             // Another user in the directory's group, which may create names in it.
             use std::os::unix::fs::PermissionsExt;
             std::os::unix::fs::chown(&env.dir, Some(0), Some(0)).unwrap();
             std::fs::set_permissions(&env.dir, std::fs::Permissions::from_mode(0o770)).unwrap();
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=0", "--clear-groups"])
-                .arg(exe);
-            c
+            child::command_as(&child::OTHER_USER_GROUP_0, "squatter")
         } else {
             println!("(squatter runs as this user: needs root and setpriv for another uid)");
-            Command::new(exe)
+            child::command("squatter")
         };
-        cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-            .env(ROLE_ENV, "squatter")
-            .env("CUFRAMES_TEST_KEY", &env.key)
-            .env("CUFRAMES_RUNTIME_DIR", &env.dir)
+        child::in_env(&mut cmd, env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -124,8 +117,8 @@ fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static)
     }
 }
 
-/// Finding: the subscriber's connect blocked in connect() forever, whatever its connect
-/// timeout; it gives up within it now, with TIMEOUT naming the socket.
+/// The subscriber's connect never blocks in connect() past its connect timeout: it gives up
+/// within it, with TIMEOUT naming the socket.
 #[test]
 fn a_subscriber_gives_up_within_its_connect_timeout() {
     let env = TestEnv::new("unacc-sub");
@@ -150,9 +143,9 @@ fn a_subscriber_gives_up_within_its_connect_timeout() {
     squat.assert_untouched();
 }
 
-/// Finding: a publisher's create (its recovery of a dead predecessor connects to the key's
-/// socket) hung; the socket has a live listener, so it is ALREADY_EXISTS now, and the socket
-/// is left where it is.
+/// A publisher's create (its recovery of a dead predecessor connects to the key's socket)
+/// does not hang on a socket that never accepts: the socket has a live listener, so it is
+/// ALREADY_EXISTS, and the socket is left where it is.
 #[test]
 fn a_publisher_create_fails_with_already_exists() {
     let env = TestEnv::new("unacc-pub");
@@ -172,9 +165,9 @@ fn a_publisher_create_fails_with_already_exists() {
     squat.assert_untouched();
 }
 
-/// Finding: `cuframes clean` (and `--dry-run`) hung in connect() while confirming that the
+/// `cuframes clean` (and `--dry-run`) does not hang in connect() while confirming that the
 /// key is dead (its socket is not bound under its own name, so `/proc/net/unix` does not show
-/// it listening). It returns now and keeps the key: something listens on it.
+/// it listening): it returns and keeps the key, since something listens on it.
 #[test]
 fn clean_returns_and_keeps_the_key() {
     let env = TestEnv::new("unacc-clean");

@@ -4,12 +4,17 @@
 
 use std::path::PathBuf;
 
+/// One test's world: its runtime directory and its key, removed with every SHM object of
+/// the key when dropped.
 pub struct TestEnv {
+    /// The private runtime directory (sockets live here).
     pub dir: PathBuf,
+    /// A key no other test (or run) uses: `t-<tag>-<pid>-<n>`.
     pub key: String,
 }
 
 impl TestEnv {
+    /// A fresh directory and key; `tag` names the test in the key.
     pub fn new(tag: &str) -> TestEnv {
         let n = cuframes_core::testing::unique_suffix();
         let key = format!("t-{tag}-{}-{:x}", std::process::id(), n & 0xFFFF_FFFF);
@@ -19,6 +24,7 @@ impl TestEnv {
         TestEnv { dir, key }
     }
 
+    /// Publisher options in this runtime directory.
     pub fn publisher_options(&self) -> cuframes_core::publisher::PublisherOptions {
         cuframes_core::publisher::PublisherOptions {
             runtime_dir: Some(self.dir.clone()),
@@ -26,6 +32,7 @@ impl TestEnv {
         }
     }
 
+    /// Subscriber options named `name` in this runtime directory.
     pub fn subscriber_options(&self, name: &str) -> cuframes_core::subscriber::SubscriberOptions {
         cuframes_core::subscriber::SubscriberOptions {
             runtime_dir: Some(self.dir.clone()),
@@ -38,13 +45,13 @@ impl TestEnv {
 impl Drop for TestEnv {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}", self.key));
-        let _ = cuframes_core::shm::unlink(&format!("cuframes-{}-packets", self.key));
-        // Generation names (`cuframes-KEY.<16 hex>`, a ring whose plain name someone else
-        // held) are the key's too.
         let Ok(key) = cuframes_core::Key::new(&self.key) else {
             return;
         };
+        let _ = cuframes_core::shm::unlink(&key.frame_shm_name());
+        let _ = cuframes_core::shm::unlink(&key.packet_shm_name());
+        // Generation names (`cuframes-KEY.<16 hex>`, a ring whose plain name someone else
+        // held) are the key's too.
         for entry in std::fs::read_dir("/dev/shm")
             .into_iter()
             .flatten()

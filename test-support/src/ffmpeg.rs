@@ -231,8 +231,10 @@ impl Drop for Scratch {
             let _ = c.wait();
         }
         for k in self.keys.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            let _ = fs::remove_file(format!("/dev/shm/cuframes-{k}"));
-            let _ = fs::remove_file(format!("/dev/shm/cuframes-{k}-packets"));
+            if let Ok(key) = cuframes_core::Key::new(k) {
+                let _ = fs::remove_file(crate::shm_path(&key.frame_shm_name()));
+                let _ = fs::remove_file(crate::shm_path(&key.packet_shm_name()));
+            }
         }
         if std::env::var_os("CUFRAMES_KEEP_TEST_DIR").is_none() {
             let _ = fs::remove_dir_all(&self.dir);

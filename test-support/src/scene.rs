@@ -1,4 +1,4 @@
-//! The operator tools' test scene (`tool/tests/cli.rs`, `tool/tests/cli_exporter.rs`): one live
+//! The operator tools' test scene (`tool/tests/cli.rs`, `tool/tests/cli_exporter/`): one live
 //! publisher whose every number `cuframes stat` and the exporter show is known in advance.
 
 use std::time::Duration;

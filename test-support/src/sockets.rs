@@ -1,5 +1,5 @@
-//! A socket that never accepts, as a member of the runtime directory's group can plant it
-//! (trust-boundary issue, item 6): every connect to it blocks in the kernel until a
+//! A socket that never accepts, as a member of the runtime directory's group can plant it:
+//! every connect to it blocks in the kernel until a
 //! connection is accepted, which is never.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

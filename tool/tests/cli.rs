@@ -7,18 +7,20 @@ use cuframes_test_support as common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{publish_filler, OperatorScene, TestEnv, WEIRD_NAME};
+use common::{
+    child, frame_shm_name, packet_shm_name, publish_filler, shm_path, OperatorScene, TestEnv,
+    WEIRD_NAME,
+};
 use cuframes_core::packet_ring::{PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, CODEC_ID_H264, PACKET_FLAG_KEY};
 use cuframes_core::Key;
 
-const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
 const BIN: &str = env!("CARGO_BIN_EXE_cuframes");
 
 fn run(env: &TestEnv, args: &[&str]) -> Output {
@@ -55,7 +57,7 @@ impl Drop for Children {
 
 #[test]
 fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     assert_eq!(role, "publisher");
@@ -89,14 +91,8 @@ fn child_entry() {
 
 /// A publisher (frames + packets, objects with `mode`) in a child process, SIGKILLed.
 fn dead_publisher(env: &TestEnv, mode: &str) -> u32 {
-    let mut kids = Children(vec![Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, "publisher")
-        .env("CUFRAMES_TEST_KEY", &env.key)
+    let mut kids = Children(vec![child::role_command("publisher", env)
         .env("CUFRAMES_TEST_MODE", mode)
-        .env("CUFRAMES_RUNTIME_DIR", &env.dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
         .spawn()
         .unwrap()]);
     let child = &mut kids.0[0];
@@ -356,8 +352,8 @@ fn ls_and_stat_show_a_live_publisher() {
 fn clean_dry_run_then_clean_on_a_sigkilled_publisher() {
     let env = TestEnv::new("cli-dead");
     let pid = dead_publisher(&env, "660");
-    let frame = format!("cuframes-{}", env.key);
-    let packets = format!("cuframes-{}-packets", env.key);
+    let frame = frame_shm_name(&env.key);
+    let packets = packet_shm_name(&env.key);
     let sock = env.dir.join(format!("{}.sock", env.key));
 
     let o = run(&env, &["stat", &env.key, "--interval", "0"]);
@@ -371,8 +367,8 @@ fn clean_dry_run_then_clean_on_a_sigkilled_publisher() {
     assert!(o.status.success(), "{out}\n{err}");
     for (what, path) in [
         ("socket", sock.display().to_string()),
-        ("frame SHM", format!("/dev/shm/{frame}")),
-        ("packet SHM", format!("/dev/shm/{packets}")),
+        ("frame SHM", shm_path(&frame)),
+        ("packet SHM", shm_path(&packets)),
     ] {
         assert!(
             out.contains(&format!("would remove {what} {path} (key {}", env.key)),
@@ -421,7 +417,7 @@ fn clean_never_touches_a_live_publisher() {
     assert!(
         !out.lines().any(|l| l.starts_with("would remove")
             && l.contains(&format!("key {})", live.key))
-            || l.contains(&format!("cuframes-{} ", live.key))),
+            || l.contains(&format!("{} ", frame_shm_name(&live.key)))),
         "{out}"
     );
     let o = run(&live, &["clean", &live.key, &dead.key]);
@@ -438,8 +434,8 @@ fn clean_never_touches_a_live_publisher() {
         "{out}"
     );
     assert!(p.socket_path().exists());
-    assert!(shm_exists(&format!("cuframes-{}", live.key)));
-    assert!(!shm_exists(&format!("cuframes-{}", dead.key)));
+    assert!(shm_exists(&frame_shm_name(&live.key)));
+    assert!(!shm_exists(&frame_shm_name(&dead.key)));
     assert_eq!(p.subscriber_count(), 1);
 }
 
@@ -477,7 +473,7 @@ fn objects_the_user_may_not_read() {
     .unwrap();
     p.enable_frames(FrameRingConfig::new(Format::Nv12, 32, 32))
         .unwrap();
-    let frame = format!("/dev/shm/cuframes-{}", env.key);
+    let frame = shm_path(&frame_shm_name(&env.key));
 
     let Some(o) = unprivileged(&env, &["stat", &env.key, "--interval", "0"]) else {
         return;
@@ -510,7 +506,7 @@ fn objects_the_user_may_not_read() {
     drop(p);
     let dead = TestEnv::new("cli-perm-dead");
     let pid = dead_publisher(&dead, "600");
-    let dead_frame = format!("/dev/shm/cuframes-{}", dead.key);
+    let dead_frame = shm_path(&frame_shm_name(&dead.key));
     let o = unprivileged(&dead, &["clean", &dead.key]).unwrap();
     let (out, err) = text(&o);
     assert!(
@@ -521,16 +517,16 @@ fn objects_the_user_may_not_read() {
         out.contains(&dead_frame) && out.contains("needs read (r) permission"),
         "{out}"
     );
-    assert!(shm_exists(&format!("cuframes-{}", dead.key)));
+    assert!(shm_exists(&frame_shm_name(&dead.key)));
     let o = run(&dead, &["clean", &dead.key]);
     let (out, _) = text(&o);
     assert!(out.contains(&format!("producer pid {pid}")), "{out}");
-    assert!(!shm_exists(&format!("cuframes-{}", dead.key)));
+    assert!(!shm_exists(&frame_shm_name(&dead.key)));
 }
 
-/// Issue 29 items 7 and 9 in the tool's output. A ring owned by uid 65534 with a valid
-/// header and producer pid 1 (what a publisher refuses) was shown as an alive publisher;
-/// it is "foreign" now, not alive, with the mismatch in text and JSON (`owner_mismatch`).
+/// Foreign and squatted rings in the tool's output. A ring owned by uid 65534 with a valid
+/// header and producer pid 1 (what a publisher refuses) is "foreign", not an alive
+/// publisher, with the mismatch in text and JSON (`owner_mismatch`).
 /// And a publisher whose ring lives under its generation name (another uid holds its key's
 /// name) is listed under its key, alive, with the squatter's object among `other_shm`.
 #[test]
@@ -541,7 +537,7 @@ fn fake_owner_rings_are_foreign_and_generation_rings_are_their_keys() {
         return;
     }
     let env = TestEnv::new("cli-owner");
-    let frame = format!("cuframes-{}", env.key);
+    let frame = frame_shm_name(&env.key);
     // Removes whatever the test planted or left, also on failure.
     struct Planted(String);
     impl Drop for Planted {
@@ -569,7 +565,7 @@ fn fake_owner_rings_are_foreign_and_generation_rings_are_their_keys() {
             1,
         );
     }
-    std::os::unix::fs::chown(format!("/dev/shm/{frame}"), Some(65534), None).unwrap();
+    std::os::unix::fs::chown(shm_path(&frame), Some(65534), None).unwrap();
 
     let o = run(&env, &["stat", &env.key, "--interval", "0"]);
     let (out, err) = text(&o);
@@ -603,11 +599,11 @@ fn fake_owner_rings_are_foreign_and_generation_rings_are_their_keys() {
     let o = run(&env, &["stat", &env.key, "--json", "--interval", "0"]);
     let j = parse_json(&text(&o).0);
     assert_eq!(j.get("state").str(), "alive", "{j:?}");
-    assert_eq!(j.get("frames").get("shm").str(), format!("/dev/shm/{ring}"));
+    assert_eq!(j.get("frames").get("shm").str(), shm_path(&ring));
     assert_eq!(j.get("owner_mismatch").arr(), &[] as &[V]);
     let others = j.get("other_shm").arr();
     assert_eq!(others.len(), 1, "{others:?}");
-    assert_eq!(others[0].get("shm").str(), format!("/dev/shm/{frame}"));
+    assert_eq!(others[0].get("shm").str(), shm_path(&frame));
     assert_eq!(others[0].get("uid").num(), 65534.0);
     let o = run(&env, &["ls", "--interval", "0"]);
     let (out, _) = text(&o);

@@ -1,5 +1,5 @@
-//! `cuframes exporter` against a local client that holds connections: the red team's
-//! checks of issue 29's exporter (the rest of its hostile clients are in cli_exporter.rs).
+//! `cuframes exporter` against a local client that holds connections (the rest of its
+//! hostile clients are in cli_exporter/).
 
 use cuframes_test_support as common;
 
@@ -88,10 +88,10 @@ fn get_once(addr: SocketAddr) -> String {
     }
 }
 
-/// Defect: one local client that keeps `--max-connections` keep-alive connections (a GET on
-/// each every few seconds, under `--timeout`, within `--max-connection-age`) had every other
-/// scrape refused with 503 (or reset): 83 of 90 scrapes over 45 s with the defaults. Now a
-/// newcomer takes the place of the connection idle the longest: every scrape is served,
+/// One local client that keeps `--max-connections` keep-alive connections (a GET on each
+/// every few seconds, under `--timeout`, within `--max-connection-age`) must not get every
+/// other scrape refused with 503 (or reset). A newcomer takes the place of the connection
+/// idle the longest: every scrape is served,
 /// and the held connections that were idle longest are the ones closed.
 #[test]
 fn held_keep_alive_connections_do_not_lock_scrapers_out() {

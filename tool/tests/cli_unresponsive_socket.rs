@@ -1,7 +1,7 @@
-//! `cuframes clean` next to a socket that never accepts (trust-boundary issue, item 6): a
-//! socket bound under another name, listening with a full backlog of 0, renamed to a key's
-//! path. `clean` and `clean --dry-run` confirmed the key dead by connecting to it and hung in
-//! connect(); they return now and keep the key. The squatter is this process (the same shape
+//! `cuframes clean` next to a socket that never accepts: a socket bound under another name,
+//! listening with a full backlog of 0, renamed to a key's path. `clean` and `clean --dry-run`
+//! confirm a key dead by connecting to it, which must not hang in connect(): they return and
+//! keep the key. The squatter is this process (the same shape
 //! as another user's; core/tests/unresponsive_socket.rs runs it as another uid).
 
 use cuframes_test_support as common;
@@ -46,8 +46,8 @@ fn run_bounded(env: &TestEnv, args: &[&str]) -> (bool, Duration, String) {
     (exited, took, text)
 }
 
-/// Finding: `cuframes clean --dry-run` and `cuframes clean` hung in connect() on the socket;
-/// both return within a bound now, keep the key, and leave the socket in place.
+/// `cuframes clean --dry-run` and `cuframes clean` do not hang in connect() on the socket:
+/// both return within a bound, keep the key, and leave the socket in place.
 #[test]
 fn clean_returns_next_to_a_socket_that_never_accepts() {
     let env = TestEnv::new("cli-unacc");

@@ -1,4 +1,4 @@
-//! Issue #14 (containers): publisher and subscribers in separate PID, mount, network and user
+//! Containers: publisher and subscribers in separate PID, mount, network and user
 //! namespaces (`unshare -rpfmn --mount-proc`), as in separate containers. Each namespace gets
 //! a fresh `/proc` and a fresh, empty tmpfs over the temporary directory with only the
 //! runtime directory bound back into it: what the processes share is `/dev/shm` and the
@@ -21,14 +21,16 @@ use std::process::{ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{planes_for, publish_pattern, verify_frame, Children, TestEnv};
+use common::{
+    child, frame_shm_name, packet_shm_name, planes_for, publish_pattern, verify_frame, Children,
+    TestEnv,
+};
 use cuframes_core::packet_ring::PacketRingConfig;
 use cuframes_core::publisher::{FrameRingConfig, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, CODEC_ID_H264, PACKET_FLAG_KEY};
 use cuframes_core::ErrorCode;
 
-const ROLE_ENV: &str = "CUFRAMES_CHILD_ROLE";
 const KEY_ENV: &str = "CUFRAMES_TEST_KEY";
 const CLI: &str = env!("CARGO_BIN_EXE_cuframes");
 
@@ -39,7 +41,7 @@ fn packet_payload(n: u64) -> Vec<u8> {
 
 #[test]
 fn containers_child() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = child::role() else {
         return;
     };
     let key = std::env::var(KEY_ENV).unwrap();
@@ -160,7 +162,7 @@ fn namespace(env: &TestEnv, hide: &Path, script: &str, role: &str) -> std::proce
         .env("EXE", std::env::current_exe().unwrap())
         .env("CLI", CLI)
         .env(KEY_ENV, &env.key)
-        .env(ROLE_ENV, role)
+        .env(child::ROLE_ENV, role)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -226,8 +228,8 @@ fn publisher_and_subscribers_in_separate_namespaces() {
         );
     }
     let sock = env.dir.join(format!("{}.sock", env.key));
-    let frame_shm = shm(&format!("cuframes-{}", env.key));
-    let packet_shm = shm(&format!("cuframes-{}-packets", env.key));
+    let frame_shm = shm(&frame_shm_name(&env.key));
+    let packet_shm = shm(&packet_shm_name(&env.key));
 
     // The publisher's namespace: its shell (PID 1) outlives the publisher, so that
     // `cuframes clean` can run there after the kill.
