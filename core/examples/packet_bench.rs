@@ -283,7 +283,7 @@ impl FreshPacket {
         // `renew` or the drop, both of which need `&mut self` and so end this borrow first.
         // The bytes are not initialised, like av_new_packet's: the callers only write them
         // (the reader's copy writes every byte) before `payload` reads them, the same contract
-        // as the C demuxer's buffer callback (src/packets.rs).
+        // as the C demuxer's buffer callback (src/api/packet.rs).
         unsafe { std::slice::from_raw_parts_mut(ptr, len) }
     }
 

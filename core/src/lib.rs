@@ -111,6 +111,7 @@
 //! re-exports of the crate-private internals for tests and benchmarks.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod codec;

@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{child, frame_shm_name, TestEnv};
+use common::{child, count_fds, frame_shm_name, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, Policy};
@@ -404,10 +404,6 @@ fn a_failed_replacement_leaves_the_old_ring_in_place() {
     );
 }
 
-fn open_fds() -> u64 {
-    std::fs::read_dir("/proc/self/fd").unwrap().count() as u64
-}
-
 fn set_fd_limit(n: u64, hard: u64) {
     let limit = libc::rlimit {
         rlim_cur: n,
@@ -431,7 +427,7 @@ fn failed_replacement_keeps_the_ring(key: &str) {
     // SAFETY: a plain system call writing the local struct.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
     // Room for one more descriptor: a ring of 4 slots needs 5.
-    set_fd_limit(open_fds() + 1, limit.rlim_max);
+    set_fd_limit(count_fds() as u64 + 1, limit.rlim_max);
     let e = p
         .replace_frames(cfg(96))
         .expect_err("no descriptors for the new ring");

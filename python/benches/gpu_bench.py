@@ -1,4 +1,4 @@
-"""The Python package's numbers on a GPU machine (docs/benchmarks.md, "Python on the GPU"):
+"""The Python package's numbers on a GPU machine (docs/benchmarks.md, "Python consumer: import overhead, sustained fps, to_rgb"):
 
     python gpu_bench.py [--frames N]
 

@@ -1,4 +1,4 @@
-"""The host path's numbers (docs/benchmarks.md, "Python on the host"), no GPU needed:
+"""The host path's numbers (docs/benchmarks.md, "Python on the host: publish from NumPy, `to_rgb` against OpenCV"), no GPU needed:
 
     python host_bench.py [--iterations N] [--width W --height H]
 

@@ -20,6 +20,7 @@ mod cuda_pair;
 mod env;
 pub mod ffmpeg;
 mod pattern;
+mod process;
 mod rng;
 mod run_delay;
 mod scene;
@@ -36,6 +37,7 @@ pub use cuda_pair::{
 };
 pub use env::TestEnv;
 pub use pattern::{fill_pattern, pattern_byte, planes_for, publish_pattern, verify_frame};
+pub use process::{count_fds, count_maps};
 pub use rng::Rng;
 pub use run_delay::RunDelay;
 pub use scene::{publish_filler, OperatorScene, WEIRD_NAME};

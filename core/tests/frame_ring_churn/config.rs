@@ -54,14 +54,3 @@ pub fn policy_from_env() -> Policy {
         other => panic!("{POLICY_ENV}={other:?}"),
     }
 }
-
-pub fn count_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-pub fn count_maps() -> usize {
-    std::fs::read_to_string("/proc/self/maps")
-        .unwrap()
-        .lines()
-        .count()
-}

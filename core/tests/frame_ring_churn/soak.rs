@@ -9,15 +9,15 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{child, frame_shm_name, Rng, RunDelay, TestEnv};
+use common::{child, count_fds, count_maps, frame_shm_name, Rng, RunDelay, TestEnv};
 use cuframes_core::format::FrameLayout;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::testing::monotonic_ns;
 use cuframes_core::wire::{Format, Policy};
 
 use super::config::{
-    count_fds, count_maps, env_u64, memory_is_cuda, policy_name, soak_secs, ACK_TIMEOUT, CHILD_ENV,
-    POLICY_ENV, PUBLISH_MARGIN, RING_SIZE, STALL_MS,
+    env_u64, memory_is_cuda, policy_name, soak_secs, ACK_TIMEOUT, CHILD_ENV, POLICY_ENV,
+    PUBLISH_MARGIN, RING_SIZE, STALL_MS,
 };
 
 #[derive(Default)]

@@ -4,24 +4,13 @@ use cuframes_test_support as common;
 
 use std::time::{Duration, Instant};
 
-use common::{child, wait_until, TestEnv};
+use common::{child, count_fds, count_maps, wait_until, TestEnv};
 use cuframes_core::publisher::{FrameRingConfig, Publisher};
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::wire::{Format, SubscriberMode};
 use cuframes_core::ErrorCode;
 
 use super::roles::publish;
-
-fn count_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-fn count_maps() -> usize {
-    std::fs::read_to_string("/proc/self/maps")
-        .unwrap()
-        .lines()
-        .count()
-}
 
 #[test]
 fn no_descriptor_or_mapping_leak_over_1000_cycles() {
