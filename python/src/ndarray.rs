@@ -74,7 +74,7 @@ pub(crate) fn dense_copy<'py>(py: Python<'py>, frame: &Frame) -> PyResult<Bound<
         let mut at = 0;
         for (i, p) in planes.iter().enumerate() {
             let n = p.row_bytes * p.rows;
-            f.copy_plane_to(i, &mut out[at..at + n]).map_err(to_py)?;
+            f.download_plane(i, &mut out[at..at + n]).map_err(to_py)?;
             at += n;
         }
         Ok(())

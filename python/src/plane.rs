@@ -208,8 +208,14 @@ impl Plane {
         let guard = self.frame().shared.export()?;
         let s = lock(&guard.0.state);
         let f = s.frame.as_ref().expect("an export guard keeps the frame");
+        if self.is_cuda() {
+            // `tobytes` is a host-frame method: CUDA planes go through DLPack.
+            return Err(to_py(cuframes_core::Error::invalid(
+                "the frame is in device memory: copy it with CUDA (address())",
+            )));
+        }
         let mut out = vec![0u8; self.row_bytes * self.rows];
-        f.copy_plane_to(self.index, &mut out).map_err(to_py)?;
+        f.download_plane(self.index, &mut out).map_err(to_py)?;
         Ok(PyBytes::new(py, &out))
     }
 
