@@ -13,6 +13,7 @@
 
 mod colour;
 mod dlpack;
+mod endpoint;
 mod export;
 mod frame;
 mod host_source;
