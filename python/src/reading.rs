@@ -286,7 +286,7 @@ pub(crate) struct Timing {
 }
 
 impl Timing {
-    /// The options as given; `connect_timeout`, the old name of `handshake_timeout`, still
+    /// The options as given; `connect_timeout`, the deprecated name of `handshake_timeout`, still
     /// sets it, with a DeprecationWarning.
     pub fn new(
         py: Python<'_>,
