@@ -1,4 +1,5 @@
-//! How a subscriber connects: [`SubscriberOptions`], what [`super::Subscriber::connect`] takes.
+//! How a subscriber connects: [`SubscriberOptions`], what
+//! [`super::Subscriber::connect`] takes.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::format::FrameLayout;
+use crate::frames::reader::FrameStats;
 use crate::packet::PacketRingReader;
 use crate::paths::Key;
 use crate::sock::Inbox;
@@ -19,7 +20,6 @@ use super::continuity::Continuity;
 use super::end::EndReason;
 use super::frame_source::FrameSource;
 use super::options::SubscriberOptions;
-use super::FrameStats;
 
 /// A connected subscriber.
 pub struct Subscriber {
@@ -78,7 +78,7 @@ pub struct Subscriber {
     pub(super) origin: Origin,
 }
 
-/// A ring left behind by [`Subscriber::reopen`], still to be drained.
+/// A ring left behind by `Subscriber::reopen`, still to be drained.
 pub(super) struct Retired<T> {
     pub(super) source: T,
     /// Its publisher was followed by a restarted one: that timeline re-anchors once it is
@@ -92,7 +92,7 @@ pub(super) struct Retired<T> {
 /// often than frames are read loses its frames to lapping anyway.
 pub(super) const MAX_RETIRED: usize = 4;
 
-/// What [`Subscriber::reopen`] is waiting for, and until when.
+/// What `Subscriber::reopen` is waiting for, and until when.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Reopen {
     /// A restarted publisher (frames and packets anew), not only a new frame ring.
