@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use crate::lock;
 use crate::reading::{Attempt, ReadError, Reading};
+use crate::values::lock;
 
 /// One read of the subscription `S` that waits at most the slice it is given, without the
 /// GIL: the next item, or why there is none.

@@ -10,7 +10,8 @@ use cuframes_core::wire::MemoryKind;
 use cuframes_core::ErrorCode;
 use pyo3::prelude::*;
 
-use crate::{error, lock};
+use crate::exception::error;
+use crate::values::lock;
 
 /// A frame's state, shared by the Python `Frame`, its exports and the capsule deleters
 /// (which may run on any thread, without the GIL).

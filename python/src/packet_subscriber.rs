@@ -6,9 +6,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use crate::endpoint::ReadEndpoint;
-use crate::opt_ts;
 use crate::packet::{codec_name, Packet};
 use crate::reading::{connect_waiting, ReadError, Reading, Timing};
+use crate::values::opt_ts;
 
 /// A packet read, not yet handed to Python.
 type Read = (PacketInfo, Vec<u8>);

@@ -13,7 +13,8 @@ use cuframes_core::ErrorCode;
 use pyo3::exceptions::{PyDeprecationWarning, PyStopAsyncIteration, PyTypeError};
 use pyo3::prelude::*;
 
-use crate::{duration, error, lock, to_py};
+use crate::exception::{error, to_py};
+use crate::values::{duration, lock};
 
 /// How long one wait without the GIL lasts before signals (Ctrl-C) are looked at.
 const WAIT_SLICE: Duration = Duration::from_millis(100);

@@ -82,7 +82,7 @@ impl Subscriber {
         let zero_copy = f.is_zero_copy();
         Frame {
             seq: f.seq,
-            pts_ns: crate::opt_ts(f.pts_ns),
+            pts_ns: crate::values::opt_ts(f.pts_ns),
             layout: f.layout.clone(),
             colour: f.colour,
             memory,
