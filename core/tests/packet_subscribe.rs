@@ -162,10 +162,10 @@ fn frame_bytes_are_lent_only_when_the_subscriber_owns_them() {
     );
     let mut short = vec![0u8; planes[1].len() - 1];
     assert_eq!(
-        z.copy_plane_to(1, &mut short).err().unwrap().code(),
+        z.download_plane(1, &mut short).err().unwrap().code(),
         ErrorCode::InvalidArg
     );
-    assert!(z.copy_plane_to(7, &mut short).is_err());
+    assert!(z.download_plane(7, &mut short).is_err());
     // SAFETY: nobody writes the slot while these slices live: the ring is STRICT_WAIT, `z`
     // is held until after their last use, the 30 s ACK timeout cannot expire first (so the
     // publisher does not give up on the subscriber), and this test publishes nothing more

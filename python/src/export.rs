@@ -10,7 +10,8 @@ use cuframes_core::wire::MemoryKind;
 use cuframes_core::ErrorCode;
 use pyo3::prelude::*;
 
-use crate::{error, lock};
+use crate::exception::error;
+use crate::values::lock;
 
 /// A frame's state, shared by the Python `Frame`, its exports and the capsule deleters
 /// (which may run on any thread, without the GIL).
@@ -37,9 +38,9 @@ pub(crate) struct FrameState {
 
 /// A zero-copy host frame's private views, by the range of the slot they map (a plane's).
 ///
-/// Each export of a plane used to map a view of its own: a process that exported one plane
-/// 65,000 times ran out of mappings (vm.max_map_count), and then NumPy, thread starts and
-/// everything else that maps memory failed. The cache holds the views weakly: a view is
+/// The exports of a plane share one view: a view per export would let a process that exports
+/// one plane 65,000 times run out of mappings (vm.max_map_count), and then NumPy, thread
+/// starts and everything else that maps memory would fail. The cache holds the views weakly: a view is
 /// unmapped when the last export using it is gone, which is before its frame is released
 /// (an export's view drops before its guard, see `plane::Pinned`).
 #[derive(Default)]

@@ -9,11 +9,12 @@ use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::exception::{error, to_py};
 use crate::export::FrameShared;
-use crate::plane::Plane;
+use crate::plane::{FrameFacts, Plane};
 use crate::rgb::{self, RgbGpu};
 use crate::stream::{stream_handle, LEGACY_STREAM};
-use crate::{error, lock, to_py};
+use crate::values::lock;
 
 /// Shared by a subscriber and its frames.
 pub(crate) type RgbSlot = Arc<Mutex<Option<Arc<RgbGpu>>>>;
@@ -161,7 +162,7 @@ impl Frame {
     /// TypeError (import its planes with DLPack, or use `to_rgb()`). 4:2:0 frames of odd size
     /// raise ValueError (read their planes). `cuframes.Error` once released.
     fn to_ndarray<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        crate::ndarray::dense_copy(py, self)
+        crate::ndarray::dense_copy(py, self.memory, &self.layout, &self.shared)
     }
 
     /// NumPy's array protocol: `numpy.asarray(frame)` is `frame.to_ndarray()`, cast to
@@ -180,7 +181,7 @@ impl Frame {
                  is a view of one plane",
             ));
         }
-        let a = crate::ndarray::dense_copy(py, self)?;
+        let a = crate::ndarray::dense_copy(py, self.memory, &self.layout, &self.shared)?;
         match dtype {
             Some(d) if !d.is_none() => a.call_method1("astype", (d,)),
             _ => Ok(a),
@@ -233,7 +234,14 @@ impl Frame {
             )
         };
         Ok(Plane {
-            frame: slf.clone().unbind(),
+            _frame: slf.clone().into_any().unbind(),
+            of: FrameFacts {
+                seq: f.seq,
+                memory: f.memory,
+                device: f.device,
+                zero_copy: f.zero_copy,
+                shared: f.shared.clone(),
+            },
             index: i,
             offset: p.offset,
             pitch: p.pitch,

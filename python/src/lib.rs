@@ -13,6 +13,8 @@
 
 mod colour;
 mod dlpack;
+mod endpoint;
+mod exception;
 mod export;
 mod frame;
 mod host_source;
@@ -28,54 +30,13 @@ mod source;
 mod stream;
 mod subscriber;
 mod tool;
+mod values;
 
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+// The helpers the classes share, also at the crate root (`crate::lock`, `crate::to_py`, ...).
+pub(crate) use exception::{error, to_py, Error};
+pub(crate) use values::{duration, lock};
+
 use pyo3::prelude::*;
-
-create_exception!(
-    cuframes,
-    Error,
-    PyException,
-    "A cuframes error: `code` is the cuframes error code (int), `name` its C name."
-);
-
-/// A core error as a Python `cuframes.Error` with `.code` and `.name` set.
-pub(crate) fn to_py(e: cuframes_core::Error) -> PyErr {
-    Python::with_gil(|py| {
-        let err = Error::new_err(e.to_string());
-        let value = err.value(py);
-        // Setting attributes on a fresh exception instance cannot fail short of memory
-        // exhaustion; the error is still raised without them then.
-        let _ = value.setattr("code", e.code() as i32);
-        let _ = value.setattr("name", e.code().name());
-        err
-    })
-}
-
-/// A `cuframes.Error` made here (not by the core).
-pub(crate) fn error(code: cuframes_core::ErrorCode, message: impl Into<String>) -> PyErr {
-    to_py(cuframes_core::Error::new(code, message))
-}
-
-pub(crate) fn duration(what: &str, seconds: f64) -> PyResult<std::time::Duration> {
-    std::time::Duration::try_from_secs_f64(seconds).map_err(|_| {
-        pyo3::exceptions::PyValueError::new_err(format!(
-            "{what} must be a finite number of seconds >= 0, not {seconds}"
-        ))
-    })
-}
-
-/// A mutex of this module, poisoned or not: its state stays consistent (no code panics
-/// half-way through an update of it).
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// `i64::MIN` (`NO_PTS`) is None in Python.
-pub(crate) fn opt_ts(ts: i64) -> Option<i64> {
-    (ts != cuframes_core::wire::NO_PTS).then_some(ts)
-}
 
 /// Host<->device copies this process's cuframes has made (0 on a zero-copy CUDA path).
 #[pyfunction]

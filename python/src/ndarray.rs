@@ -1,18 +1,21 @@
 //! `Frame.to_ndarray` and `Frame.__array__`: a host frame as one dense NumPy array, laid out
 //! as PyAV's `VideoFrame.to_ndarray` lays it out, so that code written for PyAV reads it.
 
+use std::sync::Arc;
+
+use cuframes_core::format::FrameLayout;
 use cuframes_core::wire::{Format, MemoryKind};
 use cuframes_core::ErrorCode;
 use pyo3::exceptions::{PyImportError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyTuple};
 
-use crate::frame::Frame;
-use crate::{error, lock, to_py};
+use crate::exception::{error, to_py};
+use crate::export::FrameShared;
+use crate::values::lock;
 
 /// The array's shape in elements: the planes one after another, their rows dense.
-fn shape(frame: &Frame) -> PyResult<Vec<usize>> {
-    let l = &frame.layout;
+fn shape(l: &FrameLayout) -> PyResult<Vec<usize>> {
     let (w, h) = (l.width as usize, l.height as usize);
     match l.format {
         // Luma rows, then the chroma rows (interleaved, or U then V), W samples each.
@@ -36,28 +39,34 @@ fn shape(frame: &Frame) -> PyResult<Vec<usize>> {
     }
 }
 
-/// A dense copy of a host frame (see `Frame.to_ndarray`).
-pub(crate) fn dense_copy<'py>(py: Python<'py>, frame: &Frame) -> PyResult<Bound<'py, PyAny>> {
-    if frame.memory == MemoryKind::CudaVmm {
+/// A dense copy of a host frame (see `Frame.to_ndarray`): the frame's memory kind, layout
+/// and shared state.
+pub(crate) fn dense_copy<'py>(
+    py: Python<'py>,
+    memory: MemoryKind,
+    layout: &FrameLayout,
+    shared: &Arc<FrameShared>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if memory == MemoryKind::CudaVmm {
         return Err(PyTypeError::new_err(
             "to_ndarray: a CUDA frame's bytes are in GPU memory: import its planes with \
              torch.from_dlpack(frame.plane(i)) or cupy.asarray(frame.plane(i)), or convert it \
              with frame.to_rgb()",
         ));
     }
-    let shape = shape(frame)?;
-    let item = match frame.layout.format {
+    let shape = shape(layout)?;
+    let item = match layout.format {
         Format::P010 | Format::P016 => 2,
         _ => 1,
     };
-    let planes = frame.layout.planes();
+    let planes = layout.planes();
     let total: usize = planes.iter().map(|p| p.row_bytes * p.rows).sum();
     if total != shape.iter().product::<usize>() * item {
         return Err(error(
             ErrorCode::Format,
             format!(
                 "to_ndarray: the {} planes hold {total} bytes, not {shape:?} samples",
-                frame.layout.format.name()
+                layout.format.name()
             ),
         ));
     }
@@ -67,14 +76,14 @@ pub(crate) fn dense_copy<'py>(py: Python<'py>, frame: &Frame) -> PyResult<Bound<
         ))
     })?;
     // Refused once the frame is released or its subscriber closed, like any export.
-    let guard = frame.shared.export()?;
+    let guard = shared.export()?;
     let bytes = PyByteArray::new_with(py, total, |out| {
         let s = lock(&guard.0.state);
         let f = s.frame.as_ref().expect("an export guard keeps the frame");
         let mut at = 0;
         for (i, p) in planes.iter().enumerate() {
             let n = p.row_bytes * p.rows;
-            f.copy_plane_to(i, &mut out[at..at + n]).map_err(to_py)?;
+            f.download_plane(i, &mut out[at..at + n]).map_err(to_py)?;
             at += n;
         }
         Ok(())

@@ -1,15 +1,14 @@
 //! `PacketSubscriber`: encoded packets out of a publisher's packet ring.
 
-use std::sync::Mutex;
-
 use cuframes_core::packet_ring::PacketInfo;
 use cuframes_core::subscriber::{Subscriber as CoreSubscriber, SubscriberOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
+use crate::endpoint::ReadEndpoint;
 use crate::packet::{codec_name, Packet};
-use crate::reading::{connect_waiting, Attempt, ReadError, Reading, Timing};
-use crate::{lock, opt_ts};
+use crate::reading::{connect_waiting, ReadError, Reading, Timing};
+use crate::values::opt_ts;
 
 /// A packet read, not yet handed to Python.
 type Read = (PacketInfo, Vec<u8>);
@@ -51,11 +50,9 @@ type Read = (PacketInfo, Vec<u8>);
 /// connect a new subscriber there.
 #[pyclass(module = "cuframes", frozen)]
 pub struct PacketSubscriber {
-    inner: Mutex<Option<(CoreSubscriber, Vec<u8>)>>,
-    /// A packet read for an `anext()` that is taken once its coroutine resumes, or read for
-    /// one whose task was cancelled meanwhile: the next read returns it first.
-    pending: Mutex<Option<Read>>,
-    reading: Reading,
+    /// The subscription (with the buffer packets are read into) and the packet read for an
+    /// `anext()`, shared by the readers.
+    endpoint: ReadEndpoint<(CoreSubscriber, Vec<u8>), Read>,
     key: String,
     #[pyo3(get)]
     codec_id: u32,
@@ -63,30 +60,6 @@ pub struct PacketSubscriber {
 }
 
 impl PacketSubscriber {
-    /// One read attempt: the pending packet first, else the ring's next within the slice.
-    fn attempt(&self) -> impl Attempt<Read> + '_ {
-        |slice| {
-            // Closed: no new turn at `inner`, which `close()` is waiting for.
-            if self.reading.is_closed() {
-                return None;
-            }
-            let mut inner = lock(&self.inner);
-            // Closed while this reader queued for `inner`: hand it on to `close()` at once,
-            // rather than after another slice.
-            if self.reading.is_closed() {
-                return None;
-            }
-            let (sub, buf) = inner.as_mut()?;
-            if let Some(p) = lock(&self.pending).take() {
-                return Some(Ok(p));
-            }
-            Some(match sub.next_packet(Some(slice), buf) {
-                Ok(info) => Ok((info, buf.clone())),
-                Err(e) => Err(ReadError::of(sub, e)),
-            })
-        }
-    }
-
     fn packet(py: Python<'_>, (info, data): Read) -> Packet {
         Packet {
             data: PyBytes::new(py, &data).unbind(),
@@ -96,48 +69,16 @@ impl PacketSubscriber {
             flags: info.flags,
         }
     }
+}
 
-    /// One read attempt of `anext()` into the pending slot: Ok when a packet is pending,
-    /// the one there already (read for a cancelled task, or by a concurrent wait) or one read
-    /// now. The slot is filled only while `inner` is held, so nothing else fills it between
-    /// the look and the store, and a pending packet is never overwritten (lost).
-    fn attempt_pending(&self) -> impl Attempt<()> + '_ {
-        |slice| {
-            if self.reading.is_closed() {
-                return None;
-            }
-            let mut inner = lock(&self.inner);
-            // Closed while this reader queued for `inner`: hand it on to `close()` at once,
-            // rather than after another slice.
-            if self.reading.is_closed() {
-                return None;
-            }
-            let (sub, buf) = inner.as_mut()?;
-            if lock(&self.pending).is_some() {
-                return Some(Ok(()));
-            }
-            Some(match sub.next_packet(Some(slice), buf) {
-                Ok(info) => {
-                    *lock(&self.pending) = Some((info, buf.clone()));
-                    Ok(())
-                }
-                Err(e) => Err(ReadError::of(sub, e)),
-            })
-        }
-    }
-
-    fn close_impl(&self, py: Python<'_>) {
-        self.reading.close();
-        // In a forked child the subscription is the parent's, and `inner` may be held by a
-        // parent thread that does not exist here: leave both alone (`Drop` forgets them).
-        if self.reading.forked() {
-            return;
-        }
-        let s = py.allow_threads(|| {
-            lock(&self.pending).take();
-            lock(&self.inner).take()
-        });
-        py.allow_threads(move || drop(s));
+/// One read of the next packet within a slice.
+fn read_packet(
+    (sub, buf): &mut (CoreSubscriber, Vec<u8>),
+    slice: std::time::Duration,
+) -> Result<Read, ReadError> {
+    match sub.next_packet(Some(slice), buf) {
+        Ok(info) => Ok((info, buf.clone())),
+        Err(e) => Err(ReadError::of(sub, e)),
     }
 }
 
@@ -194,9 +135,7 @@ impl PacketSubscriber {
         })?;
         let codec_id = sub.packet_codec_id().unwrap_or(0);
         Ok(PacketSubscriber {
-            inner: Mutex::new(Some((sub, Vec::new()))),
-            pending: Mutex::new(None),
-            reading,
+            endpoint: ReadEndpoint::new((sub, Vec::new()), reading, "PacketSubscriber"),
             key: key.to_string(),
             codec_id,
             extradata,
@@ -221,8 +160,7 @@ impl PacketSubscriber {
     /// says why; `end_reason` names it).
     #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=None)")]
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Packet>> {
-        self.reading.check_owner("PacketSubscriber")?;
-        let p = self.reading.next(py, timeout, self.attempt())?;
+        let p = self.endpoint.next(py, timeout, read_packet)?;
         Ok(p.map(|p| Self::packet(py, p)))
     }
 
@@ -231,8 +169,7 @@ impl PacketSubscriber {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Packet>> {
-        self.reading.check_owner("PacketSubscriber")?;
-        let p = self.reading.iter_next(py, self.attempt())?;
+        let p = self.endpoint.iter_next(py, read_packet)?;
         Ok(p.map(|p| Self::packet(py, p)))
     }
 
@@ -263,15 +200,13 @@ impl PacketSubscriber {
         iterating: bool,
         cancel: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        self.reading.check_owner("PacketSubscriber")?;
-        self.reading
-            .wait_pending(py, timeout, iterating, cancel, self.attempt_pending())
+        self.endpoint
+            .wait_pending(py, timeout, iterating, cancel, read_packet)
     }
 
     /// For `cuframes._aio`: the pending packet (None if another reader took it).
     fn _take_pending(&self, py: Python<'_>) -> PyResult<Option<Packet>> {
-        self.reading.check_owner("PacketSubscriber")?;
-        let p = py.allow_threads(|| lock(&self.pending).take());
+        let p = self.endpoint.take_pending(py)?;
         Ok(p.map(|p| Self::packet(py, p)))
     }
 
@@ -282,14 +217,14 @@ impl PacketSubscriber {
 
     #[getter]
     fn closed(&self) -> bool {
-        self.reading.is_closed()
+        self.endpoint.reading.is_closed()
     }
 
     /// Why the stream ended: None while it goes on; "shutdown", "kicked", "publisher_lost",
     /// "protocol_error" or "closed" (see Subscriber.end_reason).
     #[getter]
     fn end_reason(&self) -> Option<&'static str> {
-        self.reading.end_reason()
+        self.endpoint.reading.end_reason()
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -297,13 +232,13 @@ impl PacketSubscriber {
             "<cuframes.PacketSubscriber key={} codec='{}' {}>",
             crate::reading::py_repr(py, &self.key)?,
             codec_name(self.codec_id),
-            self.reading.state()
+            self.endpoint.reading.state()
         ))
     }
 
     /// Unsubscribe.
     fn close(&self, py: Python<'_>) {
-        self.close_impl(py);
+        self.endpoint.close(py);
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -312,23 +247,7 @@ impl PacketSubscriber {
 
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> bool {
-        self.close_impl(py);
+        self.endpoint.close(py);
         false
-    }
-}
-
-impl Drop for PacketSubscriber {
-    fn drop(&mut self) {
-        self.reading
-            .closed
-            .store(true, std::sync::atomic::Ordering::Release);
-        if self.reading.forked() {
-            // The parent's subscription, caught at the fork maybe half-way through a read of
-            // a parent thread: forgotten, never torn down here (the exit closes what it holds).
-            let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
-            std::mem::forget(inner.take());
-            let pending = self.pending.get_mut().unwrap_or_else(|p| p.into_inner());
-            std::mem::forget(pending.take());
-        }
     }
 }

@@ -10,9 +10,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::dlpack::{self, DLDevice, Tensor, KDL_CPU, KDL_CUDA};
-use crate::export::ExportGuard;
-use crate::frame::Frame;
-use crate::{error, lock, to_py};
+use crate::exception::{error, to_py};
+use crate::export::{ExportGuard, FrameShared};
+use crate::values::lock;
 use cuframes_core::subscriber::PrivateView;
 
 /// One plane of a frame, exported without a copy: `numpy.asarray(plane)` and
@@ -30,7 +30,10 @@ use cuframes_core::subscriber::PrivateView;
 /// but the plane's other exports alive at the time do.
 #[pyclass(module = "cuframes", frozen)]
 pub struct Plane {
-    pub(crate) frame: Py<Frame>,
+    /// The Python frame, kept alive while the plane is.
+    pub(crate) _frame: PyObject,
+    /// What the plane needs to know of its frame.
+    pub(crate) of: FrameFacts,
     /// The plane's number in its frame (0 = luma or packed RGB).
     #[pyo3(get)]
     pub(crate) index: usize,
@@ -53,6 +56,21 @@ pub struct Plane {
     pub(crate) pin: Mutex<Option<Pinned>>,
 }
 
+/// The facts of a frame its planes read: copies of the frame's fields, so that a plane needs
+/// no reference to the `Frame` class (which makes the planes).
+pub(crate) struct FrameFacts {
+    /// The frame's sequence number, for `repr`.
+    pub seq: u64,
+    /// Host or CUDA memory.
+    pub memory: MemoryKind,
+    /// The CUDA device ordinal DLPack names (CUDA frames).
+    pub device: i32,
+    /// The bytes are the publisher's slot (exported read-only on the host).
+    pub zero_copy: bool,
+    /// The frame's state and export count, shared with the frame.
+    pub shared: Arc<FrameShared>,
+}
+
 /// What keeps one export of a plane valid: the frame's export guard and, for a zero-copy host
 /// plane, the private view the export points into (unmapped first: fields drop in order).
 pub(crate) struct Pinned {
@@ -63,8 +81,8 @@ pub(crate) struct Pinned {
 }
 
 impl Plane {
-    fn frame(&self) -> &Frame {
-        self.frame.get()
+    fn frame(&self) -> &FrameFacts {
+        &self.of
     }
 
     fn is_cuda(&self) -> bool {
@@ -208,8 +226,14 @@ impl Plane {
         let guard = self.frame().shared.export()?;
         let s = lock(&guard.0.state);
         let f = s.frame.as_ref().expect("an export guard keeps the frame");
+        if self.is_cuda() {
+            // `tobytes` is a host-frame method: CUDA planes go through DLPack.
+            return Err(to_py(cuframes_core::Error::invalid(
+                "the frame is in device memory: copy it with CUDA (address())",
+            )));
+        }
         let mut out = vec![0u8; self.row_bytes * self.rows];
-        f.copy_plane_to(self.index, &mut out).map_err(to_py)?;
+        f.download_plane(self.index, &mut out).map_err(to_py)?;
         Ok(PyBytes::new(py, &out))
     }
 

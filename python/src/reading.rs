@@ -13,7 +13,8 @@ use cuframes_core::ErrorCode;
 use pyo3::exceptions::{PyDeprecationWarning, PyStopAsyncIteration, PyTypeError};
 use pyo3::prelude::*;
 
-use crate::{duration, error, lock, to_py};
+use crate::exception::{error, to_py};
+use crate::values::{duration, lock};
 
 /// How long one wait without the GIL lasts before signals (Ctrl-C) are looked at.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
@@ -286,7 +287,7 @@ pub(crate) struct Timing {
 }
 
 impl Timing {
-    /// The options as given; `connect_timeout`, the old name of `handshake_timeout`, still
+    /// The options as given; `connect_timeout`, the deprecated name of `handshake_timeout`, still
     /// sets it, with a DeprecationWarning.
     pub fn new(
         py: Python<'_>,

@@ -11,10 +11,10 @@ use pyo3::exceptions::{PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use crate::endpoint::ReadEndpoint;
 use crate::export::{FrameShared, FrameState};
 use crate::frame::{Frame, RgbSlot};
-use crate::lock;
-use crate::reading::{connect_waiting, Attempt, ReadError, Reading, Timing};
+use crate::reading::{connect_waiting, ReadError, Reading, Timing};
 
 create_exception!(
     cuframes,
@@ -64,11 +64,8 @@ create_exception!(
 /// child (it would take the parent's messages): connect a new subscriber there.
 #[pyclass(module = "cuframes", frozen)]
 pub struct Subscriber {
-    inner: Mutex<Option<CoreSubscriber>>,
-    /// A frame read for an `anext()` that is taken once its coroutine resumes, or read for one
-    /// whose task was cancelled meanwhile: the next read returns it first.
-    pending: Mutex<Option<CoreFrame>>,
-    reading: Reading,
+    /// The subscription and the frame read for an `anext()`, shared by the readers.
+    endpoint: ReadEndpoint<CoreSubscriber, CoreFrame>,
     device: i32,
     key: String,
     /// The mode asked for ("auto", "zero_copy", "copy").
@@ -85,7 +82,7 @@ impl Subscriber {
         let zero_copy = f.is_zero_copy();
         Frame {
             seq: f.seq,
-            pts_ns: crate::opt_ts(f.pts_ns),
+            pts_ns: crate::values::opt_ts(f.pts_ns),
             layout: f.layout.clone(),
             colour: f.colour,
             memory,
@@ -102,80 +99,19 @@ impl Subscriber {
                     conversions: Vec::new(),
                     views: Default::default(),
                 }),
-                subscriber_closed: self.reading.closed.clone(),
+                subscriber_closed: self.endpoint.reading.closed.clone(),
             }),
         }
     }
+}
 
-    /// One read attempt: the pending frame first, else the ring's next within the slice.
-    fn attempt(&self) -> impl Attempt<CoreFrame> + '_ {
-        |slice| {
-            // Closed: no new turn at `inner`, which `close()` is waiting for.
-            if self.reading.is_closed() {
-                return None;
-            }
-            let mut inner = lock(&self.inner);
-            // Closed while this reader queued for `inner`: hand it on to `close()` at once,
-            // rather than after another slice.
-            if self.reading.is_closed() {
-                return None;
-            }
-            let sub = inner.as_mut()?;
-            if let Some(f) = lock(&self.pending).take() {
-                return Some(Ok(f));
-            }
-            Some(
-                sub.next_frame(Some(slice))
-                    .map_err(|e| ReadError::of(sub, e)),
-            )
-        }
-    }
-
-    /// One read attempt of `anext()` into the pending slot: Ok when a frame is pending,
-    /// the one there already (read for a cancelled task, or by a concurrent wait) or one read
-    /// now. The slot is filled only while `inner` is held, so nothing else fills it between
-    /// the look and the store, and a pending frame is never overwritten (which would drop it).
-    fn attempt_pending(&self) -> impl Attempt<()> + '_ {
-        |slice| {
-            if self.reading.is_closed() {
-                return None;
-            }
-            let mut inner = lock(&self.inner);
-            // Closed while this reader queued for `inner`: hand it on to `close()` at once,
-            // rather than after another slice.
-            if self.reading.is_closed() {
-                return None;
-            }
-            let sub = inner.as_mut()?;
-            if lock(&self.pending).is_some() {
-                return Some(Ok(()));
-            }
-            let f = sub.next_frame(Some(slice));
-            Some(match f {
-                Ok(f) => {
-                    *lock(&self.pending) = Some(f);
-                    Ok(())
-                }
-                Err(e) => Err(ReadError::of(sub, e)),
-            })
-        }
-    }
-
-    fn close_impl(&self, py: Python<'_>) {
-        self.reading.close();
-        // In a forked child the subscription is the parent's, and `inner` may be held by a
-        // parent thread that does not exist here: leave both alone (`Drop` forgets them).
-        if self.reading.forked() {
-            return;
-        }
-        let (sub, pending) =
-            py.allow_threads(|| (lock(&self.inner).take(), lock(&self.pending).take()));
-        // The pending frame first (it is released, ACKed), then the subscription.
-        py.allow_threads(move || {
-            drop(pending);
-            drop(sub);
-        });
-    }
+/// One read of the next frame within a slice.
+fn read_frame(
+    sub: &mut CoreSubscriber,
+    slice: std::time::Duration,
+) -> Result<CoreFrame, ReadError> {
+    sub.next_frame(Some(slice))
+        .map_err(|e| ReadError::of(sub, e))
 }
 
 #[pymethods]
@@ -254,9 +190,7 @@ impl Subscriber {
         }
         Ok(Subscriber {
             zero_copy,
-            inner: Mutex::new(Some(sub)),
-            pending: Mutex::new(None),
-            reading,
+            endpoint: ReadEndpoint::new(sub, reading, "Subscriber"),
             device,
             key: key.to_string(),
             mode,
@@ -270,8 +204,7 @@ impl Subscriber {
     /// says why; `end_reason` names it).
     #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=None)")]
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Frame>> {
-        self.reading.check_owner("Subscriber")?;
-        let f = self.reading.next(py, timeout, self.attempt())?;
+        let f = self.endpoint.next(py, timeout, read_frame)?;
         Ok(f.map(|f| self.wrap(f)))
     }
 
@@ -280,8 +213,7 @@ impl Subscriber {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Frame>> {
-        self.reading.check_owner("Subscriber")?;
-        let f = self.reading.iter_next(py, self.attempt())?;
+        let f = self.endpoint.iter_next(py, read_frame)?;
         Ok(f.map(|f| self.wrap(f)))
     }
 
@@ -312,15 +244,13 @@ impl Subscriber {
         iterating: bool,
         cancel: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        self.reading.check_owner("Subscriber")?;
-        self.reading
-            .wait_pending(py, timeout, iterating, cancel, self.attempt_pending())
+        self.endpoint
+            .wait_pending(py, timeout, iterating, cancel, read_frame)
     }
 
     /// For `cuframes._aio`: the pending frame (None if another reader took it).
     fn _take_pending(&self, py: Python<'_>) -> PyResult<Option<Frame>> {
-        self.reading.check_owner("Subscriber")?;
-        let f = py.allow_threads(|| lock(&self.pending).take());
+        let f = self.endpoint.take_pending(py)?;
         Ok(f.map(|f| self.wrap(f)))
     }
 
@@ -343,7 +273,7 @@ impl Subscriber {
 
     #[getter]
     fn closed(&self) -> bool {
-        self.reading.is_closed()
+        self.endpoint.reading.is_closed()
     }
 
     /// Why the stream ended: None while it goes on; "shutdown" (the publisher shut down),
@@ -352,7 +282,7 @@ impl Subscriber {
     /// `reconnect`), "protocol_error", or "closed" (closed by this process).
     #[getter]
     fn end_reason(&self) -> Option<&'static str> {
-        self.reading.end_reason()
+        self.endpoint.reading.end_reason()
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -361,14 +291,14 @@ impl Subscriber {
             crate::reading::py_repr(py, &self.key)?,
             self.mode,
             if self.zero_copy { "True" } else { "False" },
-            self.reading.state()
+            self.endpoint.reading.state()
         ))
     }
 
     /// Unsubscribe. Frames still held can no longer be exported (exports already made stay
     /// valid memory, but they no longer hold the slot for this subscriber).
     fn close(&self, py: Python<'_>) {
-        self.close_impl(py);
+        self.endpoint.close(py);
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -377,23 +307,7 @@ impl Subscriber {
 
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> bool {
-        self.close_impl(py);
+        self.endpoint.close(py);
         false
-    }
-}
-
-impl Drop for Subscriber {
-    fn drop(&mut self) {
-        self.reading
-            .closed
-            .store(true, std::sync::atomic::Ordering::Release);
-        if self.reading.forked() {
-            // The parent's subscription, caught at the fork maybe half-way through a read of
-            // a parent thread: forgotten, never torn down here (the exit closes what it holds).
-            let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
-            std::mem::forget(inner.take());
-            let pending = self.pending.get_mut().unwrap_or_else(|p| p.into_inner());
-            std::mem::forget(pending.take());
-        }
     }
 }

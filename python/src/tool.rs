@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::lock;
+use crate::values::lock;
 
 /// The first Python exception met while writing or looking at signals: raised once the
 /// command has returned (a KeyboardInterrupt stays a KeyboardInterrupt).

@@ -23,7 +23,7 @@ pub fn verify_frame(frame: &cuframes_core::subscriber::Frame, dense: &[Vec<u8>])
     let mut rows = Vec::new();
     for (i, plane) in dense.iter().enumerate() {
         rows.resize(plane.len(), 0);
-        frame.copy_plane_to(i, &mut rows).unwrap();
+        frame.download_plane(i, &mut rows).unwrap();
         if rows != *plane {
             return false;
         }

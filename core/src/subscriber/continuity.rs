@@ -1,4 +1,4 @@
-//! Timestamps that keep increasing across a publisher restart (issue #14, reconnect). A
+//! Timestamps that keep increasing across a publisher restart (`reconnect`). A
 //! restarted publisher starts its own clock again (FFmpeg: pts from 0), but a recorder that
 //! muxes what it reads needs monotonic timestamps. After a restart the first timestamp is
 //! moved, when it would not be later than the last one delivered, to the last one plus the

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use cuframes_core::format::FrameLayout;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
-use cuframes_core::wire::{Format, MemoryKind, Policy, SubscriberMode};
+use cuframes_core::wire::{Format, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
 
 fn pattern(layout: &FrameLayout, seq: u64) -> Vec<Vec<u8>> {
@@ -42,47 +42,16 @@ fn subscriber(key: &str, zero_copy: bool) -> Result<()> {
     println!("ready");
     let layout = s.frame_layout().context("no frame ring")?.clone();
     let (mut ok, mut bad) = (0u64, 0u64);
-    let mut cuda_stream: Option<cuframes_core::cuda::Stream> = None;
     loop {
         match s.next_frame(Some(Duration::from_secs(10))) {
             Ok(f) => {
                 let expect = pattern(&layout, f.seq);
-                let good = match f.memory_kind() {
-                    // Host memory: copy each plane out (a zero-copy slot is the publisher's
-                    // memory: no slice of it is formed) and compare.
-                    MemoryKind::HostMemfd => expect.iter().enumerate().all(|(i, plane)| {
-                        let mut host = vec![0u8; plane.len()];
-                        f.copy_plane_to(i, &mut host).is_ok() && host == *plane
-                    }),
-                    // GPU memory: download each plane (the demo's check, not the data path).
-                    MemoryKind::CudaVmm => {
-                        let stream = cuda_stream.get_or_insert_with(|| {
-                            let dev =
-                                cuframes_core::cuda::CudaDevice::open(0).expect("CUDA device");
-                            cuframes_core::cuda::Stream::new(&dev).expect("CUDA stream")
-                        });
-                        expect.iter().enumerate().all(|(i, plane)| {
-                            let p = layout.planes()[i];
-                            let mut host = vec![0u8; p.row_bytes * p.rows];
-                            // SAFETY: plane `p` of the frame `f` holds (its device memory lives
-                            // while `f` does, and the copy completes before this returns), on
-                            // our own stream.
-                            unsafe {
-                                cuframes_core::cuda::copy_dtoh_2d(
-                                    &mut host,
-                                    p.row_bytes,
-                                    f.address() + p.offset as u64,
-                                    p.pitch,
-                                    p.row_bytes,
-                                    p.rows,
-                                    stream,
-                                )
-                            }
-                            .is_ok()
-                                && host == *plane
-                        })
-                    }
-                };
+                // Each plane downloaded densely (host or GPU memory alike; a zero-copy slot
+                // is the publisher's memory, so no slice of it is formed) and compared.
+                let good = expect.iter().enumerate().all(|(i, plane)| {
+                    let mut host = vec![0u8; plane.len()];
+                    f.download_plane(i, &mut host).is_ok() && host == *plane
+                });
                 if good {
                     ok += 1
                 } else {
