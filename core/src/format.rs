@@ -172,10 +172,6 @@ fn align_up(value: usize, alignment: usize) -> usize {
     value.div_ceil(alignment) * alignment
 }
 
-/// The name [`FrameGeometry`] had; callers move to the new name, and this alias goes.
-#[doc(hidden)]
-pub type FrameLayout = FrameGeometry;
-
 impl FrameGeometry {
     /// The geometry the publisher uses: pitches rounded up to [`PITCH_ALIGNMENT`].
     pub fn new(format: Format, width: u32, height: u32) -> Result<FrameGeometry> {

@@ -22,7 +22,7 @@ use cuframes_core::cuda::{
     self, copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count, memset_d8_async,
     CudaDevice, DeviceBuffer, Event, Stream, VmmAllocation, VmmImport,
 };
-use cuframes_core::format::FrameLayout;
+use cuframes_core::format::FrameGeometry;
 use cuframes_core::testing::{busy, fill_pattern, pattern_host, verify_pattern};
 use cuframes_core::wire::Format;
 use cuframes_core::ErrorCode;
@@ -52,11 +52,11 @@ fn gpu() -> Option<Arc<CudaDevice>> {
     Some(CudaDevice::open(0).expect("open CUDA device 0"))
 }
 
-fn nv12_1080p() -> FrameLayout {
-    FrameLayout::new(Format::Nv12, 1920, 1080).expect("NV12 1920x1080 layout")
+fn nv12_1080p() -> FrameGeometry {
+    FrameGeometry::new(Format::Nv12, 1920, 1080).expect("NV12 1920x1080 layout")
 }
 
-fn fill_frame(base: u64, layout: &FrameLayout, seq: u64, stream: &Stream) {
+fn fill_frame(base: u64, layout: &FrameGeometry, seq: u64, stream: &Stream) {
     for (i, p) in layout.planes().iter().enumerate() {
         fill_pattern(
             base + p.offset as u64,
@@ -71,7 +71,7 @@ fn fill_frame(base: u64, layout: &FrameLayout, seq: u64, stream: &Stream) {
     }
 }
 
-fn verify_frame(base: u64, layout: &FrameLayout, seq: u64, stream: &Stream) -> u64 {
+fn verify_frame(base: u64, layout: &FrameGeometry, seq: u64, stream: &Stream) -> u64 {
     layout
         .planes()
         .iter()
@@ -91,7 +91,7 @@ fn verify_frame(base: u64, layout: &FrameLayout, seq: u64, stream: &Stream) -> u
         .sum()
 }
 
-fn image_bytes(layout: &FrameLayout) -> u64 {
+fn image_bytes(layout: &FrameGeometry) -> u64 {
     layout
         .planes()
         .iter()

@@ -9,7 +9,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use common::{child, frame_shm_name, packet_shm_name, TestEnv};
-use cuframes_core::format::FrameLayout;
+use cuframes_core::format::FrameGeometry;
 use cuframes_core::subscriber::Subscriber;
 use cuframes_core::tlv::{self, HelloResp, Message, SubscribeResp, VmmFds};
 use cuframes_core::wire::frame::FRAME_SHM_SIZE;
@@ -72,7 +72,7 @@ fn good_hello(key: &str) -> HelloResp {
         proto_version: 4,
         ring_size: 2,
         ownership_mode: 0,
-        meta: FrameLayout::new(Format::Nv12, 64, 32).unwrap().to_meta(),
+        meta: FrameGeometry::new(Format::Nv12, 64, 32).unwrap().to_meta(),
         shm_path: frame_shm_name(key),
         // A plain v4 publisher: no ACK pages, our subscriber ACKs in the header.
         publisher_flags: 0,
@@ -415,7 +415,7 @@ fn slots_far_larger_than_the_frame_are_refused_without_allocating() {
     let env = TestEnv::new("hp-bigslot");
     let _shm = valid_frame_shm(&env.key);
     let key = env.key.clone();
-    let frame = FrameLayout::new(Format::Nv12, 64, 32).unwrap().frame_size;
+    let frame = FrameGeometry::new(Format::Nv12, 64, 32).unwrap().frame_size;
     assert!(frame <= 16384, "a small frame: {frame}");
     const SLOT: u64 = 2 << 30;
     let (e, grew) = peak_rss_growth(|| {
@@ -452,7 +452,7 @@ fn slot_memfds_smaller_than_announced_are_refused() {
     let env = TestEnv::new("hp-smallslot");
     let _shm = valid_frame_shm(&env.key);
     let key = env.key.clone();
-    let frame = FrameLayout::new(Format::Nv12, 64, 32).unwrap().frame_size as u64;
+    let frame = FrameGeometry::new(Format::Nv12, 64, 32).unwrap().frame_size as u64;
     let announced = frame.next_multiple_of(4096);
     let e = against(&env, move |mut s| {
         through_subscribe(&mut s, &key);

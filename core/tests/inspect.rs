@@ -487,7 +487,7 @@ fn planted_ring(name: &str, pid: u64, uid: u32) {
     let (fd, map) = cuframes_core::shm::create(name, 7424, 0o644).unwrap();
     let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
     shm.initialise(
-        &cuframes_core::format::FrameLayout::new(Format::Nv12, 64, 32)
+        &cuframes_core::format::FrameGeometry::new(Format::Nv12, 64, 32)
             .unwrap()
             .to_meta(),
         2,

@@ -101,7 +101,7 @@ fn plant_frame_shm(name: &str) {
             .unwrap();
     let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
     shm.initialise(
-        &cuframes_core::format::FrameLayout::new(Format::Nv12, 64, 32)
+        &cuframes_core::format::FrameGeometry::new(Format::Nv12, 64, 32)
             .unwrap()
             .to_meta(),
         2,

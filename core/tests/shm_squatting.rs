@@ -78,7 +78,7 @@ fn plant(name: &str) {
     let (fd, map) = cuframes_core::shm::create(name, FRAME_SHM_SIZE, 0o644).unwrap();
     let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
     shm.initialise(
-        &cuframes_core::format::FrameLayout::new(Format::Nv12, 64, 32)
+        &cuframes_core::format::FrameGeometry::new(Format::Nv12, 64, 32)
             .unwrap()
             .to_meta(),
         2,
@@ -256,7 +256,7 @@ fn a_subscriber_refuses_a_frame_shm_the_publisher_does_not_own() {
             proto_version: 4,
             ring_size: 2,
             ownership_mode: 0,
-            meta: cuframes_core::format::FrameLayout::new(Format::Nv12, 64, 32)
+            meta: cuframes_core::format::FrameGeometry::new(Format::Nv12, 64, 32)
                 .unwrap()
                 .to_meta(),
             shm_path: frame_shm_name(&key),

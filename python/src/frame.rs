@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cuframes_core::format::FrameLayout;
+use cuframes_core::format::FrameGeometry;
 use cuframes_core::wire::{Format, MemoryKind};
 use cuframes_core::ErrorCode;
 use pyo3::exceptions::PyIndexError;
@@ -37,7 +37,7 @@ pub struct Frame {
     /// unknown. `time` is the same in seconds.
     #[pyo3(get)]
     pub(crate) pts_ns: Option<i64>,
-    pub(crate) layout: Arc<FrameLayout>,
+    pub(crate) layout: Arc<FrameGeometry>,
     pub(crate) colour: Option<cuframes_core::colour::ColourInfo>,
     pub(crate) memory: MemoryKind,
     /// True when the bytes are the ring's own slot (no copy was made).

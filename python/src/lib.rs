@@ -8,6 +8,7 @@
 //! frame is released (ACKed) when the last export is gone: memory that an imported array
 //! still points at stays mapped and is not handed back to the publisher under it.
 
+#![warn(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

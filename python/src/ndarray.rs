@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cuframes_core::format::FrameLayout;
+use cuframes_core::format::FrameGeometry;
 use cuframes_core::wire::{Format, MemoryKind};
 use cuframes_core::ErrorCode;
 use pyo3::exceptions::{PyImportError, PyTypeError, PyValueError};
@@ -15,7 +15,7 @@ use crate::export::FrameShared;
 use crate::values::lock;
 
 /// The array's shape in elements: the planes one after another, their rows dense.
-fn shape(l: &FrameLayout) -> PyResult<Vec<usize>> {
+fn shape(l: &FrameGeometry) -> PyResult<Vec<usize>> {
     let (w, h) = (l.width as usize, l.height as usize);
     match l.format {
         // Luma rows, then the chroma rows (interleaved, or U then V), W samples each.
@@ -44,7 +44,7 @@ fn shape(l: &FrameLayout) -> PyResult<Vec<usize>> {
 pub(crate) fn dense_copy<'py>(
     py: Python<'py>,
     memory: MemoryKind,
-    layout: &FrameLayout,
+    layout: &FrameGeometry,
     shared: &Arc<FrameShared>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if memory == MemoryKind::CudaVmm {

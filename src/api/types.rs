@@ -2,7 +2,7 @@
 //! (`cuframes_frame_layout_t`) and a stream's colour description (`cuframes_colour_t`).
 
 use cuframes_core::colour::ColourInfo;
-use cuframes_core::format::FrameLayout;
+use cuframes_core::format::FrameGeometry;
 
 /// Mirrors `cuframes_frame_layout_t` in cuframes.h: the plane geometry of the frames of a
 /// ring. Plane i starts at `offset[i]` bytes into a slot and has `rows[i]` rows of
@@ -30,8 +30,8 @@ pub struct CFrameLayout {
     pub frame_size: u64,
 }
 
-impl From<&FrameLayout> for CFrameLayout {
-    fn from(l: &FrameLayout) -> Self {
+impl From<&FrameGeometry> for CFrameLayout {
+    fn from(l: &FrameGeometry) -> Self {
         let mut c = CFrameLayout {
             format: l.format as u32,
             width: l.width,

@@ -12,20 +12,21 @@ pub fn no_cuda() -> Option<String> {
     }
 }
 
-/// Reads CUDA frames back to the host (a device-to-host copy on a stream of its own), so that
-/// tests check them byte for byte like host frames.
+/// Reads frames back to the host through [`Frame::download_plane`] (a device-to-host copy
+/// for CUDA frames), so that tests check them byte for byte like host frames.
+///
+/// [`Frame::download_plane`]: cuframes_core::subscriber::Frame::download_plane
 pub struct CudaCheck {
     _dev: std::sync::Arc<cuframes_core::cuda::CudaDevice>,
-    stream: cuframes_core::cuda::Stream,
 }
 
 impl CudaCheck {
-    /// Device 0, made current on this thread.
+    /// Device 0, made current on this thread (the tests' own CUDA work runs in it; the
+    /// downloads run on a stream the frame's subscription owns).
     pub fn open() -> CudaCheck {
         let dev = cuframes_core::cuda::CudaDevice::open(0).unwrap();
         dev.make_current().unwrap();
-        let stream = cuframes_core::cuda::Stream::new(&dev).unwrap();
-        CudaCheck { _dev: dev, stream }
+        CudaCheck { _dev: dev }
     }
 
     /// The frame's planes, dense (row_bytes per row, no pitch padding), as the publisher was
@@ -34,24 +35,10 @@ impl CudaCheck {
         f.layout
             .planes()
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(i, p)| {
                 let mut out = vec![0u8; p.row_bytes * p.rows];
-                // SAFETY: `f` keeps its device memory (the imported slot, or its pooled copy)
-                // mapped while it lives; the plane (rows of row_bytes at pitch from its offset)
-                // lies within the frame; `out` holds rows × row_bytes bytes at a pitch of
-                // row_bytes; the copy is synchronous on a live stream of ours.
-                unsafe {
-                    cuframes_core::cuda::copy_dtoh_2d(
-                        &mut out,
-                        p.row_bytes,
-                        f.address() + p.offset as u64,
-                        p.pitch,
-                        p.row_bytes,
-                        p.rows,
-                        &self.stream,
-                    )
-                }
-                .unwrap();
+                f.download_plane(i, &mut out).unwrap();
                 out
             })
             .collect()

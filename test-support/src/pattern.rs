@@ -32,7 +32,7 @@ pub fn verify_frame(frame: &cuframes_core::subscriber::Frame, dense: &[Vec<u8>])
 }
 
 /// Dense planes of frame `seq`: what a publisher writes and every subscriber expects.
-pub fn planes_for(layout: &cuframes_core::format::FrameLayout, seq: u64) -> Vec<Vec<u8>> {
+pub fn planes_for(layout: &cuframes_core::format::FrameGeometry, seq: u64) -> Vec<Vec<u8>> {
     layout
         .planes()
         .iter()

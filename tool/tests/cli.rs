@@ -556,7 +556,7 @@ fn fake_owner_rings_are_foreign_and_generation_rings_are_their_keys() {
         let (_fd, map) = cuframes_core::shm::create(&frame, 7424, 0o644).unwrap();
         let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
         shm.initialise(
-            &cuframes_core::format::FrameLayout::new(Format::Nv12, 64, 32)
+            &cuframes_core::format::FrameGeometry::new(Format::Nv12, 64, 32)
                 .unwrap()
                 .to_meta(),
             2,

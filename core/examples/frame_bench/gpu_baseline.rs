@@ -4,14 +4,14 @@
 use std::time::Instant;
 
 use cuframes_core::cuda::{self, CudaDevice, DeviceBuffer, Stream};
-use cuframes_core::format::FrameLayout;
+use cuframes_core::format::FrameGeometry;
 use cuframes_core::wire::Format;
 
 use crate::latency::pct;
 
 /// The same frames through the host: device-to-host, into shared memory, host-to-device.
 pub fn host_path(w: u32, h: u32, frames: u32) -> (f64, f64) {
-    let layout = FrameLayout::new(Format::Nv12, w, h).unwrap();
+    let layout = FrameGeometry::new(Format::Nv12, w, h).unwrap();
     let dev = CudaDevice::open(0).unwrap();
     dev.make_current().unwrap();
     let stream = Stream::new(&dev).unwrap();

@@ -1,7 +1,7 @@
 //! Table 3: frames per second, publisher cost and latency for NV12 1080p and 4K with 1, 8 and
 //! 31 subscriber processes, against the host path and the device-to-device copy bandwidth.
 
-use cuframes_core::format::FrameLayout;
+use cuframes_core::format::FrameGeometry;
 use cuframes_core::wire::Format;
 
 use crate::config::{Acks, PERIOD_60FPS};
@@ -17,7 +17,7 @@ pub fn throughput(frames: u64) {
     println!("|---|---|---|---|---|---|---|---|---|");
     for (w, h) in [(1920u32, 1080u32), (3840, 2160)] {
         let (host_mean, host_p99) = host_path(w, h, 50);
-        let frame_bytes = FrameLayout::new(Format::Nv12, w, h).unwrap().frame_size as f64;
+        let frame_bytes = FrameGeometry::new(Format::Nv12, w, h).unwrap().frame_size as f64;
         for subs in [1usize, 8, 31] {
             let max = run(w, h, subs, frames, None, Acks::Pages);
             let paced = run(w, h, subs, frames.min(180), Some(PERIOD_60FPS), Acks::Pages);

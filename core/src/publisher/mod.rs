@@ -304,7 +304,7 @@ impl Publisher {
     }
 
     /// The frame layout (pitches and plane offsets) subscribers will see.
-    pub fn frame_layout(&self) -> Option<crate::format::FrameLayout> {
+    pub fn frame_layout(&self) -> Option<crate::format::FrameGeometry> {
         self.inner.ring().map(|r| r.layout.clone())
     }
 
@@ -385,7 +385,7 @@ impl Publisher {
 
     /// The layout of the ring `slot` was acquired from: the geometry its frame has, even if
     /// another thread replaced the ring since.
-    pub fn slot_layout(&self, slot: &AcquiredSlot) -> Result<crate::format::FrameLayout> {
+    pub fn slot_layout(&self, slot: &AcquiredSlot) -> Result<crate::format::FrameGeometry> {
         Ok(self.held_ring(slot)?.layout.clone())
     }
 
@@ -429,7 +429,7 @@ impl Publisher {
     /// frame into the wrong geometry (or reading the caller's buffers past their end).
     pub fn publish_host_frame(
         &self,
-        layout: &crate::format::FrameLayout,
+        layout: &crate::format::FrameGeometry,
         planes: &[&[u8]],
         strides: &[usize],
         pts_ns: Option<i64>,
@@ -439,7 +439,7 @@ impl Publisher {
 
     fn publish_host_planes_in(
         &self,
-        expected: Option<&crate::format::FrameLayout>,
+        expected: Option<&crate::format::FrameGeometry>,
         planes: &[&[u8]],
         strides: &[usize],
         pts_ns: Option<i64>,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::colour::ColourInfo;
 use crate::cuda::{CudaDevice, DeviceBuffer, Stream};
-use crate::format::FrameLayout;
+use crate::format::FrameGeometry;
 pub use crate::frame_ring::reader::FrameStats;
 use crate::frame_ring::reader::RingView;
 pub use crate::memory::PrivateView;
@@ -56,7 +56,7 @@ pub struct Frame {
     /// a followed publisher restart).
     pub pts_ns: i64,
     /// The geometry of the frame's planes (format, size, pitches, offsets).
-    pub layout: Arc<FrameLayout>,
+    pub layout: Arc<FrameGeometry>,
     /// Colour range, primaries, transfer, matrix, chroma siting and sample aspect ratio, as
     /// the publisher announced them for its ring (None: a publisher that records none). Use
     /// [`ColourInfo::rgb_matrix`] and [`ColourInfo::rgb_range`] to pick a conversion.

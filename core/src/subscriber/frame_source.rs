@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::colour::ColourInfo;
 use crate::cuda::DeviceBuffer;
-use crate::format::FrameLayout;
+use crate::format::FrameGeometry;
 use crate::frame_ring::reader::{Attempt, FrameReader, RingView};
 
 use super::frame_handle::{CudaReader, DownloadStream, Frame, FrameData};
@@ -17,7 +17,7 @@ pub(crate) struct FrameSource {
     /// The ring's SHM and slots, as mapped at the handshake.
     pub ring: Arc<RingView>,
     /// The geometry of every frame of this ring.
-    pub layout: Arc<FrameLayout>,
+    pub layout: Arc<FrameGeometry>,
     /// The stream's colour description as the publisher announced it (None: not recorded).
     pub colour: Option<ColourInfo>,
     /// What to read next, and the counters.
@@ -49,7 +49,7 @@ pub(crate) enum Got {
 /// for CUDA rings; the copy has completed when this returns).
 fn copy_out(
     ring: &RingView,
-    layout: &FrameLayout,
+    layout: &FrameGeometry,
     cuda: Option<&CudaReader>,
     k: usize,
 ) -> crate::Result<FrameData> {

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::cuda::GpuUuid;
 use crate::error::{Error, ErrorCode, Result};
-use crate::format::FrameLayout;
+use crate::format::FrameGeometry;
 use crate::paths::{parse_wire_shm_name, Key};
 use crate::shm::Mapping;
 use crate::sock;
@@ -24,7 +24,7 @@ pub struct Established {
     pub hello: HelloResp,
     pub subscribed: SubscribeResp,
     /// Present when frames were asked for: the layout, the VMM_FDS message and its fds.
-    pub frames: Option<(FrameLayout, VmmFds, Vec<OwnedFd>)>,
+    pub frames: Option<(FrameGeometry, VmmFds, Vec<OwnedFd>)>,
     /// The frame SHM, opened between HELLO_RESP and SUBSCRIBE (see `run`) when frames were
     /// asked for: its descriptor and a mapping of it, writable only for header ACKs.
     pub frame_shm: Option<(OwnedFd, Mapping)>,
@@ -252,7 +252,7 @@ fn attempt(
                 key.frame_shm_name()
             )));
         }
-        Some((FrameLayout::from_meta(&resp.meta)?, name))
+        Some((FrameGeometry::from_meta(&resp.meta)?, name))
     } else {
         None
     };

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::format::FrameLayout;
+use crate::format::FrameGeometry;
 use crate::frame_ring::reader::FrameStats;
 use crate::packet_ring::PacketRingReader;
 use crate::paths::Key;
@@ -151,7 +151,7 @@ impl Subscriber {
     }
 
     /// The geometry of the current frame ring's frames (None: no frames subscribed).
-    pub fn frame_layout(&self) -> Option<&FrameLayout> {
+    pub fn frame_layout(&self) -> Option<&FrameGeometry> {
         self.frames.as_ref().map(|f| &*f.layout)
     }
 

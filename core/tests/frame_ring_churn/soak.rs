@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{child, count_fds, count_maps, frame_shm_name, Rng, RunDelay, TestEnv};
-use cuframes_core::format::FrameLayout;
+use cuframes_core::format::FrameGeometry;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher};
 use cuframes_core::testing::monotonic_ns;
 use cuframes_core::wire::{Format, Policy};
@@ -233,7 +233,7 @@ impl Drop for Supervisor<'_> {
 
 struct Publishing<'a> {
     p: &'a Publisher,
-    layout: FrameLayout,
+    layout: FrameGeometry,
     strides: Vec<usize>,
     policy: Policy,
     stats: PublishStats,

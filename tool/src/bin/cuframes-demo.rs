@@ -9,13 +9,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use cuframes_core::format::FrameLayout;
+use cuframes_core::format::FrameGeometry;
 use cuframes_core::publisher::{FrameRingConfig, MemoryChoice, Publisher, PublisherOptions};
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::wire::{Format, Policy, SubscriberMode};
 use cuframes_core::ErrorCode;
 
-fn pattern(layout: &FrameLayout, seq: u64) -> Vec<Vec<u8>> {
+fn pattern(layout: &FrameGeometry, seq: u64) -> Vec<Vec<u8>> {
     layout
         .planes()
         .iter()

@@ -119,7 +119,7 @@ fn a_fake_owner_ring_is_not_an_alive_publisher() {
         let (_fd, map) = cuframes_core::shm::create(&frame, 7424, 0o644).unwrap();
         let shm = cuframes_core::testing::FrameShm::new(map).unwrap();
         shm.initialise(
-            &cuframes_core::format::FrameLayout::new(Format::Nv12, 64, 32)
+            &cuframes_core::format::FrameGeometry::new(Format::Nv12, 64, 32)
                 .unwrap()
                 .to_meta(),
             2,

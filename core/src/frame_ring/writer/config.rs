@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::format::FrameLayout;
+use crate::format::FrameGeometry;
 use crate::wire::{Format, MemoryKind, Policy, MAX_RING_SIZE};
 
 /// Where the publisher allocates its slots.
@@ -62,7 +62,7 @@ impl FrameRingConfig {
 
     /// Check the ring size and ACK timeout, and return the frame layout of the format and
     /// geometry.
-    pub fn validate(&self) -> Result<FrameLayout> {
+    pub fn validate(&self) -> Result<FrameGeometry> {
         if self.ring_size == 0 || self.ring_size > MAX_RING_SIZE {
             return Err(Error::invalid(format!(
                 "ring_size {} is not in 1..={MAX_RING_SIZE}",
@@ -72,7 +72,7 @@ impl FrameRingConfig {
         if self.ack_timeout.is_zero() {
             return Err(Error::invalid("consumer_ack_timeout must be positive"));
         }
-        FrameLayout::new(self.format, self.width, self.height)
+        FrameGeometry::new(self.format, self.width, self.height)
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::acks::{forget_subscriber, AckAuthority, AckWait};
 use super::config::{AcquiredSlot, FrameRingConfig, MemoryChoice};
 use crate::error::{Error, ErrorCode, Result};
-use crate::format::FrameLayout;
+use crate::format::FrameGeometry;
 use crate::frame_ring::publication::Publication;
 use crate::frame_ring::shm_region::FrameShm;
 use crate::frame_ring::wait_stats::WaitStats;
@@ -48,7 +48,7 @@ const STREAM_PUBLICATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The publisher's frame ring: the SHM, the slots and the writer state.
 pub struct FrameWriter {
-    pub layout: FrameLayout,
+    pub layout: FrameGeometry,
     /// The meta subscribers get (HELLO_RESP, SHM header): the layout's, with the extension
     /// (colour, GPU UUID) in its reserved bytes.
     pub meta: FrameMeta,
@@ -432,7 +432,7 @@ pub(super) fn check_publishable(st: &mut WriterState, seq: u64) -> Result<()> {
 /// old peers ignore reserved bytes). The GPU UUID is the ring's device's, read from the
 /// driver here (our own state); a driver too old to tell is announced as no UUID.
 fn announced_meta(
-    layout: &FrameLayout,
+    layout: &FrameGeometry,
     config: &FrameRingConfig,
     slots: &dyn SlotStore,
 ) -> FrameMeta {

@@ -6,7 +6,7 @@ use super::acks::AckAuthority;
 use super::config::AcquiredSlot;
 use super::frame_writer::FrameWriter;
 use crate::error::{Error, ErrorCode, Result};
-use crate::format::FrameLayout;
+use crate::format::FrameGeometry;
 use crate::wire::MemoryKind;
 
 impl FrameWriter {
@@ -98,7 +98,11 @@ impl FrameWriter {
 }
 
 /// The caller must give one pointer and one stride per plane of the ring's format.
-pub(super) fn check_plane_count(layout: &FrameLayout, planes: usize, strides: usize) -> Result<()> {
+pub(super) fn check_plane_count(
+    layout: &FrameGeometry,
+    planes: usize,
+    strides: usize,
+) -> Result<()> {
     if planes != layout.planes().len() || strides != planes {
         return Err(Error::new(
             ErrorCode::Format,
