@@ -49,7 +49,7 @@ pub struct PacketPublisher {
 fn extradata_wanted() -> Wanted {
     Wanted::up_to(
         MAX_EXTRADATA_SIZE,
-        format!("codec extradata holds at most {MAX_EXTRADATA_SIZE} bytes (§10.3)"),
+        format!("codec extradata holds at most {MAX_EXTRADATA_SIZE} bytes (what the packet ring's header has room for)"),
     )
 }
 

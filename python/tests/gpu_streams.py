@@ -1,4 +1,4 @@
-"""GPU check of the Python package's CUDA stream handling (issue 30, items 1-3); run on a GPU
+"""GPU check of the Python package's CUDA stream handling; run on a GPU
 machine by scripts/gpu-check.sh (step "Python: stream= rule ..."), not by pytest:
 
     PYTHONPATH=<unpacked wheel> python3 gpu_streams.py            # every check

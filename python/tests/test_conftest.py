@@ -1,4 +1,4 @@
-"""The `runtime_dir` fixture judges only the test's own SHM objects (issue 30 item 14).
+"""The `runtime_dir` fixture judges only the test's own SHM objects.
 
 A pytest run in a subprocess, with this directory's conftest.py, holds two tests: one leaks
 objects of its own key (its name, a generation name, a packet ring, a key made from it),

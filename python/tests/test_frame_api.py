@@ -1,4 +1,4 @@
-"""What Python users expect of Frame, Plane, Packet and Tensor (issue 30 items 10 and 11):
+"""What Python users expect of Frame, Plane, Packet and Tensor:
 dense NumPy copies, NumPy's array protocol, times, colour names, reprs, signatures and docs."""
 
 import fractions

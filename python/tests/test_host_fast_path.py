@@ -1,4 +1,4 @@
-"""The host path's readers (issue 30 items 8, 10, 11): Publisher.publish and
+"""The host path's readers: Publisher.publish and
 PacketPublisher.publish read any buffer-protocol or __array_interface__ object, in C order,
 whatever its strides, and refuse interfaces that lie; key / closed / repr / signatures.
 

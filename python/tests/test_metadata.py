@@ -1,4 +1,4 @@
-"""The installed wheel's metadata and tag (issue 30 item 13): the version is the Cargo
+"""The installed wheel's metadata and tag: the version is the Cargo
 workspace's, the licence and the Python range are declared, and the wheel is manylinux2014
 (glibc 2.17), as scripts/build-python.sh builds it."""
 

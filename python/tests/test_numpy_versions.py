@@ -1,4 +1,4 @@
-"""Zero-copy host planes with every NumPy the package supports (issue 30 item 6).
+"""Zero-copy host planes with every NumPy the package supports.
 
 NumPy before 2.1 asks for the legacy DLPack capsule, which has no read-only flag; torch
 ignores that flag. Zero-copy host planes are therefore exported through a private

@@ -1,4 +1,4 @@
-"""The package itself (issue 30 items 10 and 11): `__version__`, `__all__` and the stub agree
+"""The package itself: `__version__`, `__all__` and the stub agree
 with the module, and the publishers' Python subclasses (which exist for the exit-time close)
 show the extension's real constructor signature and docs."""
 

@@ -1,4 +1,4 @@
-"""Descriptors a subscription keeps (issue 30 F7).
+"""Descriptors a subscription keeps.
 
 The slot memfds of a host ring are needed after the handshake only by a zero-copy
 subscription (its planes are exported through private views of them). Every other one closes

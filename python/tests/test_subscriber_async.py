@@ -1,4 +1,4 @@
-"""The asyncio side of the subscribers under load (issue 30, red-team findings F2, F3, F5):
+"""The asyncio side of the subscribers under load:
 concurrent and abandoned ``anext()`` waits lose no item, idle subscribers do not starve the
 event loop's default executor, and a wait left pending by a closed loop does not keep the
 process from exiting."""

@@ -1,4 +1,4 @@
-"""`python -m cuframes ls|stat|clean` (issue 30 item 12): the operator tool's views from
+"""`python -m cuframes ls|stat|clean`: the operator tool's views from
 Python, run by the `cuframes` binary's own code (the crate cuframes-tool), so with the same
 options, output and exit status; compared here with the binary where it is built (cargo
 builds it as target/release/cuframes). Ctrl-C ends a wait at once."""
