@@ -21,6 +21,10 @@
 //! is checked against the destination before a byte is allocated, copied or gathered, and
 //! only the bytes the destination takes are read. An allocation that still fails is a
 //! `MemoryError`, never an abort.
+//!
+//! One file (about 730 lines) on purpose: the four sources share the bound ([`Wanted`]), the
+//! one strided gather and the one result type ([`HostBytes`]); apart, each would import the
+//! others.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
