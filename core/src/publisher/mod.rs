@@ -485,6 +485,13 @@ impl Publisher {
     /// it. `stream` is of the context current on this thread, a context of the ring's device
     /// (for the legacy and per-thread default streams, the context whose stream is meant). On
     /// error the slot is given back.
+    ///
+    /// The order of frames rests on two things the caller keeps: the stream named is the one
+    /// the slot's writes were queued on (a default stream of another device's context is
+    /// another stream, and the frame may become visible before its writes end), and a stream
+    /// stays alive until its publications are visible (the writer tells streams apart by
+    /// handle, so a stream destroyed with publications queued and a new one the driver gives
+    /// the same handle count as one, and are not ordered against each other).
     pub fn publish_on_stream(
         &self,
         slot: AcquiredSlot,
