@@ -136,6 +136,8 @@ checkout_unchanged() {
 
 stage "cargo fmt --check" cargo fmt --all -- --check
 stage "cargo clippy -D warnings" cargo clippy --workspace --all-targets --release -- -D warnings
+stage "rustdoc without warnings (the library crates' docs and their links)" \
+  env RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps -p cuframes-core -p cuframes -p cuframes-python
 stage "kernel PTX is what its CUDA source gives (scripts/gen-ptx.sh --check)" scripts/gen-ptx.sh --check
 stage "C link through pkg-config --static" scripts/check-c-link.sh
 stage "the README's Rust and C examples compile and link (scripts/check-readme-examples.sh)" \

@@ -96,7 +96,7 @@
 //!    meaning of "alive": zombies are dead); crate-private: `futex` (idle readers and
 //!    publishers sleep on shared futex words, R13, R28), `sock` (SCM_RIGHTS message I/O),
 //!    `util` (clocks, C strings), `sync` (the atomics the memory-order models swap).
-//! 3. Devices and formats: [`format`] (plane geometry), [`cuda`] (devices, streams, VMM
+//! 3. Devices and formats: [`format`](mod@format) (plane geometry), [`cuda`] (devices, streams, VMM
 //!    memory, pitched copies), [`codec`] (parameter sets of encoded streams).
 //! 4. Rings: [`packet_ring`] (the packet ring: writer, reader, header checks); the frame ring
 //!    (`frame_ring`: its SHM, writer, reader and ACK pages) and its slot memory (`memory`, host or

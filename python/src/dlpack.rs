@@ -1,4 +1,4 @@
-//! DLPack (https://dmlc.github.io/dlpack/latest/): the C structs, and capsules whose deleter
+//! DLPack (<https://dmlc.github.io/dlpack/latest/>): the C structs, and capsules whose deleter
 //! drops what keeps the memory alive (an `ExportGuard` on a frame, a tensor's storage).
 
 use std::ffi::{c_void, CStr};

@@ -2,9 +2,9 @@
 //! `cuframes` (python/cuframes/__init__.py). Built by maturin as an abi3 wheel (CPython >= 3.9).
 //!
 //! Ownership of frames (the rule the whole module keeps): a Python `Frame` owns the core
-//! frame through a shared [`export::FrameShared`]. Every export of a plane (a DLPack capsule,
+//! frame through a shared `export::FrameShared`. Every export of a plane (a DLPack capsule,
 //! or a plane whose `__array_interface__` / `__cuda_array_interface__` was read) holds an
-//! [`export::ExportGuard`] on it. `Frame.release()` forbids new exports at once, and the core
+//! `export::ExportGuard` on it. `Frame.release()` forbids new exports at once, and the core
 //! frame is released (ACKed) when the last export is gone: memory that an imported array
 //! still points at stays mapped and is not handed back to the publisher under it.
 

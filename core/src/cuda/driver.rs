@@ -1,7 +1,7 @@
 //! Loading the CUDA driver and calling into it without ever panicking.
 //!
 //! libcuda is loaded at run time (cudarc's `dynamic-loading`), never needed to build. cudarc
-//! panics when it cannot load the library or a symbol, so every call goes through [`call`]:
+//! panics when it cannot load the library or a symbol, so every call goes through `call`:
 //! it first checks, once per process, that the library can be opened with `dlopen` and that
 //! `cuInit` succeeds ([`driver_available`]), and it runs the cudarc entry inside
 //! `catch_unwind` as a second line of defence. Every `CUresult` other than `CUDA_SUCCESS`

@@ -1,5 +1,5 @@
 //! A snapshot of a frame ring (§2) read through a read-only mapping. Size, magic and version
-//! are the subscribers' own checks ([`FrameShm::new`], [`FrameShm::check_identity`]); every
+//! are the subscribers' own checks (`FrameShm::new`, `FrameShm::check_identity`); every
 //! other value is checked here (a subscriber compares them with its handshake instead). A
 //! corrupt object gives an error that says what is wrong, never a panic.
 

@@ -23,14 +23,14 @@
 //! table, the server thread admitting and dropping subscribers. Its locks are taken in this
 //! order, outermost first; a thread that holds one takes only locks further down the list:
 //!
-//! 1. [`Inner::frames`] (`RwLock`): written only by `enable_frames`, `replace_frames` and the
+//! 1. `Inner::frames` (`RwLock`): written only by `enable_frames`, `replace_frames` and the
 //!    publisher's end; everybody else clones the current ring's `Arc` and lets go of the lock
-//!    at once ([`Inner::ring`], [`Inner::ring_and_generation`]) before taking anything else;
+//!    at once (`Inner::ring`, `Inner::ring_and_generation`) before taking anything else;
 //! 2. the writer state of one ring (`FrameWriter`'s mutex): a STRICT_WAIT acquire holds it
 //!    for up to the ACK timeout;
-//! 3. [`Inner::table`], the subscriber table (what an ACK wait asks and a kick changes);
-//! 4. leaves, which never take another lock: [`Inner::held`] (the ring of the slot that is
-//!    out), [`Inner::packets`], `KEYS_IN_PROCESS`.
+//! 3. `Inner::table`, the subscriber table (what an ACK wait asks and a kick changes);
+//! 4. leaves, which never take another lock: `Inner::held` (the ring of the slot that is
+//!    out), `Inner::packets`, `KEYS_IN_PROCESS`.
 //!
 //! So whoever needs the ring and the table clones the ring first, and whoever waits for ACKs
 //! holding a ring's writer state never needs the `frames` lock (a kick forgets its bits in

@@ -3,7 +3,7 @@
 //!
 //! A bit is owned by one server connection at a time. Two rules keep an ACK from counting for
 //! the wrong subscriber:
-//! - a kick names the owner it meant ([`Table::kick`] with the [`RequiredAcks`] the wait was
+//! - a kick names the owner it meant ([`Table::kick`] with the `RequiredAcks` the wait was
 //!   computed from), so a bit that changed hands in between is spared;
 //! - a kicked bit stays in the table, owed nothing, until its connection closes (the server
 //!   thread removes it then): the kicked process may still be ACKing with it, and only once

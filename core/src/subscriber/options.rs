@@ -37,7 +37,7 @@ pub struct SubscriberOptions {
     /// interoperability tests and as the benchmark baseline; never needed otherwise.
     pub plain_v4_acks: bool,
     /// Before each sleep of `next_frame` (and of `next_packet`:
-    /// [`PacketRingReader::set_spin`]), poll the ring this long for a new frame (zero: sleep at
+    /// [`PacketRingReader::set_spin`](crate::packet_ring::PacketRingReader::set_spin)), poll the ring this long for a new frame (zero: sleep at
     /// once, the default). For latency-critical consumers: a frame published during the
     /// spin is seen within about a microsecond instead of after a futex wake-up, and the spin
     /// costs a busy CPU for its duration (spin for at least the frame interval to catch every

@@ -134,7 +134,7 @@ impl Subscriber {
     }
 
     /// How many times the publisher replaced its frame ring and this subscriber followed
-    /// (frames of a new ring may have another size or format: each [`Frame`] has its
+    /// (frames of a new ring may have another size or format: each [`Frame`](super::Frame) has its
     /// layout).
     pub fn ring_generations(&self) -> u64 {
         self.generations

@@ -16,7 +16,7 @@ impl Frame {
     ///   it has completed) is ACKed now, with nothing queued on the GPU.
     /// - Otherwise a host function enqueued on `stream` ACKs it behind the last reader, and
     ///   only ACKs: its reference to the ring goes to the subscriber's release
-    ///   thread ([`super::deferred`]), so that a ring whose subscriber was destroyed meanwhile
+    ///   thread (`subscriber::deferred`), so that a ring whose subscriber was destroyed meanwhile
     ///   is unmapped there, not inside the host function, where CUDA forbids driver calls.
     ///   When the host function cannot be enqueued, the stream is synchronised here, in the
     ///   caller's current context, then the frame is ACKed.
