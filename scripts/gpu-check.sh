@@ -8,7 +8,9 @@
 #   GPU_CHECK_ONLY=python scripts/gpu-check.sh run   # only the Python package steps
 #   GPU_CHECK_ONLY=core scripts/gpu-check.sh run     # all but the FFmpeg and Python steps
 #   GPU_SKIP_BENCH=1                                   # leave out the benchmarks (tests only)
-#   GPU_CHURN_SECS=30 / GPU_CHURN_MAX=8                # churn soak length, subscriber processes
+#   GPU_CHURN_SECS=30 / GPU_CHURN_MAX=8                # churn soak length, subscriber processes (a soak much
+#                                                      shorter than 30 s may see no SIGSTOP and fail its
+#                                                      "the churn really happened" check)
 #   CUFRAMES_RELEASE_CYCLES=1000                       # release-then-destroy cycles
 #   GPU_HOSTILE_SECS=10                                # hostile-subscriber run, per policy
 #   GPU_SOAK_SECS=60                                   # ring-replacement soak on CUDA
