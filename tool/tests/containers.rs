@@ -141,24 +141,59 @@ fn packets_role(key: &str) {
 
 /// The shell that runs as PID 1 of a namespace: hides the temporary directory behind an
 /// empty tmpfs, binds the runtime directory back (through the shell's own working directory,
-/// which still is the original), then runs the rest of the script.
+/// which still is the original), and the test binaries' directory when it lies in the hidden
+/// one (a clone under /tmp: through a descriptor opened before the tmpfs covers it), then
+/// runs the rest of the script.
 const ISOLATE: &str = r#"
 set -e
 cd "$CUFRAMES_RUNTIME_DIR"
+[ -z "$BINS" ] || exec 3< "$BINS"
 mount -t tmpfs cuframes-ns "$HIDE"
 mkdir -p "$CUFRAMES_RUNTIME_DIR"
 mount --no-canonicalize --bind "/proc/$$/cwd" "$CUFRAMES_RUNTIME_DIR"
+if [ -n "$BINS" ]; then
+  mkdir -p "$BINS"
+  mount --no-canonicalize --bind "/proc/$$/fd/3" "$BINS"
+  exec 3<&-
+fi
 cd /
 set +e
 "#;
 
+/// The directory that holds both binaries the namespaces run (this test and the `cuframes`
+/// tool), when it lies in `hide`: [`ISOLATE`] binds it back. `None` when the binaries are
+/// elsewhere and stay visible anyway.
+fn binaries_under(hide: &Path) -> Option<PathBuf> {
+    let exe = std::env::current_exe().unwrap();
+    let cli = PathBuf::from(CLI);
+    let common = exe
+        .ancestors()
+        .find(|dir| cli.starts_with(dir))
+        .expect("the binaries share the root directory at least")
+        .to_path_buf();
+    (common.starts_with(hide) && common != hide).then_some(common)
+}
+
 /// A namespace running `script` (after [`ISOLATE`]) with stdin and stdout piped.
 fn namespace(env: &TestEnv, hide: &Path, script: &str, role: &str) -> std::process::Child {
+    let bins = binaries_under(hide);
+    // The one name the bound binaries add to the hidden directory (the check of what a
+    // namespace sees there leaves it out, as it does the runtime directory).
+    let bins_top = bins
+        .as_ref()
+        .and_then(|b| b.strip_prefix(hide).ok()?.components().next())
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .unwrap_or_default();
     Command::new("unshare")
         .args(["-rpfmn", "--mount-proc", "sh", "-c"])
         .arg(format!("{ISOLATE}{script}"))
         .env("CUFRAMES_RUNTIME_DIR", &env.dir)
         .env("HIDE", hide)
+        .env(
+            "BINS",
+            bins.map(PathBuf::into_os_string).unwrap_or_default(),
+        )
+        .env("BINS_TOP", bins_top)
         .env("EXE", std::env::current_exe().unwrap())
         .env("CLI", CLI)
         .env(KEY_ENV, &env.key)
@@ -219,14 +254,6 @@ fn publisher_and_subscribers_in_separate_namespaces() {
     }
     let env = TestEnv::new("ns");
     let hide = std::env::temp_dir();
-    for exe in [std::env::current_exe().unwrap(), PathBuf::from(CLI)] {
-        assert!(
-            !exe.starts_with(&hide),
-            "{} is under {}, which each namespace hides: build outside it",
-            exe.display(),
-            hide.display()
-        );
-    }
     let sock = env.dir.join(format!("{}.sock", env.key));
     let frame_shm = shm(&frame_shm_name(&env.key));
     let packet_shm = shm(&packet_shm_name(&env.key));
@@ -238,7 +265,7 @@ fn publisher_and_subscribers_in_separate_namespaces() {
 pub=$!
 read cmd
 # the namespace's own view: no other process, no network but a down loopback
-echo "PROCS $(ls /proc | grep -c '^[0-9]') SECRET $(ls "$HIDE" | grep -vc "^$(basename "$CUFRAMES_RUNTIME_DIR")$")"
+echo "PROCS $(ls /proc | grep -c '^[0-9]') SECRET $(ls "$HIDE" | grep -vxF -e "$(basename "$CUFRAMES_RUNTIME_DIR")" -e "${{BINS_TOP:-$(basename "$CUFRAMES_RUNTIME_DIR")}}" | grep -c .)"
 kill -9 "$pub"
 wait "$pub"
 echo "KILLED $?"
@@ -293,7 +320,8 @@ echo "CLEAN_RC $?"
     );
     assert!(
         procs.ends_with("SECRET 0"),
-        "the namespace sees more than the runtime directory in {}: {procs}",
+        "the namespace sees more than the runtime directory (and the binaries' directory) in \
+         {}: {procs}",
         hide.display()
     );
     wait_for(&pub_out, "KILLED", Duration::from_secs(10), "publisher");
