@@ -23,6 +23,8 @@
 #   CUFRAMES_FATE           1 = run FFmpeg's FATE tests that need no samples on the built
 #                           tree (make fate-source and make fate SAMPLES=); the result
 #                           goes to PREFIX/FATE
+#   CUFRAMES_CCACHE         0 = compile without ccache (scripts/ccache-env.sh)
+#   CUFRAMES_CCACHE_SIZE    the size limit of the ccache in CACHE/ccache (default 5G)
 #   JOBS                    parallel make jobs (default: nproc)
 set -euo pipefail
 
@@ -40,6 +42,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCRIPT="$REPO/scripts/build-ffmpeg.sh"
 CACHE=${CUFRAMES_CACHE:-$HOME/.cache/cuframes}
 JOBS=${JOBS:-$(nproc)}
+# shellcheck source=scripts/ccache-env.sh
+. "$REPO/scripts/ccache-env.sh"
 
 # Versions/checksums we have tested. apt already verifies every file against
 # the signed Sources index; this table pins what the patches were written and
@@ -55,11 +59,14 @@ declare -A KNOWN_SHA256=(
 DEPS_RECIPE=1
 
 # System (bookworm) packages needed to build; scripts/packages-debian.txt must list them too
-# (check_package_list).
+# (check_package_list). Their versions are inputs of the deps hash.
 BUILD_PACKAGES=(
   build-essential pkg-config make patch xz-utils nasm clang
   libx264-dev meson ninja-build debian-archive-keyring
 )
+# Installed like them but no input of any hash: ccache gives back the objects the compiler
+# writes, so its version does not change a result.
+CACHE_PACKAGES=(ccache)
 # Shared objects the final binaries may depend on (glibc family only).
 ALLOWED_SONAMES='^(linux-vdso\.so\.1|libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libutil\.so\.1|libgcc_s\.so\.1|/lib64/ld-linux-x86-64\.so\.2|ld-linux-x86-64\.so\.2)$'
 
@@ -86,7 +93,7 @@ fi
 # listed there (checked, never written: a build does not edit tracked files).
 check_package_list() {
   local list="$REPO/scripts/packages-debian.txt" p missing=()
-  for p in "${BUILD_PACKAGES[@]}"; do
+  for p in "${BUILD_PACKAGES[@]}" "${CACHE_PACKAGES[@]}"; do
     sed 's/[[:space:]].*//' "$list" | grep -qxF "$p" || missing+=("$p")
   done
   [[ ${#missing[@]} -eq 0 ]] || die "add to scripts/packages-debian.txt (setup installs from it): ${missing[*]}"
@@ -94,11 +101,20 @@ check_package_list() {
 
 install_build_deps() {
   local missing=() p
-  for p in "${BUILD_PACKAGES[@]}"; do
+  for p in "${BUILD_PACKAGES[@]}" "${CACHE_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   [[ ${#missing[@]} -eq 0 ]] && return 0
-  [[ ${CUFRAMES_SKIP_APT_INSTALL:-0} == 1 ]] && die "missing packages: ${missing[*]}"
+  if [[ ${CUFRAMES_SKIP_APT_INSTALL:-0} == 1 ]]; then
+    # Without the cache the build is slower, not different: only a build package is fatal.
+    local needed=()
+    for p in "${missing[@]}"; do
+      [[ " ${CACHE_PACKAGES[*]} " == *" $p "* ]] || needed+=("$p")
+    done
+    [[ ${#needed[@]} -eq 0 ]] || die "missing packages: ${needed[*]}"
+    warn "not installed: ${missing[*]}; compiling without the cache"
+    return 0
+  fi
   local sudo=()
   if [[ $EUID -ne 0 ]]; then
     command -v sudo >/dev/null || die "missing packages (need root to install): ${missing[*]}"
@@ -331,6 +347,9 @@ DEPS_DIR="$CACHE/deps-$DEPS_HASH"
 DEPS_PREFIX="$DEPS_DIR/prefix"
 BUILD_DIR="$CACHE/ffmpeg-$BUILD_HASH"
 PREFIX="$BUILD_DIR/prefix"
+# Every build directory lies under the cache at the same depth: with the cache as ccache's
+# base directory, a tree of another inputs hash finds the objects of this one.
+ccache_setup "$CACHE" "$CACHE"
 
 link_results() {
   mkdir -p "$REPO/build"
@@ -363,7 +382,9 @@ build_deps() {
   log "dav1d $DAV1D_VER (static) -> $DEPS_PREFIX"
   local d="$DEPS_DIR/src/dav1d"
   unpack "$DAV1D_TAR" "$d"
-  meson setup "$d/build" "$d" --prefix="$DEPS_PREFIX" --libdir=lib --buildtype=release \
+  # CC names the compiler (through ccache) so that meson never picks up a ccache of its own
+  # accord, with ccache's default directory.
+  CC="$CCACHE_CC" meson setup "$d/build" "$d" --prefix="$DEPS_PREFIX" --libdir=lib --buildtype=release \
     -Ddefault_library=static -Denable_tools=false -Denable_tests=false \
     -Denable_examples=false -Denable_docs=false >"$DEPS_DIR/dav1d-setup.log" 2>&1 \
     || { tail -n 30 "$DEPS_DIR/dav1d-setup.log"; die "dav1d meson setup failed"; }
@@ -402,12 +423,17 @@ log "configure ${CONFIGURE_FLAGS[*]}"
    "${CONFIGURE_FLAGS[@]}" >"$BUILD_DIR/configure.log" 2>&1) \
   || { tail -n 40 "$BUILD_DIR/configure.log"; tail -n 40 "$SRC/ffbuild/config.log"; die "FFmpeg configure failed (full log: $SRC/ffbuild/config.log)"; }
 T_CONF=$SECONDS
-log "make -j$JOBS"
-make -C "$SRC" -j"$JOBS" >"$BUILD_DIR/make.log" 2>&1 \
+# The compiler goes through ccache on make's command line, not configure's: configure's
+# test programs are not worth caching, and the configuration FFmpeg records (-buildconf)
+# stays the same with and without the cache.
+log "make -j$JOBS CC='$CCACHE_CC'"
+ccache_before=$(ccache_counts)
+make -C "$SRC" -j"$JOBS" CC="$CCACHE_CC" >"$BUILD_DIR/make.log" 2>&1 \
   || { tail -n 40 "$BUILD_DIR/make.log"; die "FFmpeg build failed (log: $BUILD_DIR/make.log)"; }
-make -C "$SRC" install >"$BUILD_DIR/install.log" 2>&1 \
+make -C "$SRC" CC="$CCACHE_CC" install >"$BUILD_DIR/install.log" 2>&1 \
   || { tail -n 40 "$BUILD_DIR/install.log"; die "FFmpeg install failed"; }
 T_MAKE=$SECONDS
+log "$(ccache_summary "$ccache_before")"
 
 # --------------------------------------------------------------------------
 # 8. Portability check: only glibc-family shared libraries may be needed.
@@ -451,8 +477,8 @@ if [[ ${CUFRAMES_FATE:-0} == 1 ]]; then
   t0=$SECONDS
   log "FATE: make fate-source, make fate (SAMPLES unset)"
   fate_rc=0
-  make -C "$SRC" -j"$JOBS" fate-source >"$BUILD_DIR/fate-source.log" 2>&1 || fate_rc=1
-  make -C "$SRC" -j"$JOBS" -k fate SAMPLES= IGNORE_TESTS="${FATE_IGNORE[$FF_LINE]:-}" \
+  make -C "$SRC" -j"$JOBS" CC="$CCACHE_CC" fate-source >"$BUILD_DIR/fate-source.log" 2>&1 || fate_rc=1
+  make -C "$SRC" -j"$JOBS" CC="$CCACHE_CC" -k fate SAMPLES= IGNORE_TESTS="${FATE_IGNORE[$FF_LINE]:-}" \
     >"$BUILD_DIR/fate.log" 2>&1 || fate_rc=1
   n=$(grep -c '^TEST' "$BUILD_DIR/fate.log" || true)
   {
