@@ -17,12 +17,14 @@
 #                           KNOWN_SHA256 table (apt's signed index still checked)
 #   CUFRAMES_APT_MAX_AGE    seconds before the private apt lists are refreshed
 #                           (default 86400)
-#   CUFRAMES_KEEP_BUILD     1 = keep the FFmpeg object tree after installing
+#   CUFRAMES_KEEP_BUILD     1 = keep the FFmpeg object tree after installing, also
+#                           after FATE (without it the tree is kept only until FATE runs)
 #   CUFRAMES_FORCE          1 = rebuild even if the keyed prefix is complete
 #   CUFRAMES_SKIP_APT_INSTALL 1 = never call the system apt-get install
 #   CUFRAMES_FATE           1 = run FFmpeg's FATE tests that need no samples on the built
 #                           tree (make fate-source and make fate SAMPLES=); the result
-#                           goes to PREFIX/FATE
+#                           goes to PREFIX/FATE. On a build that is complete without it,
+#                           only FATE runs, in the object tree kept for it
 #   CUFRAMES_CCACHE         0 = compile without ccache (scripts/ccache-env.sh)
 #   CUFRAMES_CCACHE_SIZE    the size limit of the ccache in CACHE/ccache (default 5G)
 #   JOBS                    parallel make jobs (default: nproc)
@@ -359,12 +361,80 @@ link_results() {
   ln -sfn "$PREFIX" "$REPO/build/.ffmpeg.tmp" && mv -Tf "$REPO/build/.ffmpeg.tmp" "$REPO/build/ffmpeg"
 }
 
-if [[ ${CUFRAMES_FORCE:-0} != 1 && -f $BUILD_DIR/.complete && -x $PREFIX/bin/ffmpeg ]] &&
-   [[ ${CUFRAMES_FATE:-0} != 1 || -f $PREFIX/FATE ]]; then
-  link_results
-  log "up to date (inputs hash $BUILD_HASH); nothing to do"
-  echo "$PREFIX/bin/ffmpeg"
-  exit 0
+# FATE without samples (none can be downloaded here): fate-source checks every source file,
+# the glue included (license headers, include guards); `make fate` with SAMPLES unset runs
+# the tests this configuration enables that need no sample files.
+# FFmpeg 7.1's FATE enables some tests without declaring all they need, so a
+# --disable-everything build runs them and they fail for want of a component, not because
+# of cuframes: pixfmt-* read their input with the image2 demuxer ("Unknown input format:
+# 'image2'"), movenc's test program goes on to a muxer mode the lean build lacks. 8.1 and
+# 9.0 declare these dependencies and skip them. Their results are ignored (FATE's own
+# IGNORE_TESTS) and listed in prefix/FATE.
+declare -A FATE_IGNORE=(
+  [7.1]="movenc pixfmt-bgr24 pixfmt-gray pixfmt-monob pixfmt-monow pixfmt-rgb24 pixfmt-rgb32 pixfmt-rgb555 pixfmt-rgb565 pixfmt-xyz12le pixfmt-yuv410p pixfmt-yuv411p pixfmt-yuv420p pixfmt-yuv422p pixfmt-yuv440p pixfmt-yuv444p pixfmt-yuvj420p pixfmt-yuvj422p pixfmt-yuvj440p pixfmt-yuvj444p pixfmt-yuyv422"
+)
+# run_fate: FATE in the object tree $SRC that built $PREFIX; the result goes to PREFIX/FATE
+# ("result: pass" or "result: FAIL"), and a failure stops the script.
+run_fate() {
+  local t0=$SECONDS fate_rc=0 n before
+  before=$(ccache_counts)
+  log "FATE: make fate-source, make fate (SAMPLES unset)"
+  make -C "$SRC" -j"$JOBS" CC="$CCACHE_CC" fate-source >"$BUILD_DIR/fate-source.log" 2>&1 || fate_rc=1
+  make -C "$SRC" -j"$JOBS" CC="$CCACHE_CC" -k fate SAMPLES= IGNORE_TESTS="${FATE_IGNORE[$FF_LINE]:-}" \
+    >"$BUILD_DIR/fate.log" 2>&1 || fate_rc=1
+  n=$(grep -c '^TEST' "$BUILD_DIR/fate.log" || true)
+  {
+    echo "FFmpeg $FF_VER: make fate-source: $(grep -q '^TEST *source' "$BUILD_DIR/fate-source.log" && echo ran)"
+    echo "make fate SAMPLES= : $n tests, $(grep -c '^IGNORE' "$BUILD_DIR/fate.log" || true) of them ignored (lean-build gaps of this FFmpeg's FATE): ${FATE_IGNORE[$FF_LINE]:-none}"
+    grep '^TEST' "$BUILD_DIR/fate.log" | awk '{print $2}' | tr '\n' ' '; echo
+    echo "result: $([[ $fate_rc == 0 ]] && echo pass || echo FAIL)"
+  } >"$PREFIX/FATE"
+  if [[ $fate_rc != 0 ]]; then
+    tail -n 30 "$BUILD_DIR/fate-source.log" "$BUILD_DIR/fate.log" >&2
+    die "FATE failed on FFmpeg $FF_VER (logs: $BUILD_DIR/fate*.log; the object tree stays for another try)"
+  fi
+  log "FATE: $n tests + fate-source passed in $((SECONDS - t0))s; $(ccache_summary "$before")"
+}
+fate_passed() { grep -qx 'result: pass' "$PREFIX/FATE" 2>/dev/null; }
+
+# The object tree stays after a build without FATE, so that a later CUFRAMES_FATE=1 (setup
+# builds without it, scripts/test.sh asks for it) runs FATE alone on the tree that built the
+# prefix instead of compiling the line again. TREE_MARK says the tree is whole; one kept tree
+# per FFmpeg version bounds the disk it takes (a lean tree is about 300 MB).
+SRC="$BUILD_DIR/ffmpeg-$FF_VER"
+TREE_MARK="$BUILD_DIR/.object-tree"
+drop_tree() {
+  [[ ${CUFRAMES_KEEP_BUILD:-0} == 1 || -f $BUILD_DIR/.keep-build ]] && return 0
+  rm -f "$TREE_MARK"
+  rm -rf "$SRC"
+}
+prune_other_trees() {
+  local m d
+  for m in "$CACHE"/ffmpeg-*/.object-tree; do
+    d=${m%/.object-tree}
+    [[ -f $m && $d != "$BUILD_DIR" && ! -f $d/.keep-build && -d $d/ffmpeg-$FF_VER ]] || continue
+    rm -f "$m"
+    rm -rf "$d/ffmpeg-$FF_VER"
+    log "removed the object tree kept for FATE in $d (the newest one of FFmpeg $FF_VER stays)"
+  done
+}
+
+if [[ ${CUFRAMES_FORCE:-0} != 1 && -f $BUILD_DIR/.complete && -x $PREFIX/bin/ffmpeg ]]; then
+  if [[ ${CUFRAMES_FATE:-0} != 1 ]] || fate_passed; then
+    link_results
+    log "up to date (inputs hash $BUILD_HASH); nothing to do"
+    echo "$PREFIX/bin/ffmpeg"
+    exit 0
+  fi
+  if [[ -f $TREE_MARK && -d $SRC ]]; then
+    log "built before without FATE (inputs hash $BUILD_HASH): FATE alone, in the kept object tree"
+    run_fate
+    drop_tree
+    link_results
+    echo "$PREFIX/bin/ffmpeg"
+    exit 0
+  fi
+  log "built before without FATE and without its object tree: building again for FATE (ccache gives back the objects)"
 fi
 
 # --------------------------------------------------------------------------
@@ -408,7 +478,6 @@ export PKG_CONFIG_PATH="$DEPS_PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFI
 rm -rf "$BUILD_DIR"; mkdir -p "$BUILD_DIR"
 T_FF=$SECONDS
 log "unpacking FFmpeg $FF_VER into $BUILD_DIR"
-SRC="$BUILD_DIR/ffmpeg-$FF_VER"
 unpack "$FF_TAR" "$SRC"
 [[ -x $SRC/configure ]] || die "unexpected tarball layout: no $SRC/configure"
 
@@ -461,41 +530,17 @@ ln -sfn "$DEPS_PREFIX" "$PREFIX/deps"
   echo "inputs hash: $BUILD_HASH"
 } >"$PREFIX/BUILDINFO"
 
-# FATE without samples (none can be downloaded here): fate-source checks every source file,
-# the glue included (license headers, include guards); `make fate` with SAMPLES unset runs
-# the tests this configuration enables that need no sample files.
-# FFmpeg 7.1's FATE enables some tests without declaring all they need, so a
-# --disable-everything build runs them and they fail for want of a component, not because
-# of cuframes: pixfmt-* read their input with the image2 demuxer ("Unknown input format:
-# 'image2'"), movenc's test program goes on to a muxer mode the lean build lacks. 8.1 and
-# 9.0 declare these dependencies and skip them. Their results are ignored (FATE's own
-# IGNORE_TESTS) and listed in prefix/FATE.
-declare -A FATE_IGNORE=(
-  [7.1]="movenc pixfmt-bgr24 pixfmt-gray pixfmt-monob pixfmt-monow pixfmt-rgb24 pixfmt-rgb32 pixfmt-rgb555 pixfmt-rgb565 pixfmt-xyz12le pixfmt-yuv410p pixfmt-yuv411p pixfmt-yuv420p pixfmt-yuv422p pixfmt-yuv440p pixfmt-yuv444p pixfmt-yuvj420p pixfmt-yuvj422p pixfmt-yuvj440p pixfmt-yuvj444p pixfmt-yuyv422"
-)
-if [[ ${CUFRAMES_FATE:-0} == 1 ]]; then
-  t0=$SECONDS
-  log "FATE: make fate-source, make fate (SAMPLES unset)"
-  fate_rc=0
-  make -C "$SRC" -j"$JOBS" CC="$CCACHE_CC" fate-source >"$BUILD_DIR/fate-source.log" 2>&1 || fate_rc=1
-  make -C "$SRC" -j"$JOBS" CC="$CCACHE_CC" -k fate SAMPLES= IGNORE_TESTS="${FATE_IGNORE[$FF_LINE]:-}" \
-    >"$BUILD_DIR/fate.log" 2>&1 || fate_rc=1
-  n=$(grep -c '^TEST' "$BUILD_DIR/fate.log" || true)
-  {
-    echo "FFmpeg $FF_VER: make fate-source: $(grep -q '^TEST *source' "$BUILD_DIR/fate-source.log" && echo ran)"
-    echo "make fate SAMPLES= : $n tests, $(grep -c '^IGNORE' "$BUILD_DIR/fate.log" || true) of them ignored (lean-build gaps of this FFmpeg's FATE): ${FATE_IGNORE[$FF_LINE]:-none}"
-    grep '^TEST' "$BUILD_DIR/fate.log" | awk '{print $2}' | tr '\n' ' '; echo
-    echo "result: $([[ $fate_rc == 0 ]] && echo pass || echo FAIL)"
-  } >"$PREFIX/FATE"
-  if [[ $fate_rc != 0 ]]; then
-    tail -n 30 "$BUILD_DIR/fate-source.log" "$BUILD_DIR/fate.log" >&2
-    die "FATE failed on FFmpeg $FF_VER (logs: $BUILD_DIR/fate*.log)"
-  fi
-  log "FATE: $n tests + fate-source passed in $((SECONDS - t0))s"
-fi
-
-[[ ${CUFRAMES_KEEP_BUILD:-0} == 1 ]] || rm -rf "$SRC"
+# Complete before FATE: a FATE that fails leaves a usable build and its object tree, and the
+# next CUFRAMES_FATE=1 runs FATE alone again.
+touch "$TREE_MARK"
+[[ ${CUFRAMES_KEEP_BUILD:-0} == 1 ]] && touch "$BUILD_DIR/.keep-build"
 touch "$BUILD_DIR/.complete"
+if [[ ${CUFRAMES_FATE:-0} == 1 ]]; then
+  run_fate
+  drop_tree
+else
+  prune_other_trees
+fi
 link_results
 
 log "done: unpack+configure $((T_CONF - T_FF))s, make+install $((T_MAKE - T_CONF))s, total $((SECONDS - T_START))s (jobs=$JOBS)"
