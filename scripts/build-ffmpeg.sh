@@ -17,12 +17,16 @@
 #                           KNOWN_SHA256 table (apt's signed index still checked)
 #   CUFRAMES_APT_MAX_AGE    seconds before the private apt lists are refreshed
 #                           (default 86400)
-#   CUFRAMES_KEEP_BUILD     1 = keep the FFmpeg object tree after installing
+#   CUFRAMES_KEEP_BUILD     1 = keep the FFmpeg object tree after installing, also
+#                           after FATE (without it the tree is kept only until FATE runs)
 #   CUFRAMES_FORCE          1 = rebuild even if the keyed prefix is complete
 #   CUFRAMES_SKIP_APT_INSTALL 1 = never call the system apt-get install
 #   CUFRAMES_FATE           1 = run FFmpeg's FATE tests that need no samples on the built
 #                           tree (make fate-source and make fate SAMPLES=); the result
-#                           goes to PREFIX/FATE
+#                           goes to PREFIX/FATE. On a build that is complete without it,
+#                           only FATE runs, in the object tree kept for it
+#   CUFRAMES_CCACHE         0 = compile without ccache (scripts/ccache-env.sh)
+#   CUFRAMES_CCACHE_SIZE    the size limit of the ccache in CACHE/ccache (default 5G)
 #   JOBS                    parallel make jobs (default: nproc)
 set -euo pipefail
 
@@ -40,6 +44,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCRIPT="$REPO/scripts/build-ffmpeg.sh"
 CACHE=${CUFRAMES_CACHE:-$HOME/.cache/cuframes}
 JOBS=${JOBS:-$(nproc)}
+# shellcheck source=scripts/ccache-env.sh
+. "$REPO/scripts/ccache-env.sh"
 
 # Versions/checksums we have tested. apt already verifies every file against
 # the signed Sources index; this table pins what the patches were written and
@@ -55,11 +61,14 @@ declare -A KNOWN_SHA256=(
 DEPS_RECIPE=1
 
 # System (bookworm) packages needed to build; scripts/packages-debian.txt must list them too
-# (check_package_list).
+# (check_package_list). Their versions are inputs of the deps hash.
 BUILD_PACKAGES=(
   build-essential pkg-config make patch xz-utils nasm clang
   libx264-dev meson ninja-build debian-archive-keyring
 )
+# Installed like them but no input of any hash: ccache gives back the objects the compiler
+# writes, so its version does not change a result.
+CACHE_PACKAGES=(ccache)
 # Shared objects the final binaries may depend on (glibc family only).
 ALLOWED_SONAMES='^(linux-vdso\.so\.1|libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libutil\.so\.1|libgcc_s\.so\.1|/lib64/ld-linux-x86-64\.so\.2|ld-linux-x86-64\.so\.2)$'
 
@@ -86,7 +95,7 @@ fi
 # listed there (checked, never written: a build does not edit tracked files).
 check_package_list() {
   local list="$REPO/scripts/packages-debian.txt" p missing=()
-  for p in "${BUILD_PACKAGES[@]}"; do
+  for p in "${BUILD_PACKAGES[@]}" "${CACHE_PACKAGES[@]}"; do
     sed 's/[[:space:]].*//' "$list" | grep -qxF "$p" || missing+=("$p")
   done
   [[ ${#missing[@]} -eq 0 ]] || die "add to scripts/packages-debian.txt (setup installs from it): ${missing[*]}"
@@ -94,11 +103,20 @@ check_package_list() {
 
 install_build_deps() {
   local missing=() p
-  for p in "${BUILD_PACKAGES[@]}"; do
+  for p in "${BUILD_PACKAGES[@]}" "${CACHE_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   [[ ${#missing[@]} -eq 0 ]] && return 0
-  [[ ${CUFRAMES_SKIP_APT_INSTALL:-0} == 1 ]] && die "missing packages: ${missing[*]}"
+  if [[ ${CUFRAMES_SKIP_APT_INSTALL:-0} == 1 ]]; then
+    # Without the cache the build is slower, not different: only a build package is fatal.
+    local needed=()
+    for p in "${missing[@]}"; do
+      [[ " ${CACHE_PACKAGES[*]} " == *" $p "* ]] || needed+=("$p")
+    done
+    [[ ${#needed[@]} -eq 0 ]] || die "missing packages: ${needed[*]}"
+    warn "not installed: ${missing[*]}; compiling without the cache"
+    return 0
+  fi
   local sudo=()
   if [[ $EUID -ne 0 ]]; then
     command -v sudo >/dev/null || die "missing packages (need root to install): ${missing[*]}"
@@ -331,6 +349,9 @@ DEPS_DIR="$CACHE/deps-$DEPS_HASH"
 DEPS_PREFIX="$DEPS_DIR/prefix"
 BUILD_DIR="$CACHE/ffmpeg-$BUILD_HASH"
 PREFIX="$BUILD_DIR/prefix"
+# Every build directory lies under the cache at the same depth: with the cache as ccache's
+# base directory, a tree of another inputs hash finds the objects of this one.
+ccache_setup "$CACHE" "$CACHE"
 
 link_results() {
   mkdir -p "$REPO/build"
@@ -340,12 +361,80 @@ link_results() {
   ln -sfn "$PREFIX" "$REPO/build/.ffmpeg.tmp" && mv -Tf "$REPO/build/.ffmpeg.tmp" "$REPO/build/ffmpeg"
 }
 
-if [[ ${CUFRAMES_FORCE:-0} != 1 && -f $BUILD_DIR/.complete && -x $PREFIX/bin/ffmpeg ]] &&
-   [[ ${CUFRAMES_FATE:-0} != 1 || -f $PREFIX/FATE ]]; then
-  link_results
-  log "up to date (inputs hash $BUILD_HASH); nothing to do"
-  echo "$PREFIX/bin/ffmpeg"
-  exit 0
+# FATE without samples (none can be downloaded here): fate-source checks every source file,
+# the glue included (license headers, include guards); `make fate` with SAMPLES unset runs
+# the tests this configuration enables that need no sample files.
+# FFmpeg 7.1's FATE enables some tests without declaring all they need, so a
+# --disable-everything build runs them and they fail for want of a component, not because
+# of cuframes: pixfmt-* read their input with the image2 demuxer ("Unknown input format:
+# 'image2'"), movenc's test program goes on to a muxer mode the lean build lacks. 8.1 and
+# 9.0 declare these dependencies and skip them. Their results are ignored (FATE's own
+# IGNORE_TESTS) and listed in prefix/FATE.
+declare -A FATE_IGNORE=(
+  [7.1]="movenc pixfmt-bgr24 pixfmt-gray pixfmt-monob pixfmt-monow pixfmt-rgb24 pixfmt-rgb32 pixfmt-rgb555 pixfmt-rgb565 pixfmt-xyz12le pixfmt-yuv410p pixfmt-yuv411p pixfmt-yuv420p pixfmt-yuv422p pixfmt-yuv440p pixfmt-yuv444p pixfmt-yuvj420p pixfmt-yuvj422p pixfmt-yuvj440p pixfmt-yuvj444p pixfmt-yuyv422"
+)
+# run_fate: FATE in the object tree $SRC that built $PREFIX; the result goes to PREFIX/FATE
+# ("result: pass" or "result: FAIL"), and a failure stops the script.
+run_fate() {
+  local t0=$SECONDS fate_rc=0 n before
+  before=$(ccache_counts)
+  log "FATE: make fate-source, make fate (SAMPLES unset)"
+  make -C "$SRC" -j"$JOBS" CC="$CCACHE_CC" fate-source >"$BUILD_DIR/fate-source.log" 2>&1 || fate_rc=1
+  make -C "$SRC" -j"$JOBS" CC="$CCACHE_CC" -k fate SAMPLES= IGNORE_TESTS="${FATE_IGNORE[$FF_LINE]:-}" \
+    >"$BUILD_DIR/fate.log" 2>&1 || fate_rc=1
+  n=$(grep -c '^TEST' "$BUILD_DIR/fate.log" || true)
+  {
+    echo "FFmpeg $FF_VER: make fate-source: $(grep -q '^TEST *source' "$BUILD_DIR/fate-source.log" && echo ran)"
+    echo "make fate SAMPLES= : $n tests, $(grep -c '^IGNORE' "$BUILD_DIR/fate.log" || true) of them ignored (lean-build gaps of this FFmpeg's FATE): ${FATE_IGNORE[$FF_LINE]:-none}"
+    grep '^TEST' "$BUILD_DIR/fate.log" | awk '{print $2}' | tr '\n' ' '; echo
+    echo "result: $([[ $fate_rc == 0 ]] && echo pass || echo FAIL)"
+  } >"$PREFIX/FATE"
+  if [[ $fate_rc != 0 ]]; then
+    tail -n 30 "$BUILD_DIR/fate-source.log" "$BUILD_DIR/fate.log" >&2
+    die "FATE failed on FFmpeg $FF_VER (logs: $BUILD_DIR/fate*.log; the object tree stays for another try)"
+  fi
+  log "FATE: $n tests + fate-source passed in $((SECONDS - t0))s; $(ccache_summary "$before")"
+}
+fate_passed() { grep -qx 'result: pass' "$PREFIX/FATE" 2>/dev/null; }
+
+# The object tree stays after a build without FATE, so that a later CUFRAMES_FATE=1 (setup
+# builds without it, scripts/test.sh asks for it) runs FATE alone on the tree that built the
+# prefix instead of compiling the line again. TREE_MARK says the tree is whole; one kept tree
+# per FFmpeg version bounds the disk it takes (a lean tree is about 300 MB).
+SRC="$BUILD_DIR/ffmpeg-$FF_VER"
+TREE_MARK="$BUILD_DIR/.object-tree"
+drop_tree() {
+  [[ ${CUFRAMES_KEEP_BUILD:-0} == 1 || -f $BUILD_DIR/.keep-build ]] && return 0
+  rm -f "$TREE_MARK"
+  rm -rf "$SRC"
+}
+prune_other_trees() {
+  local m d
+  for m in "$CACHE"/ffmpeg-*/.object-tree; do
+    d=${m%/.object-tree}
+    [[ -f $m && $d != "$BUILD_DIR" && ! -f $d/.keep-build && -d $d/ffmpeg-$FF_VER ]] || continue
+    rm -f "$m"
+    rm -rf "$d/ffmpeg-$FF_VER"
+    log "removed the object tree kept for FATE in $d (the newest one of FFmpeg $FF_VER stays)"
+  done
+}
+
+if [[ ${CUFRAMES_FORCE:-0} != 1 && -f $BUILD_DIR/.complete && -x $PREFIX/bin/ffmpeg ]]; then
+  if [[ ${CUFRAMES_FATE:-0} != 1 ]] || fate_passed; then
+    link_results
+    log "up to date (inputs hash $BUILD_HASH); nothing to do"
+    echo "$PREFIX/bin/ffmpeg"
+    exit 0
+  fi
+  if [[ -f $TREE_MARK && -d $SRC ]]; then
+    log "built before without FATE (inputs hash $BUILD_HASH): FATE alone, in the kept object tree"
+    run_fate
+    drop_tree
+    link_results
+    echo "$PREFIX/bin/ffmpeg"
+    exit 0
+  fi
+  log "built before without FATE and without its object tree: building again for FATE (ccache gives back the objects)"
 fi
 
 # --------------------------------------------------------------------------
@@ -363,7 +452,9 @@ build_deps() {
   log "dav1d $DAV1D_VER (static) -> $DEPS_PREFIX"
   local d="$DEPS_DIR/src/dav1d"
   unpack "$DAV1D_TAR" "$d"
-  meson setup "$d/build" "$d" --prefix="$DEPS_PREFIX" --libdir=lib --buildtype=release \
+  # CC names the compiler (through ccache) so that meson never picks up a ccache of its own
+  # accord, with ccache's default directory.
+  CC="$CCACHE_CC" meson setup "$d/build" "$d" --prefix="$DEPS_PREFIX" --libdir=lib --buildtype=release \
     -Ddefault_library=static -Denable_tools=false -Denable_tests=false \
     -Denable_examples=false -Denable_docs=false >"$DEPS_DIR/dav1d-setup.log" 2>&1 \
     || { tail -n 30 "$DEPS_DIR/dav1d-setup.log"; die "dav1d meson setup failed"; }
@@ -387,7 +478,6 @@ export PKG_CONFIG_PATH="$DEPS_PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFI
 rm -rf "$BUILD_DIR"; mkdir -p "$BUILD_DIR"
 T_FF=$SECONDS
 log "unpacking FFmpeg $FF_VER into $BUILD_DIR"
-SRC="$BUILD_DIR/ffmpeg-$FF_VER"
 unpack "$FF_TAR" "$SRC"
 [[ -x $SRC/configure ]] || die "unexpected tarball layout: no $SRC/configure"
 
@@ -402,12 +492,17 @@ log "configure ${CONFIGURE_FLAGS[*]}"
    "${CONFIGURE_FLAGS[@]}" >"$BUILD_DIR/configure.log" 2>&1) \
   || { tail -n 40 "$BUILD_DIR/configure.log"; tail -n 40 "$SRC/ffbuild/config.log"; die "FFmpeg configure failed (full log: $SRC/ffbuild/config.log)"; }
 T_CONF=$SECONDS
-log "make -j$JOBS"
-make -C "$SRC" -j"$JOBS" >"$BUILD_DIR/make.log" 2>&1 \
+# The compiler goes through ccache on make's command line, not configure's: configure's
+# test programs are not worth caching, and the configuration FFmpeg records (-buildconf)
+# stays the same with and without the cache.
+log "make -j$JOBS CC='$CCACHE_CC'"
+ccache_before=$(ccache_counts)
+make -C "$SRC" -j"$JOBS" CC="$CCACHE_CC" >"$BUILD_DIR/make.log" 2>&1 \
   || { tail -n 40 "$BUILD_DIR/make.log"; die "FFmpeg build failed (log: $BUILD_DIR/make.log)"; }
-make -C "$SRC" install >"$BUILD_DIR/install.log" 2>&1 \
+make -C "$SRC" CC="$CCACHE_CC" install >"$BUILD_DIR/install.log" 2>&1 \
   || { tail -n 40 "$BUILD_DIR/install.log"; die "FFmpeg install failed"; }
 T_MAKE=$SECONDS
+log "$(ccache_summary "$ccache_before")"
 
 # --------------------------------------------------------------------------
 # 8. Portability check: only glibc-family shared libraries may be needed.
@@ -435,41 +530,17 @@ ln -sfn "$DEPS_PREFIX" "$PREFIX/deps"
   echo "inputs hash: $BUILD_HASH"
 } >"$PREFIX/BUILDINFO"
 
-# FATE without samples (none can be downloaded here): fate-source checks every source file,
-# the glue included (license headers, include guards); `make fate` with SAMPLES unset runs
-# the tests this configuration enables that need no sample files.
-# FFmpeg 7.1's FATE enables some tests without declaring all they need, so a
-# --disable-everything build runs them and they fail for want of a component, not because
-# of cuframes: pixfmt-* read their input with the image2 demuxer ("Unknown input format:
-# 'image2'"), movenc's test program goes on to a muxer mode the lean build lacks. 8.1 and
-# 9.0 declare these dependencies and skip them. Their results are ignored (FATE's own
-# IGNORE_TESTS) and listed in prefix/FATE.
-declare -A FATE_IGNORE=(
-  [7.1]="movenc pixfmt-bgr24 pixfmt-gray pixfmt-monob pixfmt-monow pixfmt-rgb24 pixfmt-rgb32 pixfmt-rgb555 pixfmt-rgb565 pixfmt-xyz12le pixfmt-yuv410p pixfmt-yuv411p pixfmt-yuv420p pixfmt-yuv422p pixfmt-yuv440p pixfmt-yuv444p pixfmt-yuvj420p pixfmt-yuvj422p pixfmt-yuvj440p pixfmt-yuvj444p pixfmt-yuyv422"
-)
-if [[ ${CUFRAMES_FATE:-0} == 1 ]]; then
-  t0=$SECONDS
-  log "FATE: make fate-source, make fate (SAMPLES unset)"
-  fate_rc=0
-  make -C "$SRC" -j"$JOBS" fate-source >"$BUILD_DIR/fate-source.log" 2>&1 || fate_rc=1
-  make -C "$SRC" -j"$JOBS" -k fate SAMPLES= IGNORE_TESTS="${FATE_IGNORE[$FF_LINE]:-}" \
-    >"$BUILD_DIR/fate.log" 2>&1 || fate_rc=1
-  n=$(grep -c '^TEST' "$BUILD_DIR/fate.log" || true)
-  {
-    echo "FFmpeg $FF_VER: make fate-source: $(grep -q '^TEST *source' "$BUILD_DIR/fate-source.log" && echo ran)"
-    echo "make fate SAMPLES= : $n tests, $(grep -c '^IGNORE' "$BUILD_DIR/fate.log" || true) of them ignored (lean-build gaps of this FFmpeg's FATE): ${FATE_IGNORE[$FF_LINE]:-none}"
-    grep '^TEST' "$BUILD_DIR/fate.log" | awk '{print $2}' | tr '\n' ' '; echo
-    echo "result: $([[ $fate_rc == 0 ]] && echo pass || echo FAIL)"
-  } >"$PREFIX/FATE"
-  if [[ $fate_rc != 0 ]]; then
-    tail -n 30 "$BUILD_DIR/fate-source.log" "$BUILD_DIR/fate.log" >&2
-    die "FATE failed on FFmpeg $FF_VER (logs: $BUILD_DIR/fate*.log)"
-  fi
-  log "FATE: $n tests + fate-source passed in $((SECONDS - t0))s"
-fi
-
-[[ ${CUFRAMES_KEEP_BUILD:-0} == 1 ]] || rm -rf "$SRC"
+# Complete before FATE: a FATE that fails leaves a usable build and its object tree, and the
+# next CUFRAMES_FATE=1 runs FATE alone again.
+touch "$TREE_MARK"
+[[ ${CUFRAMES_KEEP_BUILD:-0} == 1 ]] && touch "$BUILD_DIR/.keep-build"
 touch "$BUILD_DIR/.complete"
+if [[ ${CUFRAMES_FATE:-0} == 1 ]]; then
+  run_fate
+  drop_tree
+else
+  prune_other_trees
+fi
 link_results
 
 log "done: unpack+configure $((T_CONF - T_FF))s, make+install $((T_MAKE - T_CONF))s, total $((SECONDS - T_START))s (jobs=$JOBS)"

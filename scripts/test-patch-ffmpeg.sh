@@ -10,12 +10,16 @@
 #
 # A pass is remembered under the cache, keyed by every input (tarball, patches, glue,
 # scripts, libcuframes): an unchanged tree is not rebuilt (CUFRAMES_FORCE=1 redoes it).
+# The build compiles through the FFmpeg builds' ccache (scripts/ccache-env.sh), so a tree
+# whose only change is libcuframes compiles little more than it links.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 VER=${1:-9.0}
 CACHE=${CUFRAMES_CACHE:-$HOME/.cache/cuframes}
 JOBS=${JOBS:-$(nproc)}
+# shellcheck source=scripts/ccache-env.sh
+. "$REPO/scripts/ccache-env.sh"
 log() { printf '[test-patch-ffmpeg %4ds] %s\n' "$SECONDS" "$*" >&2; }
 fail() { printf '[test-patch-ffmpeg] FAIL: %s\n' "$*" >&2; exit 1; }
 
@@ -39,6 +43,9 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cuframes-patch-test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# The tree lies in a new temporary directory each run: with it as ccache's base directory,
+# its absolute source paths reach the compiler relative, the same in every run.
+ccache_setup "$CACHE" "$work"
 unpack() { mkdir -p "$2" && tar --no-same-owner --strip-components=1 -xf "$1" -C "$2"; }
 tree_sum() { (cd "$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum); }
 
@@ -85,10 +92,13 @@ n_filters=$(grep -c '^#define CONFIG_[A-Z0-9_]*_FILTER 1' "$work/build/config_co
 for c in HWUPLOAD_CUFRAMES_FILTER CUFRAMES_INDEV CUFRAMES_PKT_MUXER CUFRAMES_PKT_DEMUXER; do
   grep -q "^#define CONFIG_$c 1" "$work/build/config_components.h" || fail "broad configure did not enable $c"
 done
-log "configured: $n_filters filters enabled, the four cuframes components among them; make -j$JOBS"
+log "configured: $n_filters filters enabled, the four cuframes components among them; make -j$JOBS CC='$CCACHE_CC'"
 t0=$SECONDS
-make -C "$work/build" -j"$JOBS" >"$work/make.log" 2>&1 || { grep -B5 -A5 -m3 'error' "$work/make.log"; fail "broad build"; }
-log "built in $((SECONDS - t0))s"
+ccache_before=$(ccache_counts)
+# ccache on make's command line, as in scripts/build-ffmpeg.sh: configure stays as a user
+# runs it.
+make -C "$work/build" -j"$JOBS" CC="$CCACHE_CC" >"$work/make.log" 2>&1 || { grep -B5 -A5 -m3 'error' "$work/make.log"; fail "broad build"; }
+log "built in $((SECONDS - t0))s; $(ccache_summary "$ccache_before")"
 ff="$work/build/ffmpeg"
 for w in filter=hwupload_cuframes demuxer=cuframes demuxer=cuframes_pkt muxer=cuframes_pkt; do
   "$ff" -hide_banner -h "$w" 2>&1 | grep -q "runtime_dir" || fail "ffmpeg -h $w shows no cuframes options"
