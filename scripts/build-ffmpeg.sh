@@ -58,13 +58,13 @@ declare -A KNOWN_SHA256=(
   [dav1d_1.5.4.orig.tar.xz]=686616b7c69eb88d44459391ab25cac13b6647a3b288835c5784e71c1514a5c5
 )
 # Bump when the way the deps (dav1d, nv-codec-headers) are built changes.
-DEPS_RECIPE=1
+DEPS_RECIPE=2
 
 # System (bookworm) packages needed to build; scripts/packages-debian.txt must list them too
 # (check_package_list). Their versions are inputs of the deps hash.
 BUILD_PACKAGES=(
   build-essential pkg-config make patch xz-utils nasm clang
-  libx264-dev meson ninja-build debian-archive-keyring
+  libx264-dev zlib1g-dev meson ninja-build debian-archive-keyring
 )
 # Installed like them but no input of any hash: ccache gives back the objects the compiler
 # writes, so its version does not change a result.
@@ -297,18 +297,18 @@ CONFIGURE_FLAGS=(
   --disable-autodetect
   --disable-everything
   --disable-ffplay --enable-ffmpeg --enable-ffprobe
-  --enable-gpl --enable-libx264 --enable-libdav1d
+  --enable-gpl --enable-libx264 --enable-libdav1d --enable-zlib
   --enable-ffnvcodec --enable-cuda --enable-cuda-llvm --enable-cuvid --enable-nvdec
-  --enable-decoder=h264,hevc,av1,libdav1d,rawvideo,wrapped_avframe,h264_cuvid,hevc_cuvid,av1_cuvid
-  --enable-encoder=libx264,rawvideo,wrapped_avframe
+  --enable-decoder=h264,hevc,av1,libdav1d,rawvideo,wrapped_avframe,h264_cuvid,hevc_cuvid,av1_cuvid,mjpeg,png
+  --enable-encoder=libx264,rawvideo,wrapped_avframe,mjpeg,png
   --enable-hwaccel=h264_nvdec,hevc_nvdec,av1_nvdec
   --enable-parser=h264,hevc,av1
   --enable-bsf=h264_mp4toannexb,hevc_mp4toannexb,av1_frame_merge,extract_extradata,dump_extradata
-  --enable-demuxer=mov,matroska,mpegts,flv,h264,hevc,ivf,obu,rawvideo,rtsp,sdp
-  --enable-muxer=mp4,mov,matroska,mpegts,flv,h264,hevc,ivf,obu,framecrc,framemd5,md5,null,rawvideo,rtsp,rtp
+  --enable-demuxer=mov,matroska,mpegts,flv,h264,hevc,ivf,obu,rawvideo,rtsp,sdp,image2
+  --enable-muxer=mp4,mov,matroska,mpegts,flv,h264,hevc,ivf,obu,framecrc,framemd5,md5,null,rawvideo,rtsp,rtp,image2
   --enable-protocol=file,pipe,tcp,udp,rtp
   --enable-indev=lavfi
-  --enable-filter=scale_cuda,hwupload_cuda,hwdownload,format,null,testsrc,testsrc2,scale,setparams,setsar
+  --enable-filter=scale_cuda,hwupload_cuda,hwdownload,format,null,testsrc,testsrc2,scale,setparams,setsar,setpts
 )
 if [[ $CUFRAMES_MODE == 1 ]]; then
   CONFIGURE_FLAGS+=(
@@ -466,6 +466,11 @@ build_deps() {
   x264a=$(dpkg -L libx264-dev | grep '/libx264\.a$' | head -n1)
   [[ -n $x264a && -f $x264a ]] || die "libx264-dev ships no libx264.a"
   ln -sf "$x264a" "$DEPS_PREFIX/staticlib/libx264.a"
+  # zlib (the PNG encoder and decoder): the same, so the binaries stay free of libz.so.
+  local zlib_a
+  zlib_a=$(dpkg -L zlib1g-dev | grep '/libz\.a$' | head -n1)
+  [[ -n $zlib_a && -f $zlib_a ]] || die "zlib1g-dev ships no libz.a"
+  ln -sf "$zlib_a" "$DEPS_PREFIX/staticlib/libz.a"
   rm -rf "$DEPS_DIR/src"
   touch "$DEPS_DIR/.complete"
   log "deps built in $((SECONDS - t0))s"
@@ -519,6 +524,13 @@ smoke="$BUILD_DIR/smoke"; mkdir -p "$smoke"
 [[ $(grep -vc '^#' "$smoke/t.framemd5") == 25 ]] || die "smoke test: expected 25 decoded frames"
 "$PREFIX/bin/ffprobe" -v error -show_entries stream=codec_name -of csv=p=0 "$smoke/t.mp4" | grep -qx h264 \
   || die "smoke test: ffprobe failed"
+# Snapshots (docs/ffmpeg.md): one frame as JPEG and as PNG, decoded back.
+for img in jpg png; do
+  "$PREFIX/bin/ffmpeg" -nostdin -hide_banner -loglevel error -i "$smoke/t.mp4" -frames:v 1 -y "$smoke/t.$img" \
+    || die "smoke test: a .$img snapshot failed"
+  "$PREFIX/bin/ffprobe" -v error -show_entries stream=width -of csv=p=0 "$smoke/t.$img" | grep -qx 320 \
+    || die "smoke test: the .$img snapshot does not decode"
+done
 rm -rf "$smoke"
 # The deps (dav1d.pc, the static-only libx264.a) for programs that link these static
 # libraries (scripts/test-ffmpeg-sys.sh).
