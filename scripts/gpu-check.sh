@@ -53,7 +53,7 @@ for l in sys.stdin:
   # The decode-pipeline diagnostics (tools/diag/README.md), only when asked for: they are a
   # lab bench, not a check.
   if [ -n "${GPU_CHECK_DIAG:-}" ]; then
-    cp tools/diag/ff-readers-diag.sh tools/diag/ff-readers-ioctl.sh tools/diag/proc_sched.py \
+    cp tools/diag/ff-readers-diag.sh tools/diag/ff-readers-ioctl.sh tools/diag/proc_sched.py tools/diag/ff_timeline.py \
       tools/diag/diag_subscriber.py "$out/"
     # The ioctl tracer of ff-readers-ioctl.sh (an LD_PRELOAD shim; plain C, glibc only).
     gcc -O2 -Wall -shared -fPIC -o "$out/ioctl_trace.so" tools/diag/ioctl_trace.c -ldl -lpthread
