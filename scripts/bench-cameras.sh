@@ -12,7 +12,7 @@
 #   BENCH_CAMERAS_MODE=host scripts/bench-cameras.sh   # dry run without a GPU: software decode,
 #                                                      # host rings, N = 1 and 2, a small clip
 #
-# Settings (environment): BENCH_CAMERAS_COUNTS (1,4,8,16,32), BENCH_CAMERAS_FRAMES (600 per
+# Settings (environment): BENCH_CAMERAS_COUNTS (1,4,8,16,32), BENCH_CAMERAS_FRAMES (900 per
 # camera), BENCH_CAMERAS_SIZE (1920x1080), BENCH_CAMERAS_RING_SIZE (8), BENCH_CAMERAS_BUDGET
 # (330 s: N = 32 is left out when it would pass it), BENCH_CAMERAS_OUT (a file that gets a
 # copy of the output, for scripts/plot_bench_cameras.py), BENCH_CAMERAS_KEEP=1 (keep the clip
@@ -35,7 +35,7 @@ for f in "$ff" "$fp" "$reader"; do
   }
 done
 case $mode in
-  cuda) counts=1,4,8,16,32 frames=600 size=1920x1080 ;;
+  cuda) counts=1,4,8,16,32 frames=900 size=1920x1080 ;;
   host) counts=1,2 frames=300 size=1280x720 ;;
   *) echo "bench-cameras: BENCH_CAMERAS_MODE is cuda or host, not $mode" >&2; exit 2 ;;
 esac

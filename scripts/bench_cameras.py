@@ -60,7 +60,7 @@ def parse_args(argv):
                    help="counts from this one on run only if the previous count's decode-only rate would keep "
                         "that many cameras at the clip's rate and the time budget allows")
     a.add_argument("--size", default="1920x1080")
-    a.add_argument("--frames", type=int, default=600, help="frames per camera")
+    a.add_argument("--frames", type=int, default=900, help="frames per camera")
     a.add_argument("--rate", type=int, default=30, help="the clip's frame rate (a camera's real time)")
     a.add_argument("--ring-size", type=int, default=8)
     a.add_argument("--budget", type=float, default=330, help="seconds this script may take")
@@ -128,6 +128,7 @@ def compare(n, base, rings, args):
         "mem_per_camera_base_mib": base["mem_total_per_camera_mib"],
         "mem_per_camera_rings_mib": rings["mem_total_per_camera_mib"],
         "mem_per_process": rings["mem_per_process"] and base["mem_per_process"],
+        "packet_ring_mib": rings["packet_ring_mib"],
         "wall_s": base["wall_s"] + rings["wall_s"],
         "errors": base["errors"] + rings["errors"],
     }
@@ -143,7 +144,8 @@ def print_row(r):
     print(f"  CPU per frame (median camera): decoder alone {fmt(r['cpu_decoder_us'])} µs, publisher "
           f"{fmt(r['cpu_publisher_us'])} µs (worst {fmt(r['cpu_publisher_max_us'])}; rings "
           f"{fmt(r['cpu_rings_us'])}), frame reader {fmt(r['cpu_reader_us'])} µs (worst "
-          f"{fmt(r['cpu_reader_max_us'])}), recorder {fmt(r['cpu_recorder_us'])} µs")
+          f"{fmt(r['cpu_reader_max_us'])}), recorder {fmt(r['cpu_recorder_us'])} µs (packet rings of "
+          f"{r['packet_ring_mib']:.0f} MiB)")
     print(f"  stamp-to-wake latency (all readers' frames): p50 {fmt(r['lat_p50_us'])} µs, p99 "
           f"{fmt(r['lat_p99_us'])} µs, max {fmt(r['lat_max_us'])} µs; worst camera's p99 "
           f"{fmt(r['lat_worst_camera_p99_us'])} µs")

@@ -162,7 +162,19 @@ class CpuSampler(threading.Thread):
             self.stop.wait(CPU_PERIOD)
 
 
-def publisher_cmd(args, c, rings, clip_bytes):
+def packet_ring_bytes(clip_bytes, n, shm_free):
+    """The data area of each camera's packet ring: twice the clip (the ring never waits for
+    its reader, so a recorder that falls behind still finds every packet), at least the
+    library's 8 MiB, at most 64 MiB, and, as /dev/shm holds the N rings, a power of two no
+    larger than half of its free space over N (a container's /dev/shm may be small); never
+    below 4 MiB."""
+    want = max(8 << 20, min(64 << 20, 1 << (2 * clip_bytes - 1).bit_length()))
+    room = shm_free // 2 // max(1, n)
+    fit = 1 << (room.bit_length() - 1) if room > 0 else 0
+    return max(4 << 20, min(want, fit))
+
+
+def publisher_cmd(args, c, rings, packet_data):
     """The camera's decode: nvdec (or software in host mode) of its FIFO, each frame stamped
     with the wall clock and, with rings, published (frames and packets) under its key."""
     cmd = [args.ffmpeg, "-hide_banner", "-nostdin", "-loglevel", "info", "-nostats",
@@ -178,11 +190,8 @@ def publisher_cmd(args, c, rings, clip_bytes):
     stamp = ("" if args.mode == "cuda" else "format=nv12,") + "setpts=RTCTIME/(TB*1000000)"
     vf = stamp
     if rings:
-        # The packet ring never waits for its readers: it holds the whole clip, so that a
-        # recorder that falls behind the decode still gets every packet.
-        data = max(8 << 20, min(256 << 20, 1 << (2 * clip_bytes).bit_length()))
         cmd += ["-map", "0:v:0", "-c", "copy", "-f", "cuframes_pkt", "-ring_slots", str(min(1024, args.frames + 64)),
-                "-data_size", str(data), "-wait_subscribers", "1", "-wait_timeout", str(int(args.timeout)), c.key]
+                "-data_size", str(packet_data), "-wait_subscribers", "1", "-wait_timeout", str(int(args.timeout)), c.key]
         # The filter counts every subscriber of the shared publisher, the packet recorder too:
         # 2 is the recorder and the frame reader.
         opts = [f"key={c.key}", f"ring_size={args.ring_size}", "policy=strict_wait", "wait_subscribers=2",
@@ -257,6 +266,8 @@ def run(args, clip, n, rings, work):
         os.mkfifo(cams[-1].fifo, 0o600)
     errors, logs = [], []
     cuda = args.mode == "cuda"
+    shm = os.statvfs("/dev/shm")
+    packet_data = packet_ring_bytes(os.path.getsize(clip), n, shm.f_bavail * shm.f_frsize)
     pump, cpu = Pump(), CpuSampler(cams)
     mem = {}
     t0 = time.monotonic()
@@ -281,7 +292,7 @@ def run(args, clip, n, rings, work):
                                     str(args.timeout), "-name", f"rec{c.i}", "-i", c.key, "-c", "copy", "-y",
                                     c.recording], c.log("recorder"), subprocess.DEVNULL)
         for c in cams:
-            c.publisher = start(publisher_cmd(args, c, rings, os.path.getsize(clip)), c.log("publisher"), subprocess.PIPE)
+            c.publisher = start(publisher_cmd(args, c, rings, packet_data), c.log("publisher"), subprocess.PIPE)
             pump.add(c.publisher.stdout, c, "progress")
         pump.start()
         cpu.start()
@@ -353,6 +364,7 @@ def run(args, clip, n, rings, work):
     try:
         result = measure(args, cams, rings, mem, errors)
         result["wall_s"] = wall
+        result["packet_ring_mib"] = packet_data / 2**20 if rings else 0.0
         if errors:
             print(f"phase N={n} {'rings' if rings else 'decode only'}: logs of camera 0: "
                   + " || ".join(f"{r}: {tail(cams[0].log(r), 2)}" for r in ("publisher", "reader", "recorder")),

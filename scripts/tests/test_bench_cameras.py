@@ -165,3 +165,12 @@ def test_a_reader_that_fails_or_never_gets_ready_fails_the_run_cleanly(tmp_path,
     assert time.monotonic() - t0 < 60
     assert leftovers(prefix) == ([], [])
     assert os.listdir(runtime) == []
+
+
+def test_packet_rings_fit_in_dev_shm():
+    mib = 1 << 20
+    assert phase.packet_ring_bytes(3 * mib, 1, 64 << 30) == 8 * mib  # the library's default at least
+    assert phase.packet_ring_bytes(20 * mib, 1, 64 << 30) == 64 * mib  # twice the clip, capped
+    assert phase.packet_ring_bytes(20 * mib, 32, 1 << 30) == 16 * mib  # 32 rings in half of 1 GiB
+    assert phase.packet_ring_bytes(20 * mib, 32, 64 * mib) == 4 * mib  # a container's 64 MiB: the floor
+    assert phase.packet_ring_bytes(20 * mib, 1, 0) == 4 * mib
