@@ -131,6 +131,7 @@ def compare(n, base, rings, args):
         "packet_ring_mib": rings["packet_ring_mib"],
         "wall_s": base["wall_s"] + rings["wall_s"],
         "errors": base["errors"] + rings["errors"],
+        "notes": base["notes"] + rings["notes"],
     }
     r["mem_overhead"] = st.ratio(r["mem_publisher_extra_mib"] - nominal, nominal)
     return r
@@ -157,6 +158,8 @@ def print_row(r):
               f"{fmt(100 * r['mem_overhead'], '+.1f')} % ({how}); reader process {fmt(r['mem_reader_mib'])} MiB "
               f"(imported slots {fmt(r['mem_reader_import_mib'])}); all processes per camera: decode only "
               f"{fmt(r['mem_per_camera_base_mib'])} MiB, rings {fmt(r['mem_per_camera_rings_mib'])} MiB")
+    for e in r["notes"]:
+        print(f"  note: {e}")
     for e in r["errors"]:
         print(f"  ERROR: {e}")
     print("CAMERAS-JSON " + json.dumps(r, allow_nan=True), flush=True)

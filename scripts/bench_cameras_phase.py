@@ -264,7 +264,7 @@ def run(args, clip, n, rings, work):
         os.makedirs(os.path.join(d, f"cam{i}"))
         cams.append(Camera(i, f"{args.key_prefix}-{'r' if rings else 'd'}{n}-{i}", os.path.join(d, f"cam{i}")))
         os.mkfifo(cams[-1].fifo, 0o600)
-    errors, logs = [], []
+    errors, notes, logs = [], [], []
     cuda = args.mode == "cuda"
     shm = os.statvfs("/dev/shm")
     packet_data = packet_ring_bytes(os.path.getsize(clip), n, shm.f_bavail * shm.f_frsize)
@@ -316,7 +316,7 @@ def run(args, clip, n, rings, work):
             if all(c.frames >= MEMORY_SAMPLE_AT * args.frames for c in cams):
                 mem["during"] = memory_sample()
             elif any(c.publisher.poll() is not None for c in cams):
-                errors.append("a camera ended before GPU memory could be sampled during the run")
+                notes.append("a camera ended before GPU memory was sampled during the run: no memory figures")
                 break
             else:
                 time.sleep(0.01)
@@ -364,6 +364,7 @@ def run(args, clip, n, rings, work):
     try:
         result = measure(args, cams, rings, mem, errors)
         result["wall_s"] = wall
+        result["notes"] = notes
         result["packet_ring_mib"] = packet_data / 2**20 if rings else 0.0
         if errors:
             print(f"phase N={n} {'rings' if rings else 'decode only'}: logs of camera 0: "

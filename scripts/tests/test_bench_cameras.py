@@ -174,3 +174,35 @@ def test_packet_rings_fit_in_dev_shm():
     assert phase.packet_ring_bytes(20 * mib, 32, 1 << 30) == 16 * mib  # 32 rings in half of 1 GiB
     assert phase.packet_ring_bytes(20 * mib, 32, 64 * mib) == 4 * mib  # a container's 64 MiB: the floor
     assert phase.packet_ring_bytes(20 * mib, 1, 0) == 4 * mib
+
+
+def test_nvidia_smi_queries(tmp_path, monkeypatch):
+    # A stand-in nvidia-smi that answers the two queries the benchmark makes, and only those.
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\ncase "$*" in\n'
+                   '"--query-gpu=memory.used -i 0 --format=csv,noheader,nounits") echo 1234 ;;\n'
+                   '"--query-compute-apps=pid,used_memory --format=csv,noheader,nounits") printf "7, 500\\n8, 300\\n" ;;\n'
+                   '*) exit 9 ;;\nesac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert phase.memory_sample() == (1234.0, {7: 500, 8: 300})
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    used, apps = phase.memory_sample()  # no nvidia-smi: no figures, no exception
+    assert math.isnan(used) and apps == {}
+
+
+def test_the_camera_command_on_the_gpu():
+    args = types.SimpleNamespace(ffmpeg="ff", mode="cuda", rate=30, frames=900, ring_size=8, timeout=120)
+    cam = phase.Camera(3, "k3", "/x")
+    cmd = phase.publisher_cmd(args, cam, True, 64 << 20)
+    # The context is made while the options are read, before the input (the FIFO) is opened.
+    assert cmd.index("-init_hw_device") < cmd.index("-i") and cmd[cmd.index("-i") + 1] == "/x/in.h264"
+    assert cmd[cmd.index("-hwaccel_device") + 1] == "bench" and "-hwaccel_output_format" in cmd
+    vf = cmd[cmd.index("-vf") + 1]
+    assert vf.startswith("setpts=RTCTIME/(TB*1000000),hwupload_cuframes=key=k3:ring_size=8:policy=strict_wait")
+    assert "wait_subscribers=2" in vf and "memory=host" not in vf  # the recorder and the reader
+    assert cmd[cmd.index("cuframes_pkt") - 2:cmd.index("cuframes_pkt")] == ["copy", "-f"]
+    assert cmd[cmd.index("-data_size") + 1] == str(64 << 20) and cmd[cmd.index("-ring_slots") + 1] == "964"
+    assert cmd[-5:] == ["-enc_time_base:v", "filter", "-f", "null", "-"]
+    base = phase.publisher_cmd(args, cam, False, 0)
+    assert "cuframes_pkt" not in base and base[base.index("-vf") + 1] == "setpts=RTCTIME/(TB*1000000)"
