@@ -53,7 +53,7 @@ fn main() -> ExitCode {
     };
     match read::run(&args) {
         Ok(summary) => {
-            println!("{}", summary.line(&args.key));
+            read::say(&summary.line(&args.key));
             if let Some(problem) = summary.problem() {
                 eprintln!("camera_reader {}: {problem}", args.key);
                 return ExitCode::from(1);

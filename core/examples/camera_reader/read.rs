@@ -92,6 +92,14 @@ impl Summary {
     }
 }
 
+/// Writes one line to stdout. A benchmark that went away (a closed pipe) is no reason to
+/// fail: what matters then is the exit status, so write errors are ignored (`println!` would
+/// panic on them).
+pub fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+}
+
 /// The wall clock in nanoseconds since the epoch (`CLOCK_REALTIME`, what FFmpeg's `RTCTIME`
 /// reads in microseconds).
 fn realtime_ns() -> i64 {
@@ -121,7 +129,11 @@ fn connect(a: &Args, opts: &SubscriberOptions) -> Result<Subscriber> {
             Err(e) => {
                 return Err(Error::new(
                     e.code(),
-                    format!("no frame ring within {:?}: {e}", a.wait_publisher),
+                    format!(
+                        "no frame ring within {:?}: {}",
+                        a.wait_publisher,
+                        e.message()
+                    ),
                 ))
             }
         }
@@ -139,8 +151,7 @@ pub fn run(a: &Args) -> Result<Summary> {
         })?)),
         None => None,
     };
-    println!("ready");
-    std::io::stdout().flush().ok();
+    say("ready");
     let opts = SubscriberOptions {
         name: a.name.clone(),
         mode: SubscriberMode::ZeroCopy,
@@ -172,7 +183,9 @@ pub fn run(a: &Args) -> Result<Summary> {
             Err(e) if e.code() == ErrorCode::Disconnected => break,
             Err(e) => return Err(e),
         };
-        let latency = realtime_ns() - f.pts_ns;
+        // Saturating: a frame of a publisher that does not stamp (pts from its own clock, or
+        // none: INT64_MIN) gives a meaningless figure, never an overflow.
+        let latency = realtime_ns().saturating_sub(f.pts_ns);
         let seq = f.seq;
         s.zero_copy &= f.is_zero_copy();
         // Nothing reads the frame on the GPU: ACK at once, as a consumer whose own work is
@@ -209,4 +222,53 @@ pub fn run(a: &Args) -> Result<Summary> {
     }
     s.latencies.sort_unstable();
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_counts_only_when_every_frame_came_zero_copy_and_the_stream_shut_down() {
+        let ok = Summary {
+            frames: 3,
+            end: "shutdown".into(),
+            zero_copy: true,
+            latencies: vec![1_000, 2_000],
+            ..Default::default()
+        };
+        assert_eq!(ok.problem(), None);
+        let line = ok.line("k");
+        assert!(line.starts_with("camera_reader k frames=3 missed=0 end=shutdown lat_p50_us=2.0 "));
+        assert!(
+            line.contains(" first_lat_us=nan cpu_us_per_frame=nan "),
+            "{line}"
+        );
+        assert!(Summary::default().problem().is_some());
+        for broken in [
+            Summary {
+                missed: 1,
+                ..ok_like(&ok)
+            },
+            Summary {
+                zero_copy: false,
+                ..ok_like(&ok)
+            },
+            Summary {
+                end: "kicked".into(),
+                ..ok_like(&ok)
+            },
+        ] {
+            assert!(broken.problem().is_some(), "{broken:?}");
+        }
+    }
+
+    fn ok_like(s: &Summary) -> Summary {
+        Summary {
+            frames: s.frames,
+            end: s.end.clone(),
+            zero_copy: s.zero_copy,
+            ..Default::default()
+        }
+    }
 }
