@@ -211,6 +211,12 @@ def main(argv):
     t_start = time.monotonic()
     work = args.work or tempfile.mkdtemp(prefix="cuframes-cameras.")
     os.makedirs(work, exist_ok=True)
+    # The publishers' sockets go to a directory of this run's unless one is given, never to
+    # the system's /run/cuframes (the phases clean up what they leave in it).
+    own_runtime = None
+    if not os.environ.get("CUFRAMES_RUNTIME_DIR"):
+        own_runtime = tempfile.mkdtemp(prefix="cuframes-cameras-rt.")
+        os.environ["CUFRAMES_RUNTIME_DIR"] = own_runtime
     rows = []
     failed = False
     try:
@@ -247,6 +253,8 @@ def main(argv):
     finally:
         if not args.keep and not args.work:
             shutil.rmtree(work, ignore_errors=True)
+        if own_runtime:
+            shutil.rmtree(own_runtime, ignore_errors=True)
     print(f"many-cameras benchmark: {time.monotonic() - t_start:.0f} s, "
           f"{'FAILED' if failed else 'every process ran cleanly'}")
     return 1 if failed else 0

@@ -412,10 +412,15 @@ def measure(args, cams, rings, mem, errors):
         gran = r.get("granularity") or 4096.0
         fb = r.get("frame_bytes", float("nan"))
         granted.append(args.ring_size * math.ceil(fb / gran) * gran / 2**20 if math.isfinite(fb) else float("nan"))
-        if args.mode == "cuda":
-            with open(c.log("publisher"), errors="replace") as f:
-                if "cuframes host copies: 0" not in f.read():
-                    errors.append(f"camera {c.i}: the publisher made host copies (or did not say)")
+        with open(c.log("publisher"), errors="replace") as f:
+            log = f.read()
+        if args.mode == "cuda" and "cuframes host copies: 0" not in log:
+            errors.append(f"camera {c.i}: the publisher made host copies (or did not say)")
+        if "publishing anyway" in log:
+            # The filter gave up waiting for its 2 subscribers (the recorder and the reader):
+            # its first frames went out before the reader was there, and the wait cost the
+            # phase its wait_timeout.
+            errors.append(f"camera {c.i}: the filter did not see its recorder and reader in time: {tail(c.log('publisher'))}")
         packets = recorded_packets(args, c.recording)
         if packets != args.frames:
             errors.append(f"camera {c.i}: the recording has {packets} packets of {args.frames}")

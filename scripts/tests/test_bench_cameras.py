@@ -1,6 +1,7 @@
 """The many-cameras benchmark's arithmetic and parsers (scripts/bench_cameras_stats.py), its
 memory figures, its plots' input, and its clean failure when a process of a camera fails."""
 
+import glob
 import json
 import math
 import os
@@ -154,17 +155,27 @@ def test_a_reader_that_fails_or_never_gets_ready_fails_the_run_cleanly(tmp_path,
     runtime = tmp_path / "rt"
     runtime.mkdir()
     prefix = f"bcamtest{os.getpid()}{reader}"
+    env = {**os.environ, "CUFRAMES_RUNTIME_DIR": str(runtime)}
+    if reader == "false":
+        # Without a runtime directory the run makes its own, and removes it: nothing goes to
+        # the system's /run/cuframes.
+        del env["CUFRAMES_RUNTIME_DIR"]
+    own_dirs = lambda: set(glob.glob("/tmp/cuframes-cameras-rt.*"))  # noqa: E731
+    dirs_before = own_dirs()
     t0 = time.monotonic()
     r = subprocess.run(
         [sys.executable, os.path.join(SCRIPTS, "bench_cameras.py"), "--ffmpeg", FFMPEG, "--ffprobe", FFMPEG,
          "--reader", str(stand_in), "--mode", "host", "--counts", "1", "--frames", "30", "--size", "160x120",
          "--timeout", "5", "--key-prefix", prefix, "--work", str(tmp_path / "work")],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "CUFRAMES_RUNTIME_DIR": str(runtime)})
+        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "the reader" in r.stdout and "FAILED" in r.stdout, r.stdout
     assert time.monotonic() - t0 < 60
     assert leftovers(prefix) == ([], [])
     assert os.listdir(runtime) == []
+    assert own_dirs() <= dirs_before
+    if os.path.isdir("/run/cuframes"):
+        assert not [n for n in os.listdir("/run/cuframes") if prefix in n]
 
 
 def test_packet_rings_fit_in_dev_shm():
