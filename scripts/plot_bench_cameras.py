@@ -49,22 +49,23 @@ def series(rows, field):
     return out
 
 
-# One PNG per figure: (file suffix, title, y label, [(field, label, scale)], the goal line).
+# One PNG per figure: (file suffix, title, y label, [(field, label, scale)], the goal line, log
+# scale: the reader's few µs beside the publisher's hundreds, p50 beside p99).
 FIGURES = [
     ("fps", "Aggregate decoded frames per second", "frames per second",
-     [("fps_base", "decode only", 1.0), ("fps_rings", "decode + both rings, reader + recorder", 1.0)], None),
+     [("fps_base", "decode only", 1.0), ("fps_rings", "decode + both rings, reader + recorder", 1.0)], None, False),
     ("share", "Decoded fps with rings / without", "% of decode only",
-     [("fps_share", "with rings", 100.0)], (97.0, "goal >= 97 %")),
+     [("fps_share", "with rings", 100.0)], (97.0, "goal >= 97 %"), False),
     ("cpu", "CPU per frame (median camera)", "µs per frame",
      [("cpu_publisher_us", "publisher (decode + rings)", 1.0), ("cpu_decoder_us", "decoder alone", 1.0),
-      ("cpu_reader_us", "zero-copy frame reader", 1.0), ("cpu_recorder_us", "packet recorder", 1.0)], None),
+      ("cpu_reader_us", "zero-copy frame reader", 1.0), ("cpu_recorder_us", "packet recorder", 1.0)], None, True),
     ("latency", "Frame readers' stamp-to-wake latency", "µs",
      [("lat_p50_us", "p50 (all readers)", 1.0), ("lat_p99_us", "p99 (all readers)", 1.0),
-      ("lat_worst_camera_p99_us", "worst camera's p99", 1.0)], None),
+      ("lat_worst_camera_p99_us", "worst camera's p99", 1.0)], None, True),
     ("memory", "GPU memory per camera", "MiB",
      [("ring_nominal_mib", "ring_size x frame bytes", 1.0), ("ring_allocated_mib", "ring slots allocated", 1.0),
       ("mem_publisher_extra_mib", "publisher's extra over a decoder", 1.0),
-      ("mem_reader_mib", "frame reader process", 1.0)], None),
+      ("mem_reader_mib", "frame reader process", 1.0)], None, False),
 ]
 
 
@@ -77,7 +78,7 @@ def plot(rows, prefix):
 
     written = []
     mode = rows[0].get("mode", "?") if rows else "?"
-    for suffix, title, ylabel, fields, goal in FIGURES:
+    for suffix, title, ylabel, fields, goal, log in FIGURES:
         fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
         drawn = False
         for field, label, scale in fields:
@@ -93,7 +94,10 @@ def plot(rows, prefix):
         ax.set_xlabel("cameras (N)")
         ax.set_ylabel(ylabel)
         ax.set_xticks([r["n"] for r in rows])
-        ax.set_ylim(bottom=0)
+        if log and drawn:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         if drawn or goal:
             ax.legend(fontsize="small")
