@@ -13,7 +13,8 @@
 #                                                      # host rings, N = 1 and 2, a small clip
 #
 # Settings (environment): BENCH_CAMERAS_COUNTS (1,4,8,16,32), BENCH_CAMERAS_FRAMES (900 per
-# camera), BENCH_CAMERAS_SIZE (1920x1080), BENCH_CAMERAS_RING_SIZE (8), BENCH_CAMERAS_BUDGET
+# camera), BENCH_CAMERAS_LIVE_FRAMES (150: the live phase, read at the clip's 30 fps; 0 leaves
+# it out), BENCH_CAMERAS_SIZE (1920x1080), BENCH_CAMERAS_RING_SIZE (8), BENCH_CAMERAS_BUDGET
 # (330 s: N = 32 is left out when it would pass it), BENCH_CAMERAS_OUT (a file that gets a
 # copy of the output, for scripts/plot_bench_cameras.py), BENCH_CAMERAS_KEEP=1 (keep the clip
 # and every process's log in a directory named at the end).
@@ -35,8 +36,8 @@ for f in "$ff" "$fp" "$reader"; do
   }
 done
 case $mode in
-  cuda) counts=1,4,8,16,32 frames=900 size=1920x1080 ;;
-  host) counts=1,2 frames=300 size=1280x720 ;;
+  cuda) counts=1,4,8,16,32 frames=900 live=150 size=1920x1080 ;;
+  host) counts=1,2 frames=300 live=60 size=1280x720 ;;
   *) echo "bench-cameras: BENCH_CAMERAS_MODE is cuda or host, not $mode" >&2; exit 2 ;;
 esac
 # A runtime directory of its own: no key of this benchmark meets another publisher's.
@@ -47,6 +48,7 @@ if [ -n "${BENCH_CAMERAS_KEEP:-}" ]; then work=$(mktemp -d /tmp/cuframes-cameras
 trap 'rm -rf "$CUFRAMES_RUNTIME_DIR"' EXIT
 args=(--ffmpeg "$ff" --ffprobe "$fp" --reader "$reader" --mode "$mode"
   --counts "${BENCH_CAMERAS_COUNTS:-$counts}" --frames "${BENCH_CAMERAS_FRAMES:-$frames}"
+  --live-frames "${BENCH_CAMERAS_LIVE_FRAMES:-$live}"
   --size "${BENCH_CAMERAS_SIZE:-$size}" --ring-size "${BENCH_CAMERAS_RING_SIZE:-8}"
   --budget "${BENCH_CAMERAS_BUDGET:-330}")
 [ -n "$work" ] && args+=(--work "$work" --keep)

@@ -61,6 +61,8 @@ def parse_args(argv):
                         "that many cameras at the clip's rate and the time budget allows")
     a.add_argument("--size", default="1920x1080")
     a.add_argument("--frames", type=int, default=900, help="frames per camera")
+    a.add_argument("--live-frames", type=int, default=150,
+                   help="frames of the live phase (the rings read at the clip's rate, as from cameras); 0: none")
     a.add_argument("--rate", type=int, default=30, help="the clip's frame rate (a camera's real time)")
     a.add_argument("--ring-size", type=int, default=8)
     a.add_argument("--budget", type=float, default=330, help="seconds this script may take")
@@ -78,8 +80,8 @@ def parse_args(argv):
         a.error("--counts: 1 to 64 cameras")
     if not 1 <= args.ring_size <= 16:
         a.error("--ring-size: 1..16 slots")
-    if args.frames < 20:
-        a.error("--frames: at least 20 (the steady window is 10 % to 90 % of them)")
+    if args.frames < 20 or 0 < args.live_frames < 20:
+        a.error("--frames, --live-frames: at least 20 (the steady window is 10 % to 90 % of them)")
     return args
 
 
@@ -87,23 +89,27 @@ def fmt(v, spec=".1f", unit=""):
     return "n/a" if not isinstance(v, (int, float)) or not math.isfinite(v) else f"{v:{spec}}{unit}"
 
 
-def make_clip(args, path):
+def make_clip(args, path, frames):
     """The camera's stream: testsrc2 at the clip's rate, libx264 ultrafast, crf 30, a keyframe
     every 2 s, yuv420p (scripts/ffbench.sh's ffbench_clip), encoded on this machine's cores."""
     phase.check_run(
         [args.ffmpeg, "-hide_banner", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi",
-         "-i", f"testsrc2=s={args.width}x{args.height}:r={args.rate}", "-frames:v", str(args.frames),
+         "-i", f"testsrc2=s={args.width}x{args.height}:r={args.rate}", "-frames:v", str(frames),
          "-c:v", "libx264", "-preset", "ultrafast", "-crf", "30", "-g", str(2 * args.rate),
          "-pix_fmt", "yuv420p", path],
         "encoding the clip", timeout=args.timeout)
 
 
-def compare(n, base, rings, args):
-    """One N's row: the rings run against the decode-only run."""
+def compare(n, base, rings, live, args):
+    """One N's row: the rings run against the decode-only run, and the live run's latency
+    and CPU (nan without one)."""
+    live = live or {}
+    nan = float("nan")
     nominal = args.ring_size * args.width * args.height * 3 / 2 / 2**20
     r = {
         "n": n,
         "mode": args.mode,
+        "rate": args.rate,
         "fps_base": base["agg_fps"],
         "fps_rings": rings["agg_fps"],
         "fps_share": st.ratio(rings["agg_fps"], base["agg_fps"]),
@@ -128,10 +134,15 @@ def compare(n, base, rings, args):
         "mem_per_camera_base_mib": base["mem_total_per_camera_mib"],
         "mem_per_camera_rings_mib": rings["mem_total_per_camera_mib"],
         "mem_per_process": rings["mem_per_process"] and base["mem_per_process"],
+        "live_lat_p50_us": live.get("lat_p50_us", nan),
+        "live_lat_p99_us": live.get("lat_p99_us", nan),
+        "live_lat_worst_camera_p99_us": live.get("lat_worst_p99_us", nan),
+        "live_cpu_publisher_us": live.get("cpu_pub_us", nan),
+        "live_cpu_reader_us": live.get("cpu_reader_us", nan),
         "packet_ring_mib": rings["packet_ring_mib"],
-        "wall_s": base["wall_s"] + rings["wall_s"],
-        "errors": base["errors"] + rings["errors"],
-        "notes": base["notes"] + rings["notes"],
+        "wall_s": base["wall_s"] + rings["wall_s"] + live.get("wall_s", 0.0),
+        "errors": base["errors"] + rings["errors"] + live.get("errors", []),
+        "notes": base["notes"] + rings["notes"] + live.get("notes", []),
     }
     r["mem_overhead"] = st.ratio(r["mem_publisher_extra_mib"] - nominal, nominal)
     return r
@@ -150,6 +161,10 @@ def print_row(r):
     print(f"  stamp-to-wake latency (all readers' frames): p50 {fmt(r['lat_p50_us'])} µs, p99 "
           f"{fmt(r['lat_p99_us'])} µs, max {fmt(r['lat_max_us'])} µs; worst camera's p99 "
           f"{fmt(r['lat_worst_camera_p99_us'])} µs")
+    if math.isfinite(r["live_lat_p50_us"]):
+        print(f"  live cameras (each at {r['rate']} fps): latency p50 {fmt(r['live_lat_p50_us'])} µs, p99 "
+              f"{fmt(r['live_lat_p99_us'])} µs (worst camera's p99 {fmt(r['live_lat_worst_camera_p99_us'])}); CPU "
+              f"per frame: publisher {fmt(r['live_cpu_publisher_us'])} µs, frame reader {fmt(r['live_cpu_reader_us'])} µs")
     if r["mode"] == "cuda":
         how = "per process" if r["mem_per_process"] else "nvidia-smi lists no per-process memory here"
         print(f"  GPU memory per camera: ring nominal {fmt(r['ring_nominal_mib'])} MiB (ring_size x frame bytes), "
@@ -185,6 +200,17 @@ def summary(rows):
               f"| {fmt(st.ratio(r['lat_p99_us'], one['lat_p99_us']), '.2f')} "
               f"| {fmt(r['mem_publisher_extra_mib'])} MiB | {fmt(100 * r['mem_overhead'], '+.1f')} % |")
     print()
+    if any(math.isfinite(r["live_lat_p50_us"]) for r in rows):
+        print(f"| N | live: latency p50 / p99 | p99 {x1} | publisher CPU/frame | {x1} | reader CPU/frame | {x1} |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['n']} | {fmt(r['live_lat_p50_us'])} / {fmt(r['live_lat_p99_us'])} µs "
+                  f"| {fmt(st.ratio(r['live_lat_p99_us'], one['live_lat_p99_us']), '.2f')} "
+                  f"| {fmt(r['live_cpu_publisher_us'])} µs "
+                  f"| {fmt(st.ratio(r['live_cpu_publisher_us'], one['live_cpu_publisher_us']), '.2f')} "
+                  f"| {fmt(r['live_cpu_reader_us'])} µs "
+                  f"| {fmt(st.ratio(r['live_cpu_reader_us'], one['live_cpu_reader_us']), '.2f')} |")
+        print()
 
     def verdict(name, ok):
         state = "n/a" if ok is None else ("met" if ok else "MISSED")
@@ -201,9 +227,13 @@ def summary(rows):
     for label, field in (("publisher", "cpu_publisher_us"), ("reader", "cpu_reader_us")):
         verdict(f"{label} CPU per frame within {GOAL_CPU_GROWTH}x of N = {one['n']}",
                 all_ok([st.ratio(r[field], one[field]) for r in rows], lambda v: v <= GOAL_CPU_GROWTH))
-    for field in ("lat_p50_us", "lat_p99_us"):
-        verdict(f"wake-up latency {field[4:7]} within {GOAL_LATENCY_GROWTH}x of N = {one['n']}",
+    for field in ("lat_p50_us", "lat_p99_us", "live_lat_p50_us", "live_lat_p99_us"):
+        run = "live cameras" if field.startswith("live") else "full speed"
+        verdict(f"wake-up latency {field[-6:-3]} ({run}) within {GOAL_LATENCY_GROWTH}x of N = {one['n']}",
                 all_ok([st.ratio(r[field], one[field]) for r in rows], lambda v: v <= GOAL_LATENCY_GROWTH))
+    for label, field in (("publisher", "live_cpu_publisher_us"), ("reader", "live_cpu_reader_us")):
+        verdict(f"{label} CPU per frame (live cameras) within {GOAL_CPU_GROWTH}x of N = {one['n']}",
+                all_ok([st.ratio(r[field], one[field]) for r in rows], lambda v: v <= GOAL_CPU_GROWTH))
 
 
 def main(argv):
@@ -221,9 +251,13 @@ def main(argv):
     failed = False
     try:
         clip = os.path.join(work, "clip.h264")
-        make_clip(args, clip)
+        make_clip(args, clip, args.frames)
+        live_clip = os.path.join(work, "live.h264")
+        if args.live_frames:
+            make_clip(args, live_clip, args.live_frames)
         print(f"clip: {args.width}x{args.height}, {args.frames} frames at {args.rate} fps, "
-              f"{os.path.getsize(clip)} bytes; mode {args.mode}; ring {args.ring_size} slots", flush=True)
+              f"{os.path.getsize(clip)} bytes; live phase: {args.live_frames} frames at {args.rate} fps; "
+              f"mode {args.mode}; ring {args.ring_size} slots", flush=True)
         for n in args.counts:
             if n >= args.if_keeps_up and rows:
                 prev = rows[-1]
@@ -240,9 +274,11 @@ def main(argv):
                     continue
                 print(f"--- N = {n}: decode only at N = {prev['n']} gave {fmt(prev['fps_base'])} fps >= {need} fps "
                       f"({n} cameras in real time): running it (about {estimate:.0f} s)", flush=True)
-            base = phase.run(args, clip, n, rings=False, work=work)
-            rings = phase.run(args, clip, n, rings=True, work=work)
-            row = compare(n, base, rings, args)
+            base = phase.run(args, clip, args.frames, n, rings=False, work=work)
+            rings = phase.run(args, clip, args.frames, n, rings=True, work=work)
+            live = phase.run(args, live_clip, args.live_frames, n, rings=True, work=work,
+                             live=True) if args.live_frames else None
+            row = compare(n, base, rings, live, args)
             print_row(row)
             rows.append(row)
             failed |= bool(row["errors"])

@@ -174,7 +174,7 @@ def packet_ring_bytes(clip_bytes, n, shm_free):
     return max(4 << 20, min(want, fit))
 
 
-def publisher_cmd(args, c, rings, packet_data):
+def publisher_cmd(args, c, rings, packet_data, frames=None, live=False):
     """The camera's decode: nvdec (or software in host mode) of its FIFO, each frame stamped
     with the wall clock and, with rings, published (frames and packets) under its key."""
     cmd = [args.ffmpeg, "-hide_banner", "-nostdin", "-loglevel", "info", "-nostats",
@@ -186,11 +186,15 @@ def publisher_cmd(args, c, rings, packet_data):
                 "-hwaccel_output_format", "cuda"]
     # A raw H.264 stream has no timestamps: the camera's rate gives them (the packet ring and
     # the recordings carry them).
-    cmd += ["-f", "h264", "-framerate", str(args.rate), "-fflags", "+genpts", "-i", c.fifo]
+    cmd += ["-f", "h264", "-framerate", str(args.rate), "-fflags", "+genpts"]
+    if live:
+        # A live camera: packets at the stream's rate, from the first one.
+        cmd += ["-readrate", "1", "-readrate_initial_burst", "0"]
+    cmd += ["-i", c.fifo]
     stamp = ("" if args.mode == "cuda" else "format=nv12,") + "setpts=RTCTIME/(TB*1000000)"
     vf = stamp
     if rings:
-        cmd += ["-map", "0:v:0", "-c", "copy", "-f", "cuframes_pkt", "-ring_slots", str(min(1024, args.frames + 64)),
+        cmd += ["-map", "0:v:0", "-c", "copy", "-f", "cuframes_pkt", "-ring_slots", str(min(1024, (frames or args.frames) + 64)),
                 "-data_size", str(packet_data), "-wait_subscribers", "1", "-wait_timeout", str(int(args.timeout)), c.key]
         # The filter counts every subscriber of the shared publisher, the packet recorder too:
         # 2 is the recorder and the frame reader.
@@ -256,13 +260,16 @@ def feed(fd, data, errors, i):
         os.close(fd)
 
 
-def run(args, clip, n, rings, work):
-    """Runs one phase; returns its figures and the list of what went wrong."""
-    d = tempfile.mkdtemp(prefix=f"{'rings' if rings else 'decode'}-{n}-", dir=work)
+def run(args, clip, frames, n, rings, work, live=False):
+    """Runs one phase of N cameras on `clip` (`frames` frames): decode only, or with rings;
+    `live` reads the input at the clip's rate, as from a camera. Returns its figures and the
+    list of what went wrong."""
+    name = "live" if live else ("rings" if rings else "decode")
+    d = tempfile.mkdtemp(prefix=f"{name}-{n}-", dir=work)
     cams = []
     for i in range(n):
         os.makedirs(os.path.join(d, f"cam{i}"))
-        cams.append(Camera(i, f"{args.key_prefix}-{'r' if rings else 'd'}{n}-{i}", os.path.join(d, f"cam{i}")))
+        cams.append(Camera(i, f"{args.key_prefix}-{name[0]}{n}-{i}", os.path.join(d, f"cam{i}")))
         os.mkfifo(cams[-1].fifo, 0o600)
     errors, notes, logs = [], [], []
     cuda = args.mode == "cuda"
@@ -292,7 +299,7 @@ def run(args, clip, n, rings, work):
                                     str(args.timeout), "-name", f"rec{c.i}", "-i", c.key, "-c", "copy", "-y",
                                     c.recording], c.log("recorder"), subprocess.DEVNULL)
         for c in cams:
-            c.publisher = start(publisher_cmd(args, c, rings, packet_data), c.log("publisher"), subprocess.PIPE)
+            c.publisher = start(publisher_cmd(args, c, rings, packet_data, frames, live), c.log("publisher"), subprocess.PIPE)
             pump.add(c.publisher.stdout, c, "progress")
         pump.start()
         cpu.start()
@@ -313,7 +320,7 @@ def run(args, clip, n, rings, work):
             t.start()
         deadline = time.monotonic() + args.timeout  # for the decodes and every process's end
         while cuda and "during" not in mem and time.monotonic() < deadline:
-            if all(c.frames >= MEMORY_SAMPLE_AT * args.frames for c in cams):
+            if all(c.frames >= MEMORY_SAMPLE_AT * frames for c in cams):
                 mem["during"] = memory_sample()
             elif any(c.publisher.poll() is not None for c in cams):
                 notes.append("a camera ended before GPU memory was sampled during the run: no memory figures")
@@ -362,12 +369,12 @@ def run(args, clip, n, rings, work):
                     p.stdout.close()
     wall = time.monotonic() - t0
     try:
-        result = measure(args, cams, rings, mem, errors)
+        result = measure(args, cams, frames, rings, mem, errors)
         result["wall_s"] = wall
         result["notes"] = notes
         result["packet_ring_mib"] = packet_data / 2**20 if rings else 0.0
         if errors:
-            print(f"phase N={n} {'rings' if rings else 'decode only'}: logs of camera 0: "
+            print(f"phase N={n} {name}: logs of camera 0: "
                   + " || ".join(f"{r}: {tail(cams[0].log(r), 2)}" for r in ("publisher", "reader", "recorder")),
                   flush=True)
         return result
@@ -385,14 +392,14 @@ def recorded_packets(args, path):
         return -1
 
 
-def measure(args, cams, rings, mem, errors):
+def measure(args, cams, frames, rings, mem, errors):
     """The phase's figures from what its processes left."""
     out = {"errors": errors}
     fps, window, sync = st.aggregate_fps([c.progress for c in cams])
     out.update(agg_fps=fps, window_s=window, synchronised=sync)
     for c in cams:
-        if c.frames != args.frames:
-            errors.append(f"camera {c.i}: {c.frames} frames decoded of {args.frames}")
+        if c.frames != frames:
+            errors.append(f"camera {c.i}: {c.frames} frames decoded of {frames}")
     pub = [st.cpu_per_frame_us(c.cpu["publisher"], c.progress) for c in cams]
     out["cpu_pub_us"], out["cpu_pub_max_us"] = st.median(pub), max(pub, default=float("nan"))
     out["cpu_recorder_us"] = st.median(st.cpu_per_frame_us(c.cpu["recorder"], c.progress) for c in cams)
@@ -403,10 +410,13 @@ def measure(args, cams, rings, mem, errors):
         if r is None:
             errors.append(f"camera {c.i}: the reader printed no summary")
             continue
-        if r.get("frames") != args.frames or r.get("missed") != 0:
-            errors.append(f"camera {c.i}: the reader saw {r.get('frames')} frames of {args.frames} "
+        if r.get("frames") != frames or r.get("missed") != 0:
+            errors.append(f"camera {c.i}: the reader saw {r.get('frames')} frames of {frames} "
                           f"({r.get('missed')} missed)")
-        mine = sorted(st.read_latencies(c.latencies)) if os.path.exists(c.latencies) else []
+        # The first 10 % of each reader's frames are start-up: the first frame waited for the
+        # filter's subscribers, and the input's probe reads a burst of packets at once.
+        mine = st.read_latencies(c.latencies) if os.path.exists(c.latencies) else []
+        mine = sorted(mine[len(mine) // 10:])
         lat += mine
         worst_p99.append(st.percentile(mine, 0.99) / 1000)
         gran = r.get("granularity") or 4096.0
@@ -422,8 +432,8 @@ def measure(args, cams, rings, mem, errors):
             # phase its wait_timeout.
             errors.append(f"camera {c.i}: the filter did not see its recorder and reader in time: {tail(c.log('publisher'))}")
         packets = recorded_packets(args, c.recording)
-        if packets != args.frames:
-            errors.append(f"camera {c.i}: the recording has {packets} packets of {args.frames}")
+        if packets != frames:
+            errors.append(f"camera {c.i}: the recording has {packets} packets of {frames}")
     lat.sort()
     out.update(
         cpu_reader_us=st.median(r.get("cpu_us_per_frame") for r in lines if r),

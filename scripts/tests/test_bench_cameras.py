@@ -215,5 +215,10 @@ def test_the_camera_command_on_the_gpu():
     assert cmd[cmd.index("cuframes_pkt") - 2:cmd.index("cuframes_pkt")] == ["copy", "-f"]
     assert cmd[cmd.index("-data_size") + 1] == str(64 << 20) and cmd[cmd.index("-ring_slots") + 1] == "964"
     assert cmd[-5:] == ["-enc_time_base:v", "filter", "-f", "null", "-"]
+    assert "-readrate" not in cmd
+    live = phase.publisher_cmd(args, cam, True, 64 << 20, frames=150, live=True)
+    # A live camera: read at the clip's rate from the first packet, the ring sized for its frames.
+    assert live.index("-readrate") < live.index("-i") and live[live.index("-readrate") + 1] == "1"
+    assert live[live.index("-readrate_initial_burst") + 1] == "0" and live[live.index("-ring_slots") + 1] == "214"
     base = phase.publisher_cmd(args, cam, False, 0)
     assert "cuframes_pkt" not in base and base[base.index("-vf") + 1] == "setpts=RTCTIME/(TB*1000000)"
