@@ -40,6 +40,11 @@ case $mode in
   host) counts=1,2 frames=300 live=60 size=1280x720 ;;
   *) echo "bench-cameras: BENCH_CAMERAS_MODE is cuda or host, not $mode" >&2; exit 2 ;;
 esac
+if [ "$mode" = cuda ] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "bench-cameras: SKIPPED (no CUDA device: nvidia-smi lists none; BENCH_CAMERAS_MODE=host runs the" \
+    "whole script without one)"
+  exit 0
+fi
 # A runtime directory of its own: no key of this benchmark meets another publisher's.
 CUFRAMES_RUNTIME_DIR=$(mktemp -d /tmp/cuframes-cameras-rt.XXXXXX) || exit 1
 export CUFRAMES_RUNTIME_DIR

@@ -251,7 +251,18 @@ camera_steps() {
     return 0
   fi
   step "many cameras on one GPU: N = 1, 4, 8, 16 (32 if the decoder keeps up) nvdec decodes publishing both rings, a zero-copy reader and a recorder each, against the same decodes without rings" \
-    bash "$out/bench-cameras.sh"
+    cameras_bench
+}
+# A SKIPPED (no GPU found) fails the step here, as for the GPU tests.
+cameras_bench() {
+  local log rc
+  log=$(mktemp /tmp/cuframes-cameras-log.XXXXXX)
+  bash "$out/bench-cameras.sh" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  count_skips "$log"
+  if grep -q 'SKIPPED' "$log"; then echo "the many-cameras benchmark skipped on the GPU machine"; rc=1; fi
+  rm -f "$log"
+  return "$rc"
 }
 python_steps() {
   step "Python: zero-copy CUDA frames into torch and cupy through DLPack, bit-exact vs hwdownload; to_rgb vs reference; publish from device memory" python_gpu
