@@ -222,3 +222,60 @@ def test_the_camera_command_on_the_gpu():
     assert live[live.index("-readrate_initial_burst") + 1] == "0" and live[live.index("-ring_slots") + 1] == "214"
     base = phase.publisher_cmd(args, cam, False, 0)
     assert "cuframes_pkt" not in base and base[base.index("-vf") + 1] == "setpts=RTCTIME/(TB*1000000)"
+
+
+READER = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "examples",
+                      "camera_reader")
+
+
+def test_gpu_memory_is_sampled_per_process_during_a_phase(tmp_path, monkeypatch):
+    if not (os.access(FFMPEG, os.X_OK) and os.access(READER, os.X_OK)):
+        pytest.skip(f"SKIPPED (no {FFMPEG} or {READER})")
+    # A stand-in nvidia-smi that gives the processes of this test memory by role: a publisher
+    # (its command line has hwupload_cuframes) 532 MiB, a decoder alone 500, a reader 300.
+    prefix = f"bcammem{os.getpid()}"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"""#!{sys.executable}
+import os, sys
+apps = {{}}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        cmd = open(f"/proc/{{pid}}/cmdline", "rb").read().decode(errors="replace")
+    except OSError:
+        continue
+    if "{prefix}" not in cmd and "{tmp_path}" not in cmd:
+        continue
+    if "camera_reader" in cmd:
+        apps[pid] = 300
+    elif "hwupload_cuframes" in cmd:
+        apps[pid] = 532
+    elif "setpts" in cmd:
+        apps[pid] = 500
+if "--query-gpu=memory.used" in sys.argv:
+    print(1000 + sum(apps.values()))
+else:
+    print("\\n".join(f"{{p}}, {{m}}" for p, m in apps.items()))
+""")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUFRAMES_RUNTIME_DIR", str(tmp_path))
+    args = types.SimpleNamespace(ffmpeg=FFMPEG, ffprobe=os.path.join(os.path.dirname(FFMPEG), "ffprobe"),
+                                 reader=READER, mode="host", gpu_memory=True, rate=30, frames=45, ring_size=4,
+                                 timeout=30, keep=False, key_prefix=prefix, width=160, height=120)
+    work = tmp_path / "w"
+    work.mkdir()
+    clip = str(work / "clip.h264")
+    sys.path.insert(0, SCRIPTS)
+    import bench_cameras
+
+    bench_cameras.make_clip(args, clip, 45)
+    # Paced at 30 fps, so that the sample at 30 % of the frames comes while every process runs.
+    base = phase.run(args, clip, 45, 2, rings=False, work=str(work), live=True)
+    rings = phase.run(args, clip, 45, 2, rings=True, work=str(work), live=True)
+    assert base["errors"] == [] and rings["errors"] == [], (base["errors"], rings["errors"])
+    assert base["notes"] == [] and rings["notes"] == []
+    assert base["mem_per_process"] and rings["mem_per_process"]
+    assert (base["mem_pub_mib"], rings["mem_pub_mib"], rings["mem_reader_mib"]) == (500, 532, 300)
+    assert rings["mem_reader_import_mib"] == 0
+    assert rings["mem_total_per_camera_mib"] == 832 and base["mem_total_per_camera_mib"] == 500
+    assert leftovers(prefix) == ([], [])
