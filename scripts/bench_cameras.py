@@ -122,6 +122,7 @@ def compare(n, base, rings, live, args):
         "cpu_reader_us": rings["cpu_reader_us"],
         "cpu_reader_max_us": rings["cpu_reader_max_us"],
         "cpu_recorder_us": rings["cpu_recorder_us"],
+        "cpu_exact_share": min(base["cpu_exact_share"], rings["cpu_exact_share"]),
         "lat_p50_us": rings["lat_p50_us"],
         "lat_p99_us": rings["lat_p99_us"],
         "lat_max_us": rings["lat_max_us"],

@@ -75,7 +75,8 @@ class Camera:
         self.frames = 0
         self.stamp = None
         self.reader_lines = []
-        self.cpu = {"publisher": [], "recorder": []}
+        self.cpu = {"publisher": [], "recorder": []}  # (time, ticks) every CPU_PERIOD
+        self.marks = {"publisher": [], "recorder": []}  # (frames out, CPU ns) at 10 % and 90 %
 
     def log(self, role):
         return os.path.join(self.dir, f"{role}.log")
@@ -137,18 +138,54 @@ class Pump(threading.Thread):
                         cam.progress.append((cam.stamp, cam.frames))
 
 
+def threads_cpu_ns(pid):
+    """CPU time (ns) of every thread of `pid` now (the sum of their schedstat runtimes:
+    exact, where /proc/PID/stat counts 10 ms ticks); None when the kernel does not say."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as f:
+                ns = st.schedstat_ns(f.read())
+        except OSError:
+            continue  # a thread that just ended
+        if ns is None:
+            return None
+        total += ns
+    return total
+
+
 class CpuSampler(threading.Thread):
     """Reads utime + stime of the publishers (decoders) and recorders every CPU_PERIOD, with
-    the wall clock the progress blocks' stamps are in."""
+    the wall clock the progress blocks' stamps are in; and, once a camera has passed 10 % and
+    again 90 % of its frames, the exact CPU time of both processes' threads with the frames
+    out at that moment (two reads of every thread per process: cheap enough to leave the
+    CPUs to the cameras, exact where the ticks carry ±10 ms)."""
 
-    def __init__(self, cams):
+    def __init__(self, cams, frames):
         super().__init__(daemon=True)
         self.cams = cams
+        self.frames = frames
         self.stop = threading.Event()
+
+    def mark(self, c):
+        taken = len(c.marks["publisher"])
+        if taken >= 2 or c.frames < (0.1, 0.9)[taken] * self.frames:
+            return
+        frames = c.frames
+        for role, p in (("publisher", c.publisher), ("recorder", c.recorder)):
+            # None where there is no such process or the kernel does not say: the figure then
+            # comes from the ticks.
+            c.marks[role].append((frames, threads_cpu_ns(p.pid) if p is not None else None))
 
     def run(self):
         while not self.stop.is_set():
             for c in self.cams:
+                if c.publisher is not None:
+                    self.mark(c)
                 for role, p in (("publisher", c.publisher), ("recorder", c.recorder)):
                     if p is None:
                         continue
@@ -278,7 +315,7 @@ def run(args, clip, frames, n, rings, work, live=False):
     gpu_memory = getattr(args, "gpu_memory", cuda)
     shm = os.statvfs("/dev/shm")
     packet_data = packet_ring_bytes(os.path.getsize(clip), n, shm.f_bavail * shm.f_frsize)
-    pump, cpu = Pump(), CpuSampler(cams)
+    pump, cpu = Pump(), CpuSampler(cams, frames)
     mem = {}
     t0 = time.monotonic()
     deadline = t0 + args.timeout
@@ -403,9 +440,17 @@ def measure(args, cams, frames, rings, mem, errors):
     for c in cams:
         if c.frames != frames:
             errors.append(f"camera {c.i}: {c.frames} frames decoded of {frames}")
-    pub = [st.cpu_per_frame_us(c.cpu["publisher"], c.progress) for c in cams]
+    def cpu(c, role):
+        """The exact figure between the marks, else the ticks' over the steady window."""
+        exact = st.cpu_per_frame_marks_us([m for m in c.marks[role] if m[1] is not None])
+        return exact if math.isfinite(exact) else st.cpu_per_frame_us(c.cpu[role], c.progress)
+
+    pub = [cpu(c, "publisher") for c in cams]
+    exact = [math.isfinite(st.cpu_per_frame_marks_us([m for m in c.marks["publisher"] if m[1] is not None]))
+             for c in cams]
+    out["cpu_exact_share"] = sum(exact) / len(exact) if exact else 0.0
     out["cpu_pub_us"], out["cpu_pub_max_us"] = st.median(pub), max(pub, default=float("nan"))
-    out["cpu_recorder_us"] = st.median(st.cpu_per_frame_us(c.cpu["recorder"], c.progress) for c in cams)
+    out["cpu_recorder_us"] = st.median(cpu(c, "recorder") for c in cams)
     lines = [next((st.parse_reader_line(x) for x in c.reader_lines if x.startswith("camera_reader ")), None)
              for c in cams] if rings else []
     lat, worst_p99, granted = [], [], []

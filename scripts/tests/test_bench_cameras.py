@@ -278,4 +278,22 @@ else:
     assert (base["mem_pub_mib"], rings["mem_pub_mib"], rings["mem_reader_mib"]) == (500, 532, 300)
     assert rings["mem_reader_import_mib"] == 0
     assert rings["mem_total_per_camera_mib"] == 832 and base["mem_total_per_camera_mib"] == 500
+    # The CPU figures came from the exact marks at 10 % and 90 % of the frames, not the ticks.
+    assert base["cpu_exact_share"] == 1.0 and rings["cpu_exact_share"] == 1.0
+    assert rings["cpu_pub_us"] > 0 and rings["cpu_recorder_us"] > 0 and rings["cpu_reader_us"] > 0
     assert leftovers(prefix) == ([], [])
+
+
+def test_exact_cpu_between_the_marks():
+    assert st.schedstat_ns("123456789 5 6\n") == 123456789
+    assert st.schedstat_ns("") is None and st.schedstat_ns("x 1 2") is None
+    # 80 frames between the marks, 4 ms of CPU: 50 µs a frame.
+    assert st.cpu_per_frame_marks_us([(10, 1_000_000), (90, 5_000_000)]) == pytest.approx(50.0)
+    assert math.isnan(st.cpu_per_frame_marks_us([(10, 1)]))
+    assert math.isnan(st.cpu_per_frame_marks_us([(10, 1), (10, 5)]))
+    # This process's threads: a positive count that grows with work.
+    a = phase.threads_cpu_ns(os.getpid())
+    sum(i * i for i in range(300_000))
+    b = phase.threads_cpu_ns(os.getpid())
+    assert a is not None and b > a
+    assert phase.threads_cpu_ns(2**22 + 12345) is None  # no such process
