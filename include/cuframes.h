@@ -384,6 +384,12 @@ int cuframes_publisher_subscriber_count(const cuframes_publisher_t *pub);
  *  slots (importing CUDA slots takes a new process ~0.1 s), others once admitted. What a
  *  publisher waiting for its readers should wait for. Negative: an error. */
 int cuframes_publisher_ready_subscriber_count(const cuframes_publisher_t *pub);
+/** The same for the frame subscribers only: a packet reader of the same key (a command that
+ *  publishes both rings) is no frame reader. What a frame publisher waits for. */
+int cuframes_publisher_ready_frame_subscriber_count(const cuframes_publisher_t *pub);
+/** Admitted packet subscribers (frame readers of the same key not counted), or a negative
+ *  error: what a packet publisher waits for. */
+int cuframes_publisher_packet_subscriber_count(const cuframes_publisher_t *pub);
 
 /** Where the current frame ring's frames waited (counts, and times in nanoseconds): a
  *  pipeline slower with subscribers than without shows which wait it was. */

@@ -233,9 +233,9 @@ def publisher_cmd(args, c, rings, packet_data, frames=None, live=False):
     if rings:
         cmd += ["-map", "0:v:0", "-c", "copy", "-f", "cuframes_pkt", "-ring_slots", str(min(1024, (frames or args.frames) + 64)),
                 "-data_size", str(packet_data), "-wait_subscribers", "1", "-wait_timeout", str(int(args.timeout)), c.key]
-        # The filter counts every subscriber of the shared publisher, the packet recorder too:
-        # 2 is the recorder and the frame reader.
-        opts = [f"key={c.key}", f"ring_size={args.ring_size}", "policy=strict_wait", "wait_subscribers=2",
+        # Each waits for its own ring's reader: the muxer for the recorder, the filter for the
+        # frame reader.
+        opts = [f"key={c.key}", f"ring_size={args.ring_size}", "policy=strict_wait", "wait_subscribers=1",
                 f"wait_timeout={int(args.timeout)}", "ack_timeout=10"]
         if args.mode == "host":
             opts.append("memory=host")

@@ -211,7 +211,7 @@ def test_the_camera_command_on_the_gpu():
     assert cmd[cmd.index("-hwaccel_device") + 1] == "bench" and "-hwaccel_output_format" in cmd
     vf = cmd[cmd.index("-vf") + 1]
     assert vf.startswith("setpts=RTCTIME/(TB*1000000),hwupload_cuframes=key=k3:ring_size=8:policy=strict_wait")
-    assert "wait_subscribers=2" in vf and "memory=host" not in vf  # the recorder and the reader
+    assert "wait_subscribers=1" in vf and "memory=host" not in vf  # the frame reader (the recorder is no frame reader)
     assert cmd[cmd.index("cuframes_pkt") - 2:cmd.index("cuframes_pkt")] == ["copy", "-f"]
     assert cmd[cmd.index("-data_size") + 1] == str(64 << 20) and cmd[cmd.index("-ring_slots") + 1] == "964"
     assert cmd[-5:] == ["-enc_time_base:v", "filter", "-f", "null", "-"]

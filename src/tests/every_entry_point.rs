@@ -242,6 +242,16 @@ fn successful_calls_leave_the_last_error_untouched() {
         let ready = cuframes_publisher_ready_subscriber_count(p);
         ok("cuframes_publisher_ready_subscriber_count", ready as i64);
         assert_eq!(ready, 1);
+        // The one subscriber reads both rings: counted by each.
+        let ready_frames = cuframes_publisher_ready_frame_subscriber_count(p);
+        ok(
+            "cuframes_publisher_ready_frame_subscriber_count",
+            ready_frames as i64,
+        );
+        assert_eq!(ready_frames, 1);
+        let packets = cuframes_publisher_packet_subscriber_count(p);
+        ok("cuframes_publisher_packet_subscriber_count", packets as i64);
+        assert_eq!(packets, 1);
         let mut infos: [CSubscriberInfo; 2] = std::mem::zeroed();
         let n = cuframes_publisher_subscribers(p, infos.as_mut_ptr(), 2);
         ok("cuframes_publisher_subscribers", n as i64);
