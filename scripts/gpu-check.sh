@@ -7,6 +7,7 @@
 #   GPU_CHECK_ONLY=ffmpeg scripts/gpu-check.sh run   # only the FFmpeg frame-path steps
 #   GPU_CHECK_ONLY=python scripts/gpu-check.sh run   # only the Python package steps
 #   GPU_CHECK_ONLY=core scripts/gpu-check.sh run     # all but the FFmpeg, Python and camera steps
+#   GPU_CHECK_ONLY=ends scripts/gpu-check.sh run     # only the whole run of a short job (whole_run.py)
 #   GPU_CHECK_ONLY=cameras scripts/gpu-check.sh run  # only the many-cameras benchmark (bench-cameras.sh;
 #                                                      BENCH_CAMERAS_OUT=FILE keeps its output for
 #                                                      scripts/plot_bench_cameras.py)
@@ -54,13 +55,13 @@ for l in sys.stdin:
   cp "$tgt/release/examples/frame_bench" "$tgt/release/examples/packet_bench" "$tgt/release/examples/camera_reader" \
     "$tgt/release/cuframes-demo" "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
-  cp scripts/gpu-check.sh scripts/steady_fps.py scripts/ffbench.sh "$out/"
+  cp scripts/gpu-check.sh scripts/steady_fps.py scripts/ffbench.sh scripts/whole_run.py "$out/"
   # The many-cameras benchmark (camera_reader above is its frame reader).
   cp scripts/bench-cameras.sh scripts/bench_cameras.py scripts/bench_cameras_phase.py scripts/bench_cameras_stats.py "$out/"
   # The decode-pipeline diagnostics (tools/diag/README.md), only when asked for: they are a
   # lab bench, not a check.
   if [ -n "${GPU_CHECK_DIAG:-}" ]; then
-    cp tools/diag/ff-readers-diag.sh tools/diag/ff-readers-ioctl.sh tools/diag/proc_sched.py tools/diag/ff_timeline.py \
+    cp tools/diag/ff-readers-diag.sh tools/diag/ff-readers-ioctl.sh tools/diag/proc_sched.py \
       tools/diag/diag_subscriber.py "$out/"
     # The ioctl tracer of ff-readers-ioctl.sh (an LD_PRELOAD shim; plain C, glibc only).
     gcc -O2 -Wall -shared -fPIC -o "$out/ioctl_trace.so" tools/diag/ioctl_trace.c -ldl -lpthread
@@ -242,6 +243,23 @@ python_example() {
   rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
   return "$ok"
 }
+# The whole run of a short job, its start and its end included (docs/benchmarks.md "The whole
+# run"): readers started first, the publisher with wait_subscribers, timed from outside (process
+# start to exit) and from its progress blocks, against decode only in the same round.
+ends_steps() {
+  step "FFmpeg: the whole run of a 1500-frame 1080p decode with 0, 1 and 8 readers started first, timed from outside and from its progress (scripts/whole_run.py)" ff_whole_run
+}
+ff_whole_run() {
+  local d rc
+  # shellcheck source=scripts/ffbench.sh
+  . "$out/ffbench.sh"
+  d=$(mktemp -d /tmp/cuframes-whole.XXXXXX)
+  ffbench_clip "$out/ffmpeg" 1920x1080 1500 "$d/clip.h264"
+  python3 "$out/whole_run.py" "$out/ffmpeg" "$d/clip.h264" "${GPU_BENCH_REPS:-2}" decode,pub0,pub1,pub8
+  rc=$?
+  rm -rf "$d"
+  return "$rc"
+}
 # The many-cameras benchmark (scripts/bench-cameras.sh, docs/benchmarks.md "Many cameras on one
 # GPU"): fails when a process of a camera failed, a reader missed a frame or a recording lacks
 # a packet; its goals are reported, not checked.
@@ -289,6 +307,7 @@ ffmpeg_steps() {
   step "FFmpeg: scale_cuda after the input device = scale_cuda after the decoder" \
     ff_ring_check 1 "" "scale_cuda=w=160:h=120,hwdownload,format=nv12" "scale_cuda=w=160:h=120,hwdownload,format=nv12" scale
   [ -n "${GPU_SKIP_BENCH:-}" ] || step "FFmpeg: decode pipeline fps with and without the ring (1080p 1500 frames, 4K 600 frames; 0/1/8 readers)" ff_bench
+  [ -n "${GPU_SKIP_BENCH:-}" ] || ends_steps
   if [ -x "$out/ffmpeg_frames" ]; then
     step "FFmpeg: -f cuframes follows a ring moved from host to CUDA memory and back (tests/ffmpeg_frames.rs), bit-exact" \
       ff_ring_moved
@@ -377,7 +396,8 @@ run() {
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   if [ "${GPU_CHECK_ONLY:-}" = ffmpeg ]; then ffmpeg_steps
   elif [ "${GPU_CHECK_ONLY:-}" = python ]; then python_steps
-  elif [ "${GPU_CHECK_ONLY:-}" = cameras ]; then camera_steps; else
+  elif [ "${GPU_CHECK_ONLY:-}" = cameras ]; then camera_steps
+  elif [ "${GPU_CHECK_ONLY:-}" = ends ]; then ends_steps; else
   step "CUDA VMM layer (alloc/export/import across processes, copies, events)" gpu_test "$out/cuda_vmm" --test-threads=1 --nocapture
   step "frame ring on CUDA VMM (both policies, COPY/ZERO_COPY, 8 subscribers, bit-exact)" gpu_test "$out/frame_ring_cuda" --test-threads=1 --nocapture "${skips[@]}"
   step "release on a stream, then subscriber destroy, x${CUFRAMES_RELEASE_CYCLES:-1000}: torn down on our thread, no failed driver release, memory and mappings flat" \

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Where a whole decode run with `-f cuframes` readers spends its time outside the steady state.
+"""The whole run of a decode with `-f cuframes` readers: where it spends its time outside the steady state.
 
-    python3 ff_timeline.py FFMPEG CLIP [ROUNDS] [CONFIGS]
+    python3 whole_run.py FFMPEG CLIP [ROUNDS] [CONFIGS]
 
 CONFIGS (comma-separated, default "decode,pub0,pub1,pub4,pub8"): `decode` is the decode alone
 (nvdec, CUDA frames, null muxer); `pubN` the same into `hwupload_cuframes` with N `-f cuframes`
@@ -93,7 +93,8 @@ def run(ff, clip, readers, key, t_env):
         p.wait(timeout=60)
         rexits.append(time.monotonic() - t0)
         th.join()
-    return ts, te, plines, progress, [(lines, x) for (_, lines, _), x in zip(procs, rexits)]
+    codes = [pub.returncode] + [p.returncode for p, _, _ in procs]
+    return ts, te, plines, progress, [(lines, x) for (_, lines, _), x in zip(procs, rexits)], codes
 
 
 def first(lines, text):
@@ -104,12 +105,16 @@ def main():
     ff, clip = sys.argv[1], sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 2
     configs = (sys.argv[4] if len(sys.argv) > 4 else "decode,pub0,pub1,pub4,pub8").split(",")
+    failed = []
+    shares = {}
     for r in range(1, rounds + 1):
         base = None
         for cfg in configs:
             readers = -1 if cfg == "decode" else int(cfg[3:])
             key = None if cfg == "decode" else f"timeline-{os.getpid()}-{r}-{cfg}"
-            ts, te, plines, progress, rdr = run(ff, clip, readers, key, None)
+            ts, te, plines, progress, rdr, codes = run(ff, clip, readers, key, None)
+            if any(codes):
+                failed.append(f"round {r} {cfg}: exit codes {codes}")
             with_frames = [p for p in progress if p[1] > 0]
             final_frames = progress[-1][1] if progress else 0
             outside = te - ts
@@ -118,6 +123,7 @@ def main():
             last_live = with_frames[-2][0] if len(with_frames) > 1 else float("nan")
             if base is None:
                 base = (outside, whole, final_frames)
+            shares.setdefault(cfg, []).append((100 * base[0] / outside, 100 * base[1] / whole))
             rel = lambda t: t - ts
             print(f"round {r} {cfg:7s}: {final_frames} frames; outside {outside:.3f} s "
                   f"({100 * base[0] / outside:.1f} % of decode only's rate); whole run {whole:.3f} s "
@@ -144,6 +150,12 @@ def main():
                 if "rror" in line and "decode errors" not in line:
                     print("    publisher: " + line)
             sys.stdout.flush()
+    print("summary (% of decode only's rate, per round): outside | whole run")
+    for cfg, xs in shares.items():
+        print(f"  {cfg:7s} " + "  ".join(f"{o:5.1f} | {w:5.1f}" for o, w in xs))
+    for f in failed:
+        print("FAILED " + f)
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
