@@ -23,13 +23,19 @@ use cuframes_core::rgb::{
 use cuframes_core::wire::{Format, CODEC_ID_H264};
 use cuframes_test_support::{no_cuda, planes_for, TestEnv};
 
-const BIN: &str = env!("CARGO_BIN_EXE_cuframes");
+/// The tool: `$CUFRAMES_TOOL_BIN` where the test binary runs away from its build
+/// (scripts/gpu-check.sh carries both to the GPU machine), else the one cargo built.
+fn bin() -> std::ffi::OsString {
+    std::env::var_os("CUFRAMES_TOOL_BIN")
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_cuframes").into())
+}
 /// Every call of the tool ends within this (its own waits are shorter).
 const TOOL_LIMIT: Duration = Duration::from_secs(30);
 
 /// Run the tool with a bounded wait: killed (and the test failed) past `TOOL_LIMIT`.
 fn tool(env: &TestEnv, args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(bin())
         .arg("--runtime-dir")
         .arg(&env.dir)
         .args(args)
@@ -336,7 +342,7 @@ fn no_publisher_is_a_clear_error_at_once_or_after_waiting() {
 fn a_publisher_that_comes_later_is_waited_for() {
     let env = TestEnv::new("snaplate");
     let file = env.dir.join("late.png");
-    let child = Command::new(BIN)
+    let child = Command::new(bin())
         .arg("--runtime-dir")
         .arg(&env.dir)
         .args([
