@@ -27,7 +27,10 @@ fn has_image_support(env: &Scratch) -> bool {
         && [" png ", " mjpeg "].iter().all(|e| encoders.contains(e))
         && muxers.contains(" image2 ");
     if !found {
-        println!("SKIPPED (this FFmpeg build has no png/mjpeg encoder or image2 muxer: rebuild with scripts/build-ffmpeg.sh)");
+        println!(
+            "SKIPPED (this FFmpeg build has no png/mjpeg encoder or image2 muxer: \
+             rebuild with scripts/build-ffmpeg.sh)"
+        );
     }
     found
 }

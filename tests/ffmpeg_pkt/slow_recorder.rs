@@ -1,10 +1,11 @@
 //! A recorder that falls behind (a slow disk): `-f cuframes_pkt ... -c copy -f mpegts pipe:1`
 //! into a pipe that the test drains at full speed, then at half the stream's packet rate for
 //! a while, then at full speed again. While its backlog fits in the ring plus FFmpeg's queue
-//! it loses nothing: the recording's pictures are all of the source's. Past that it loses packets, the demuxer marks
-//! the gap (a discontinuity warning naming the packet) and resumes at a keyframe, and the
-//! recording still decodes without an error: the source's pictures up to the gap, then from a
-//! keyframe to the end. docs/ffmpeg.md ("A recorder that falls behind") states the limit.
+//! it loses nothing: the recording's pictures are all of the source's. Past that it loses
+//! packets: the demuxer marks each gap (a discontinuity warning naming the packet) and resumes
+//! at a keyframe, and the recording still decodes without an error, with the source's
+//! pictures in order and, once the recorder caught up, all of them to the end.
+//! docs/ffmpeg.md ("A recorder that falls behind") states the limit.
 
 use std::fs::File;
 use std::io::{Read, Write};
