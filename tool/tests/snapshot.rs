@@ -180,12 +180,8 @@ fn check_snapshot(
     expected: RgbSpec,
 ) -> Vec<u8> {
     let env = TestEnv::new(tag);
-    // Odd sizes: the last chroma sample covers one pixel.
-    let (w, h) = if matches!(format, Format::Rgba | Format::Bgra | Format::Yuv444p) {
-        (37, 21)
-    } else {
-        (38, 22)
-    };
+    // Odd sizes: the last 4:2:0 chroma sample of a row (and the last row's) covers one pixel.
+    let (w, h) = (37, 21);
     let mut config = FrameRingConfig::new(format, w, h);
     config.memory = memory;
     config.colour = colour;
@@ -259,7 +255,7 @@ fn the_colour_description_picks_the_matrix_and_range() {
     );
     let env = TestEnv::new("snapcol2");
     let publishing = Publishing::start(&env, {
-        let mut c = FrameRingConfig::new(Format::Nv12, 38, 22);
+        let mut c = FrameRingConfig::new(Format::Nv12, 37, 21);
         c.colour = Some(described);
         c
     });
@@ -270,7 +266,7 @@ fn the_colour_description_picks_the_matrix_and_range() {
     assert!(stdout.contains("read as BT.601 full range"), "{stdout}");
     let frame = publishing.frame(reported_seq(&stdout));
     let mut as709 = vec![0u8; got.len()];
-    let layout = FrameGeometry::new(Format::Nv12, 38, 22).unwrap();
+    let layout = FrameGeometry::new(Format::Nv12, 37, 21).unwrap();
     to_rgb_host(
         &frame,
         &layout,
@@ -465,4 +461,44 @@ fn unwritable_files_and_planted_symlinks() {
         .collect();
     left.sort();
     assert_eq!(left, [dir_at_file, precious, link]);
+}
+
+/// Hostile sockets at the key: one that takes connections into its backlog and never answers,
+/// one that never accepts (a full backlog). The snapshot gives up within its `--timeout` with
+/// a clear error, and writes nothing.
+#[test]
+fn a_silent_or_never_accepting_socket_at_the_key_ends_within_the_timeout() {
+    use cuframes_test_support::squat_never_accepting;
+    let silent = TestEnv::new("snapsilent");
+    let at = |env: &TestEnv| {
+        cuframes_core::paths::socket_path(&env.dir, &cuframes_core::Key::new(&env.key).unwrap())
+            .unwrap()
+    };
+    let _listener = std::os::unix::net::UnixListener::bind(at(&silent)).unwrap();
+    let full = TestEnv::new("snapfull");
+    let _squatter = squat_never_accepting(&full.dir.join(".squat"), &at(&full));
+    for env in [&silent, &full] {
+        let file = env.dir.join("snap.png");
+        let started = Instant::now();
+        let out = tool(
+            env,
+            &[
+                "snapshot",
+                &env.key,
+                file.to_str().unwrap(),
+                "--timeout",
+                "0.5",
+            ],
+        );
+        let took = started.elapsed();
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("cannot subscribe to {}", env.key)),
+            "{stderr}"
+        );
+        assert!(took < Duration::from_secs(5), "took {took:?}: {stderr}");
+        assert!(!file.exists());
+        println!("{}: gave up after {took:?}: {}", env.key, stderr.trim());
+    }
 }
