@@ -104,6 +104,9 @@ struct Outcome {
     recorded: Vec<(u64, String)>,
     recorder_log: String,
     throttled_packets: usize,
+    /// Packets of the source, and in the recording (MPEG-TS, by ffprobe).
+    source_packets: usize,
+    recorded_packets: usize,
 }
 
 /// Publish `src` at [`RATE`] packets/s into a ring of [`RING_SLOTS`] slots while a recorder
@@ -200,7 +203,26 @@ fn slow_recording_in(
         ok && err.is_empty(),
         "the recording does not decode cleanly:\n{err}"
     );
+    let count = |log: &str, path: &str| -> usize {
+        let args = ["-v", "error", "-count_packets", "-select_streams", "v:0"];
+        let mut args = args.to_vec();
+        args.extend([
+            "-show_entries",
+            "stream=nb_read_packets",
+            "-of",
+            "csv=p=0",
+            path,
+        ]);
+        // MPEG-TS lists the stream again under its program: the first line is the count.
+        let out = s.ffprobe_ok(log, &args, SECS(30));
+        let first = out.lines().next().unwrap_or_default().trim().to_owned();
+        first
+            .parse()
+            .unwrap_or_else(|_| panic!("ffprobe -count_packets {path}: {out:?}"))
+    };
     Outcome {
+        source_packets: count("count-source", src.path.to_str().unwrap()),
+        recorded_packets: count("count-rec", rec.to_str().unwrap()),
         source: decoded_pictures(s, src),
         recorded: pictures(&decoded),
         recorder_log,
@@ -238,12 +260,34 @@ fn marked_gaps(log: &str) -> Vec<u64> {
         .collect()
 }
 
+/// The packets each marked gap says were lost ("...: M packets lost ..."), in order.
+fn lost_per_gap(log: &str) -> Vec<usize> {
+    log.lines()
+        .filter(|l| l.contains("discontinuity before packet"))
+        .filter_map(|l| l.split("': ").nth(1))
+        .map(|rest| {
+            let (n, what) = rest.split_once(' ').unwrap();
+            assert!(what.starts_with("packets lost"), "{l}", l = rest);
+            n.parse().unwrap()
+        })
+        .collect()
+}
+
 /// Nothing lost, nothing marked: every picture of the source, in order.
 fn assert_lossless(o: &Outcome, what: &str) {
     assert!(
         marked_gaps(&o.recorder_log).is_empty(),
         "{what}: a gap was marked:\n{}",
         o.recorder_log
+    );
+    assert!(
+        !o.recorder_log.contains("packets lost"),
+        "{what}: losses reported:\n{}",
+        o.recorder_log
+    );
+    assert_eq!(
+        o.recorded_packets, o.source_packets,
+        "{what}: packets missing"
     );
     let got = source_indices(o);
     assert_eq!(
@@ -261,6 +305,30 @@ fn assert_lossless(o: &Outcome, what: &str) {
 fn assert_gaps_marked(o: &Outcome, keys: &[usize]) -> (Vec<u64>, usize, usize) {
     let gaps = marked_gaps(&o.recorder_log);
     assert!(!gaps.is_empty(), "no gap marked:\n{}", o.recorder_log);
+    // Each gap says how many packets it lost, and they are exactly the ones missing from the
+    // recording; the end sums them up.
+    let lost = lost_per_gap(&o.recorder_log);
+    assert_eq!(
+        lost.len(),
+        gaps.len(),
+        "a gap without its count:\n{}",
+        o.recorder_log
+    );
+    let total: usize = lost.iter().sum();
+    assert_eq!(
+        o.recorded_packets + total,
+        o.source_packets,
+        "{} packets recorded + {total} said lost != {} published:\n{}",
+        o.recorded_packets,
+        o.source_packets,
+        o.recorder_log
+    );
+    assert!(
+        o.recorder_log
+            .contains(&format!("{total} packets lost in {} gaps", gaps.len())),
+        "no summary of the losses at the end:\n{}",
+        o.recorder_log
+    );
     // Packet seqs count from 1: the packet after each gap is a keyframe of the source.
     let resumed: Vec<usize> = gaps.iter().map(|&seq| seq as usize - 1).collect();
     assert!(
