@@ -177,9 +177,29 @@ fn slow_recording_in(
     args.push(&key);
     let publisher = s.spawn_ffmpeg("publisher", &args);
     let rec = s.path("rec.ts");
-    let drained = drain(pipe, &rec, slow_for, SECS(60));
+    // The pipe is read on a thread of its own, so that a recorder that hangs is killed here
+    // (its end of the pipe closes, and the read sees EOF) instead of blocking the test.
+    let rec_path = rec.clone();
+    let reader = std::thread::spawn(move || drain(pipe, &rec_path, slow_for, SECS(60)));
     s.wait_ok(publisher, SECS(30));
-    let status = recorder.0.take().unwrap().wait().unwrap();
+    let deadline = Instant::now() + SECS(30);
+    let status = loop {
+        let child = recorder.0.as_mut().unwrap();
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the recorder did not end 30 s after its publisher:\n{}",
+                std::fs::read_to_string(&recorder_log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    recorder.0 = None;
+    let drained = reader.join().expect("the pipe reader failed");
     let recorder_log = std::fs::read_to_string(&recorder_log).unwrap();
     assert!(status.success(), "the recorder failed:\n{recorder_log}");
     // The recording decodes without a single error.
