@@ -149,7 +149,8 @@ fn take_frame(
     let geometry = (*frame.layout).clone();
     frame.release();
     drop(sub);
-    // Unnamed: what the ring's colour description says, else BT.709 limited (as `to_rgb`).
+    // The ring's colour description picks the matrix and range, else BT.709 limited range,
+    // as `Frame.to_rgb` of the Python package reads them.
     let spec = RgbSpec {
         matrix: described
             .and_then(|d| d.rgb_matrix())
