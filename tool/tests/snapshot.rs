@@ -502,3 +502,85 @@ fn a_silent_or_never_accepting_socket_at_the_key_ends_within_the_timeout() {
         println!("{}: gave up after {took:?}: {}", env.key, stderr.trim());
     }
 }
+
+/// A ring that changes size (and format) under the snapshot: the publisher swaps between a
+/// 32x18 NV12 ring and a 21x13 YUV420P one every 40 ms, each generation's frames holding the
+/// pattern of its own geometry. Every snapshot is a whole frame of one generation: its size
+/// is the one reported, and its pixels are `to_rgb_host` of that generation's frame.
+#[test]
+fn a_ring_that_changes_size_gives_whole_frames_of_one_generation() {
+    let env = TestEnv::new("snapresize");
+    let geometries = [(Format::Nv12, 32, 18), (Format::Yuv420p, 21, 13)];
+    let seed_of = |w: u32| u64::from(w) * 7;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (opts, key, stop2) = (env.publisher_options(), env.key.clone(), stop.clone());
+    let (tx, rx) = mpsc::channel();
+    let publisher = std::thread::spawn(move || {
+        let p = Publisher::create(&key, opts).unwrap();
+        p.enable_frames(FrameRingConfig::new(Format::Nv12, 32, 18))
+            .unwrap();
+        tx.send(()).unwrap();
+        let mut generation = 0usize;
+        while !stop2.load(Ordering::Relaxed) {
+            let (format, w, h) = geometries[generation % 2];
+            if generation > 0 {
+                p.replace_frames(FrameRingConfig::new(format, w, h))
+                    .unwrap();
+            }
+            let layout = p.frame_layout().unwrap();
+            let planes = planes_for(&layout, seed_of(w));
+            let refs: Vec<&[u8]> = planes.iter().map(Vec::as_slice).collect();
+            let strides: Vec<usize> = layout.planes().iter().map(|p| p.row_bytes).collect();
+            for _ in 0..4 {
+                p.publish_host_frame(&layout, &refs, &strides, None)
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            generation += 1;
+        }
+    });
+    struct Stop(Arc<AtomicBool>, Option<JoinHandle<()>>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+            if let Some(t) = self.1.take() {
+                let _ = t.join();
+            }
+        }
+    }
+    let _stop = Stop(stop, Some(publisher));
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..12 {
+        let file = env.dir.join(format!("snap{i}.png"));
+        let out = tool(&env, &["snapshot", &env.key, file.to_str().unwrap()]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}{stderr}");
+        let (w, h, pixels) = decode_png(&file);
+        let &(format, _, _) = geometries
+            .iter()
+            .find(|g| (g.1, g.2) == (w, h))
+            .unwrap_or_else(|| panic!("a {w}x{h} snapshot: no generation has that size"));
+        assert!(
+            stdout.contains(&format!("({w}x{h} {}", format.name())),
+            "{stdout}"
+        );
+        let layout = FrameGeometry::new(format, w, h).unwrap();
+        let mut frame = vec![0u8; layout.frame_size];
+        for (p, dense) in layout.planes().iter().zip(planes_for(&layout, seed_of(w))) {
+            for (r, row) in dense.chunks_exact(p.row_bytes).enumerate() {
+                let at = p.offset + r * p.pitch;
+                frame[at..at + row.len()].copy_from_slice(row);
+            }
+        }
+        let mut want = vec![0u8; rgb_size(w, h, RgbDtype::U8)];
+        let spec = hwc(ColourMatrix::Bt709, ColourRange::Limited);
+        to_rgb_host(&frame, &layout, &spec, &mut want).unwrap();
+        assert!(
+            pixels == want,
+            "snapshot {i} ({w}x{h}) is not its generation's frame"
+        );
+        seen.insert((w, h));
+    }
+    println!("12 snapshots across ring generations, sizes seen: {seen:?}");
+}
