@@ -384,6 +384,12 @@ int cuframes_publisher_subscriber_count(const cuframes_publisher_t *pub);
  *  slots (importing CUDA slots takes a new process ~0.1 s), others once admitted. What a
  *  publisher waiting for its readers should wait for. Negative: an error. */
 int cuframes_publisher_ready_subscriber_count(const cuframes_publisher_t *pub);
+/** The same for the frame subscribers only: a packet reader of the same key (a command that
+ *  publishes both rings) is no frame reader. What a frame publisher waits for. */
+int cuframes_publisher_ready_frame_subscriber_count(const cuframes_publisher_t *pub);
+/** Admitted packet subscribers (frame readers of the same key not counted), or a negative
+ *  error: what a packet publisher waits for. */
+int cuframes_publisher_packet_subscriber_count(const cuframes_publisher_t *pub);
 
 /** Where the current frame ring's frames waited (counts, and times in nanoseconds): a
  *  pipeline slower with subscribers than without shows which wait it was. */
@@ -408,6 +414,9 @@ int cuframes_publisher_subscribers(const cuframes_publisher_t *pub, cuframes_sub
 
 typedef struct cuframes_subscriber cuframes_subscriber_t;
 typedef struct cuframes_frame cuframes_frame_t;
+/** A reference on a CUDA device's primary context (cuframes_subscriber_warm_up,
+ *  cuframes_cuda_primary_context), released with cuframes_cuda_context_release. */
+typedef struct cuframes_cuda_context cuframes_cuda_context_t;
 
 typedef struct cuframes_subscriber_options {
     const char *runtime_dir;             /**< NULL: $CUFRAMES_RUNTIME_DIR, else /run/cuframes */
@@ -478,6 +487,20 @@ int cuframes_subscriber_connect(const char *key, const cuframes_subscriber_optio
  *  forked from the connecting process it only frees the child's copy (no UNSUBSCRIBE, see
  *  "fork() and signals"). */
 void cuframes_subscriber_destroy(cuframes_subscriber_t *sub);
+/** Make CUDA ready while waiting for a publisher (call it after a connect failed for want of
+ *  one): *out is a reference on the device a subscriber with these options will most likely
+ *  import a CUDA ring on, to release with cuframes_cuda_context_release once connected, or NULL
+ *  when there is none (no GPU; several GPUs and an automatic device). The driver's set-up and
+ *  the context's creation then happen while waiting, not after the publisher appeared (where a
+ *  publisher with wait_subscribers waits for them). */
+int cuframes_subscriber_warm_up(const cuframes_subscriber_options_t *opts,
+                                cuframes_cuda_context_t **out);
+/** After the publisher ended the stream (a read returned CUFRAMES_ERR_DISCONNECTED), wait up
+ *  to timeout_ms for its process to exit: CUFRAMES_OK once it has (or when it is not visible
+ *  from this PID namespace), CUFRAMES_ERR_TIMEOUT while it lives (at once while the stream has
+ *  not ended). A reader that calls it before cuframes_subscriber_destroy releases its GPU state
+ *  after the publisher's teardown, which the driver would otherwise serialise with it. */
+int cuframes_subscriber_wait_publisher_exit(const cuframes_subscriber_t *sub, uint32_t timeout_ms);
 int cuframes_subscriber_frame_layout(const cuframes_subscriber_t *sub, cuframes_frame_layout_t *layout);
 /** The next frame; `timeout_ms` < 0 waits forever. CUFRAMES_ERR_TIMEOUT, or
  *  CUFRAMES_ERR_DISCONNECTED once the connection ended (SHUTDOWN, the publisher's death, or
@@ -592,7 +615,6 @@ uint64_t cuframes_host_copy_count(void);
 /** Number of CUDA devices a CUDA ring could use; 0 without a driver or device. Never fails. */
 int cuframes_cuda_device_count(void);
 
-typedef struct cuframes_cuda_context cuframes_cuda_context_t;
 /** Retain the primary context of CUDA device `device` (the context cuframes imports rings
  *  into) and return it as a CUcontext in `*cu_ctx`, for an FFmpeg AVCUDADeviceContext built
  *  on it. The context stays alive until cuframes_cuda_context_release(*out). */

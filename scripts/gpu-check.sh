@@ -6,7 +6,10 @@
 #   scripts/gpu-check.sh         # both, on a machine that has cargo and a GPU
 #   GPU_CHECK_ONLY=ffmpeg scripts/gpu-check.sh run   # only the FFmpeg frame-path steps
 #   GPU_CHECK_ONLY=python scripts/gpu-check.sh run   # only the Python package steps
-#   GPU_CHECK_ONLY=core scripts/gpu-check.sh run     # all but the FFmpeg and Python steps
+#   GPU_CHECK_ONLY=core scripts/gpu-check.sh run     # all but the FFmpeg, Python and camera steps
+#   GPU_CHECK_ONLY=cameras scripts/gpu-check.sh run  # only the many-cameras benchmark (bench-cameras.sh;
+#                                                      BENCH_CAMERAS_OUT=FILE keeps its output for
+#                                                      scripts/plot_bench_cameras.py)
 #   GPU_SKIP_BENCH=1                                   # leave out the benchmarks (tests only)
 #   GPU_CHURN_SECS=30 / GPU_CHURN_MAX=8                # churn soak length, subscriber processes (a soak much
 #                                                      shorter than 30 s may see no SIGSTOP and fail its
@@ -19,9 +22,9 @@
 # .gpu/ is git-ignored; carry it to a GPU machine that has no toolchain. The summary ends
 # with "N passed, N failed, N skipped": a test that printed SKIPPED did not run and counts as
 # skipped, never as passed, and one that skipped for want of a GPU fails its step here. Where
-# one command may run 10 minutes at most, run it as three commands (GPU_CHECK_ONLY=core,
-# =ffmpeg, =python): core alone takes more than 5 minutes on an H200 (its frame benchmark is
-# most of it).
+# one command may run 10 minutes at most, run it as four commands (GPU_CHECK_ONLY=core,
+# =ffmpeg, =python, =cameras): core alone takes more than 5 minutes on an H200 (its frame
+# benchmark is most of it), the many-cameras benchmark 2 to 5 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=.gpu
@@ -44,11 +47,12 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
         print(m["target"]["name"], m["executable"])' | while read -r name exe; do cp "$exe" "$out/$name"; done
-  cargo build --release -p cuframes-core --features testing --example frame_bench --example packet_bench
+  cargo build --release -p cuframes-core --features testing --example frame_bench --example packet_bench \
+    --example camera_reader
   cargo build --release --bin cuframes-demo --bin cuframes
   local tgt=${CARGO_TARGET_DIR:-target}
-  cp "$tgt/release/examples/frame_bench" "$tgt/release/examples/packet_bench" "$tgt/release/cuframes-demo" \
-    "$tgt/release/cuframes" "$out/"
+  cp "$tgt/release/examples/frame_bench" "$tgt/release/examples/packet_bench" "$tgt/release/examples/camera_reader" \
+    "$tgt/release/cuframes-demo" "$tgt/release/cuframes" "$out/"
   # `cuframes snapshot` of a CUDA ring (tool/tests/snapshot.rs), run with $out/cuframes there.
   cargo test --release -p cuframes-tool --test snapshot --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
@@ -58,10 +62,12 @@ for l in sys.stdin:
         print(m["executable"])' | while read -r exe; do cp "$exe" "$out/tool_snapshot"; done
   for f in "$out"/*; do strip --strip-debug "$f"; done
   cp scripts/gpu-check.sh scripts/steady_fps.py scripts/ffbench.sh "$out/"
+  # The many-cameras benchmark (camera_reader above is its frame reader).
+  cp scripts/bench-cameras.sh scripts/bench_cameras.py scripts/bench_cameras_phase.py scripts/bench_cameras_stats.py "$out/"
   # The decode-pipeline diagnostics (tools/diag/README.md), only when asked for: they are a
   # lab bench, not a check.
   if [ -n "${GPU_CHECK_DIAG:-}" ]; then
-    cp tools/diag/ff-readers-diag.sh tools/diag/ff-readers-ioctl.sh tools/diag/proc_sched.py \
+    cp tools/diag/ff-readers-diag.sh tools/diag/ff-readers-ioctl.sh tools/diag/proc_sched.py tools/diag/ff_timeline.py \
       tools/diag/diag_subscriber.py "$out/"
     # The ioctl tracer of ff-readers-ioctl.sh (an LD_PRELOAD shim; plain C, glibc only).
     gcc -O2 -Wall -shared -fPIC -o "$out/ioctl_trace.so" tools/diag/ioctl_trace.c -ldl -lpthread
@@ -243,6 +249,28 @@ python_example() {
   rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
   return "$ok"
 }
+# The many-cameras benchmark (scripts/bench-cameras.sh, docs/benchmarks.md "Many cameras on one
+# GPU"): fails when a process of a camera failed, a reader missed a frame or a recording lacks
+# a packet; its goals are reported, not checked.
+camera_steps() {
+  if [ ! -x "$out/ffmpeg" ] || [ ! -x "$out/camera_reader" ]; then
+    skip_step "many cameras on one GPU" "no $out/ffmpeg or $out/camera_reader at build time"
+    return 0
+  fi
+  step "many cameras on one GPU: N = 1, 4, 8, 16 (32 if the decoder keeps up) nvdec decodes publishing both rings, a zero-copy reader and a recorder each, against the same decodes without rings" \
+    cameras_bench
+}
+# A SKIPPED (no GPU found) fails the step here, as for the GPU tests.
+cameras_bench() {
+  local log rc
+  log=$(mktemp /tmp/cuframes-cameras-log.XXXXXX)
+  bash "$out/bench-cameras.sh" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  count_skips "$log"
+  if grep -q 'SKIPPED' "$log"; then echo "the many-cameras benchmark skipped on the GPU machine"; rc=1; fi
+  rm -f "$log"
+  return "$rc"
+}
 python_steps() {
   step "Python: zero-copy CUDA frames into torch and cupy through DLPack, bit-exact vs hwdownload; to_rgb vs reference; publish from device memory" python_gpu
   step "Python: stream= rule on torch's default stream (release and publish ordered after it), to_rgb from two threads, frame drop without the GIL (python/tests/gpu_streams.py)" \
@@ -400,7 +428,8 @@ run() {
   }
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   if [ "${GPU_CHECK_ONLY:-}" = ffmpeg ]; then ffmpeg_steps
-  elif [ "${GPU_CHECK_ONLY:-}" = python ]; then python_steps; else
+  elif [ "${GPU_CHECK_ONLY:-}" = python ]; then python_steps
+  elif [ "${GPU_CHECK_ONLY:-}" = cameras ]; then camera_steps; else
   step "CUDA VMM layer (alloc/export/import across processes, copies, events)" gpu_test "$out/cuda_vmm" --test-threads=1 --nocapture
   step "frame ring on CUDA VMM (both policies, COPY/ZERO_COPY, 8 subscribers, bit-exact)" gpu_test "$out/frame_ring_cuda" --test-threads=1 --nocapture "${skips[@]}"
   step "release on a stream, then subscriber destroy, x${CUFRAMES_RELEASE_CYCLES:-1000}: torn down on our thread, no failed driver release, memory and mappings flat" \
@@ -444,6 +473,7 @@ run() {
   if [ "${GPU_CHECK_ONLY:-}" != core ]; then
     ffmpeg_steps
     python_steps
+    [ -n "${GPU_SKIP_BENCH:-}" ] || camera_steps
   fi
   fi
   rm -rf "$CUFRAMES_RUNTIME_DIR"

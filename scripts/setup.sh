@@ -19,8 +19,16 @@ echo "== installing libcuframes into build/prefix"
 scripts/install.sh "$root/build/prefix"
 
 if [ -x scripts/build-ffmpeg.sh ] && [ -z "${CUFRAMES_SKIP_FFMPEG:-}" ]; then
-  echo "== building FFmpeg with --enable-libcuframes (cached; set CUFRAMES_SKIP_FFMPEG=1 to skip)"
-  PKG_CONFIG_PATH="$root/build/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" scripts/build-ffmpeg.sh
+  # Every FFmpeg tree the test suite uses is built here, once: 9.0 (build/ffmpeg, the demo's),
+  # 7.1 (Debian 13's line) and the broad "bring your own tree" build. Each keeps its object
+  # tree, so scripts/test.sh runs FATE on it and compiles no FFmpeg line again.
+  export PKG_CONFIG_PATH="$root/build/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  echo "== building FFmpeg 9.0 with --enable-libcuframes (cached; set CUFRAMES_SKIP_FFMPEG=1 to skip)"
+  scripts/build-ffmpeg.sh 9.0
+  echo "== building FFmpeg 7.1 with --enable-libcuframes (cached)"
+  scripts/build-ffmpeg.sh 7.1
+  echo "== your own FFmpeg tree: scripts/patch-ffmpeg.sh on 9.0, a broad configure, a full build (cached)"
+  scripts/test-patch-ffmpeg.sh 9.0
 fi
 
 echo "== demo: one publisher, four subscriber processes, 1080p NV12 frames verified bit for bit"

@@ -124,6 +124,11 @@ no_leftovers() {
   fi
 }
 
+# The GPU benchmark's whole script on this machine: software decode, host rings, N = 1 and 2.
+cameras_dry_run() {
+  cargo build --release -p cuframes-core --example camera_reader && BENCH_CAMERAS_MODE=host scripts/bench-cameras.sh
+}
+
 checkout_unchanged() {
   local tree_after
   tree_after=$(git status --porcelain 2>/dev/null || true)
@@ -151,7 +156,10 @@ stage "cargo test (release: the stress tests push millions of packets)" cargo_te
 stage "the FFmpeg tests again, against FFmpeg 7.1" ffmpeg71_tests
 stage "libav* API tests (ffmpeg-sys-next), against each FFmpeg" libav_api_tests
 stage "Python package (scripts/build-python.sh: rebuilt only when its inputs changed) and pytest" python_tests
-stage "the benchmarks' measuring scripts (steady_fps.py, proc_sched.py)" \
+stage "the many-cameras benchmark end to end on the host (BENCH_CAMERAS_MODE=host scripts/bench-cameras.sh)" \
+  cameras_dry_run
+# After the dry run, which builds the camera_reader example some of these tests run.
+stage "the benchmarks' measuring scripts (steady_fps.py, proc_sched.py, the many-cameras benchmark's)" \
   build/venv/bin/python -m pytest scripts/tests -q -p no:cacheprovider
 stage "memory-order models (loom: the seqlock copy and the ACK page's store/load; docs/testing.md)" loom_models
 stage "GPU tests (they run on a GPU machine through scripts/gpu-check.sh; here they say why not)" gpu_tests_here

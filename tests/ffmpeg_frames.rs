@@ -309,6 +309,7 @@ fn options_are_documented() {
         "read_timeout",
         "reconnect",
         "spin",
+        "wait_publisher_exit",
     ] {
         assert!(d.contains(opt), "device help lacks {opt}:\n{d}");
     }
@@ -646,4 +647,72 @@ fn a_ring_moved_from_cuda_to_host_memory_is_followed() {
         assert_same_frames_in_both_rings(r, &frames, &log);
         assert!(log.contains("moved to host memory"), "{log}");
     }
+}
+
+/// After the publisher ended the stream, a reader releases its GPU state only once the
+/// publisher's process has exited, up to `-wait_publisher_exit` (the driver would make the
+/// publisher's teardown wait for the readers'). The publisher here is this test process,
+/// which lives on after ending the stream: a reader waits the whole option, and with 0 it
+/// ends at once.
+#[test]
+fn a_reader_waits_for_the_publisher_process_up_to_wait_publisher_exit() {
+    let Some(ff) = find() else { return };
+    let env = Scratch::new(&ff, "pubexit");
+    let mut ends = Vec::new();
+    for (i, wait) in ["2", "0"].iter().enumerate() {
+        let key = env.key(&format!("pe{i}"));
+        let opts = PublisherOptions {
+            runtime_dir: Some(env.path("")),
+            ..Default::default()
+        };
+        let p = Publisher::create(&key, opts).unwrap();
+        let mut cfg = FrameRingConfig::new(Format::Nv12, 64, 48);
+        cfg.memory = MemoryChoice::Host;
+        p.enable_frames(cfg).unwrap();
+        let log = format!("pe{i}");
+        let r = env.spawn_ffmpeg(
+            &log,
+            &[
+                "-loglevel",
+                "verbose",
+                "-f",
+                "cuframes",
+                "-wait_publisher_exit",
+                wait,
+                "-read_timeout",
+                "30",
+                "-i",
+                &key,
+                "-f",
+                "null",
+                "-",
+            ],
+        );
+        wait_until("the reader", Duration::from_secs(30), || {
+            p.ready_subscriber_count() == 1
+        });
+        for n in 1..=3 {
+            publish_pattern(&p, n, Some(n as i64 * 40_000_000)).unwrap();
+        }
+        drop(p);
+        let t = std::time::Instant::now();
+        assert!(
+            env.wait(r, Duration::from_secs(30)).success(),
+            "{}",
+            env.stderr(&log)
+        );
+        let took = t.elapsed();
+        let err = env.stderr(&log);
+        assert!(err.contains("End of stream"), "{err}");
+        assert!(err.contains("3 frames out"), "{err}");
+        ends.push(took);
+    }
+    assert!(
+        ends[0] >= Duration::from_millis(1900),
+        "-wait_publisher_exit 2: {ends:?}"
+    );
+    assert!(
+        ends[1] < Duration::from_millis(1500),
+        "-wait_publisher_exit 0: {ends:?}"
+    );
 }

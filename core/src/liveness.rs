@@ -46,6 +46,55 @@ fn exists(pid: u64) -> bool {
     }
 }
 
+/// Waits up to `timeout` for process `pid` to exit; true once it has (or when there is no such
+/// process), false when it is still alive at the deadline. A pidfd (`pidfd_open`) becomes
+/// readable when the process exits, so the wait sleeps in `poll`; without pidfds (old kernel,
+/// seccomp) [`is_alive`] is asked every 5 ms.
+pub fn wait_exit(pid: u64, timeout: std::time::Duration) -> bool {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    if raw <= 0 {
+        return true;
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+    if fd < 0 {
+        if Errno::last() == Errno::ESRCH {
+            return true;
+        }
+        while is_alive(pid) {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        return true;
+    }
+    // SAFETY: the fd was just returned to us and is owned by nothing else.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut pfd = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // Rounded up: poll's milliseconds never end the wait before the deadline.
+        let ms = libc::c_int::try_from(left.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd, for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n > 0 {
+            return true;
+        }
+        let interrupted = n < 0 && Errno::last() == Errno::EINTR;
+        if !interrupted && (n < 0 || std::time::Instant::now() >= deadline) {
+            return !is_alive(pid);
+        }
+    }
+}
+
 /// Whether `/proc/<pid>/stat` says the process has exited (state Z or X). No /proc entry:
 /// not a zombie (the process is gone or /proc is not mounted; [`exists`] decides).
 fn is_zombie(pid: u64) -> bool {
@@ -122,6 +171,38 @@ pub(crate) mod tests {
         child.wait().unwrap();
         assert!(!exists(pid));
         assert!(!is_alive(pid));
+    }
+
+    #[test]
+    fn wait_exit_returns_when_the_process_exits_and_times_out_while_it_lives() {
+        use std::time::{Duration, Instant};
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.3")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as u64;
+        let t = Instant::now();
+        assert!(
+            !wait_exit(pid, Duration::from_millis(50)),
+            "sleep 0.3 is still alive"
+        );
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        // The exit is seen as the child exits (a zombie has exited), well before 5 s.
+        assert!(wait_exit(pid, Duration::from_secs(5)));
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "took {:?}",
+            t.elapsed()
+        );
+        child.wait().unwrap();
+        assert!(
+            wait_exit(pid, Duration::from_secs(5)),
+            "a reaped process is gone"
+        );
+        assert!(
+            wait_exit(0, Duration::from_secs(5)),
+            "no pid: nothing to wait for"
+        );
     }
 
     #[test]

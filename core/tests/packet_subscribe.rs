@@ -281,3 +281,43 @@ fn a_publisher_pid_from_another_pid_namespace_does_not_end_the_stream() {
         ErrorCode::Disconnected
     );
 }
+
+/// A publisher of both rings counts each ring's readers apart: a packet reader is no frame
+/// reader for a frame publisher's `wait_subscribers`, and a frame reader no packet reader.
+#[test]
+fn each_ring_counts_its_own_readers() {
+    let env = TestEnv::new("counts");
+    let p = Publisher::create(&env.key, env.publisher_options()).unwrap();
+    p.enable_frames(FrameRingConfig::new(Format::Nv12, 64, 48))
+        .unwrap();
+    p.enable_packets(config()).unwrap();
+    let wait = |what: &str, cond: &dyn Fn() -> bool| {
+        common::wait_until(what, Duration::from_secs(10), || cond())
+    };
+    let packets = Subscriber::connect(&env.key, &packets_only(&env, "packets")).unwrap();
+    wait("the packet reader", &|| p.subscriber_count() == 1);
+    assert_eq!(p.ready_subscriber_count(), 1);
+    assert_eq!(
+        p.ready_frame_subscriber_count(),
+        0,
+        "a packet reader is no frame reader"
+    );
+    assert_eq!(p.packet_subscriber_count(), 1);
+
+    let frames = Subscriber::connect(&env.key, &env.subscriber_options("frames")).unwrap();
+    wait("the frame reader", &|| {
+        p.ready_frame_subscriber_count() == 1
+    });
+    assert_eq!(
+        p.packet_subscriber_count(),
+        1,
+        "a frame reader is no packet reader"
+    );
+    assert_eq!(p.ready_subscriber_count(), 2);
+    drop(packets);
+    wait("the packet reader's leave", &|| {
+        p.packet_subscriber_count() == 0
+    });
+    assert_eq!(p.ready_frame_subscriber_count(), 1);
+    drop(frames);
+}

@@ -79,9 +79,12 @@ typedef struct CuframesDemuxContext {
     char *runtime_dir;
     int reconnect;
     int64_t publisher_uid;
+    int64_t wait_publisher_exit;
 
     /* state */
     cuframes_subscriber_t *sub;
+    cuframes_cuda_context_t *warm; /* CUDA made ready while waiting for the publisher */
+    int ended;                     /* the publisher ended the stream */
     cuframes_frame_layout_t layout;
     cuframes_colour_t colour;      /* as the publisher announced it (present = 0: none) */
     enum AVPixelFormat sw_format;
@@ -145,9 +148,17 @@ static av_cold int cuframes_read_close(AVFormatContext *avctx)
                s->zero_copy ? "zero copy" : "copy", s->copies, st.delivered,
                st.dropped_overrun, st.dropped_torn,
                cuframes_host_copy_count() - s->host_copies_at_start);
+        /* After the publisher's end, our GPU state goes after its process: the driver
+         * serialises the two teardowns, and the publisher's (its decoder, its ring) would
+         * otherwise wait for every reader's. */
+        if (s->ended && s->wait_publisher_exit > 0)
+            cuframes_subscriber_wait_publisher_exit(s->sub, (uint32_t)av_clip64(
+                s->wait_publisher_exit / 1000, 1, UINT32_MAX));
         cuframes_subscriber_destroy(s->sub);
         s->sub = NULL;
     }
+    cuframes_cuda_context_release(s->warm);
+    s->warm = NULL;
     av_buffer_unref(&s->frames_ref);
     av_buffer_unref(&s->device_ref);
     return 0;
@@ -176,8 +187,16 @@ static int connect_subscriber(AVFormatContext *avctx)
 
     for (;;) {
         ret = cuframes_subscriber_connect(avctx->url, &o, &s->sub);
-        if (ret == CUFRAMES_OK)
+        if (ret == CUFRAMES_OK) {
+            /* Connected: a CUDA ring's import holds the context now. For a host ring the
+             * warm-up's reference stays until the end: dropping it would destroy the
+             * context on the reading thread, before the first frame. */
+            if (cuframes_subscriber_memory_kind(s->sub) == (int)CUFRAMES_MEMORY_CUDA_VMM) {
+                cuframes_cuda_context_release(s->warm);
+                s->warm = NULL;
+            }
             return 0;
+        }
         /* Wait for a publisher that is not there (yet), or whose frame ring is not set up
          * yet; any other error is final. */
         if (ret != CUFRAMES_ERR_NOT_FOUND && ret != CUFRAMES_ERR_DISCONNECTED &&
@@ -187,7 +206,11 @@ static int connect_subscriber(AVFormatContext *avctx)
             break;
         if (ff_check_interrupt(&avctx->interrupt_callback))
             return AVERROR_EXIT;
-        av_usleep(20000);
+        /* While waiting, CUDA gets ready (once): a publisher that waits for its subscribers
+         * then waits for our import only, not for the driver's set-up. */
+        if (!s->warm && s->output != OUTPUT_SOFTWARE)
+            cuframes_subscriber_warm_up(&o, &s->warm);
+        av_usleep(5000);
     }
     return ff_cuframes_log_error(avctx, ret, "Cannot subscribe");
 }
@@ -504,6 +527,7 @@ static int cuframes_read_packet(AVFormatContext *avctx, AVPacket *pkt)
             break;
         if (ret == CUFRAMES_ERR_DISCONNECTED) {
             av_log(avctx, AV_LOG_VERBOSE, "End of stream: %s\n", cuframes_last_error());
+            s->ended = 1;
             return AVERROR_EOF;
         }
         if (ret != CUFRAMES_ERR_TIMEOUT)
@@ -607,6 +631,8 @@ static const AVOption options[] = {
       OFFSET(reconnect), AV_OPT_TYPE_BOOL, { .i64 = 0 }, 0, 1, FLAGS },
     { "publisher_uid", "accept only a publisher running as this uid, on every connection (-1: any; later connections, reconnect or a new ring, must still be to the uid the first saw)",
       OFFSET(publisher_uid), AV_OPT_TYPE_INT64, { .i64 = -1 }, -1, UINT32_MAX, FLAGS },
+    { "wait_publisher_exit", "after the publisher ended the stream, wait up to this long for its process to exit before releasing the GPU state (the driver would make the publisher's teardown wait for ours; 0: release at once)",
+      OFFSET(wait_publisher_exit), AV_OPT_TYPE_DURATION, { .i64 = 1000000 }, 0, 60000000, FLAGS },
     { NULL },
 };
 

@@ -325,7 +325,7 @@ static int create_publisher(AVFilterContext *ctx, const AVFrame *frame, enum AVP
         /* Ready ones: a reader still importing the slots (a new process takes ~0.1 s, one
          * after another) would hold up the first frames under strict_wait, and its imports
          * would slow the first frames' GPU work under either policy. */
-        while ((n = cuframes_publisher_ready_subscriber_count(s->pub)) < s->wait_subscribers &&
+        while ((n = cuframes_publisher_ready_frame_subscriber_count(s->pub)) < s->wait_subscribers &&
                av_gettime_relative() < deadline)
             av_usleep(5000);
         if (n < s->wait_subscribers)

@@ -80,7 +80,7 @@ static int cuframes_pkt_wait_subscribers(AVFormatContext *s)
     int64_t deadline = av_gettime_relative() + c->wait_timeout;
     int n;
 
-    while ((n = cuframes_publisher_subscriber_count(c->pub)) < c->wait_subscribers) {
+    while ((n = cuframes_publisher_packet_subscriber_count(c->pub)) < c->wait_subscribers) {
         if (n < 0)
             return cuframes_pkt_fail(s, n, "cannot count the subscribers of");
         if (ff_check_interrupt(&s->interrupt_callback))

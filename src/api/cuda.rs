@@ -35,6 +35,13 @@ pub struct CCudaContext {
     _device: std::sync::Arc<cuframes_core::cuda::CudaDevice>,
 }
 
+impl CCudaContext {
+    /// The handle of a reference already taken on `device`.
+    pub(crate) fn new(device: std::sync::Arc<cuframes_core::cuda::CudaDevice>) -> CCudaContext {
+        CCudaContext { _device: device }
+    }
+}
+
 /// Retain the primary context of CUDA device `device` (the context cuframes imports rings
 /// into and allocates its copies in) and return it as a `CUcontext` in `*cu_ctx`. FFmpeg
 /// builds its CUDA device context on it, so that every frame of the input device lives in one
@@ -53,7 +60,7 @@ pub unsafe extern "C" fn cuframes_cuda_primary_context(
         let (cu_ctx, out_ctx) = unsafe { (out(cu_ctx, "cu_ctx")?, out(out_ctx, "out")?) };
         let dev = cuframes_core::cuda::CudaDevice::open(device)?;
         *cu_ctx = dev.context();
-        *out_ctx = Box::into_raw(Box::new(CCudaContext { _device: dev }));
+        *out_ctx = Box::into_raw(Box::new(CCudaContext::new(dev)));
         Ok(())
     })
 }

@@ -301,6 +301,36 @@ pub unsafe extern "C" fn cuframes_publisher_subscriber_count(p: *const CPublishe
     })
 }
 
+/// Frame subscribers that can read (`cuframes_publisher_ready_subscriber_count` without the
+/// packet readers of the same key), or a negative error: what a frame publisher waits for.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_ready_frame_subscriber_count(
+    p: *const CPublisher,
+) -> c_int {
+    // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+    value(|| match unsafe { p.as_ref() } {
+        Some(p) => Ok(p.0.ready_frame_subscriber_count() as c_int),
+        None => Err(Error::invalid("publisher is NULL")),
+    })
+}
+
+/// Admitted packet subscribers (without the frame readers of the same key), or a negative
+/// error: what a packet publisher waits for.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_packet_subscriber_count(p: *const CPublisher) -> c_int {
+    // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+    value(|| match unsafe { p.as_ref() } {
+        Some(p) => Ok(p.0.packet_subscriber_count() as c_int),
+        None => Err(Error::invalid("publisher is NULL")),
+    })
+}
+
 /// Up to `max` subscribers' statistics into `infos`; returns how many were written.
 ///
 /// # Safety

@@ -239,6 +239,32 @@ pub unsafe extern "C" fn cuframes_subscriber_connect(
     })
 }
 
+/// Make CUDA ready for a subscriber with these options while it waits for its publisher:
+/// `*out` is a reference on the device it will most likely import a CUDA ring on (release it
+/// with `cuframes_cuda_context_release` once connected), or NULL when there is none to make
+/// ready (no GPU; several GPUs and an automatic device). Best effort: never fails for want of
+/// a GPU.
+///
+/// # Safety
+/// The C contract (crate docs): `opts` is NULL or points to an initialised
+/// `CSubscriberOptions`; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_warm_up(
+    opts: *const CSubscriberOptions,
+    out_ctx: *mut *mut super::cuda::CCudaContext,
+) -> c_int {
+    status(|| {
+        // SAFETY: the C contract: `out_ctx` is NULL or writable; `opts` NULL or a valid
+        // options struct whose strings are NULL or NUL-terminated.
+        let (out_ctx, opts) = unsafe { (out(out_ctx, "out")?, options(opts.as_ref())?) };
+        *out_ctx = match opts.warm_up_cuda() {
+            Some(dev) => Box::into_raw(Box::new(super::cuda::CCudaContext::new(dev))),
+            None => std::ptr::null_mut(),
+        };
+        Ok(())
+    })
+}
+
 /// Disconnect (UNSUBSCRIBE) and free. Frames still held stay valid until released.
 ///
 /// # Safety
@@ -251,6 +277,35 @@ pub unsafe extern "C" fn cuframes_subscriber_destroy(s: *mut CSubscriber) {
         // cuframes_subscriber_connect and is destroyed once, with no call on it in flight.
         guard((), || drop(unsafe { Box::from_raw(s) }));
     }
+}
+
+/// After the publisher ended the stream (a read returned DISCONNECTED), wait up to
+/// `timeout_ms` for its process to exit: OK once it has (or when it is not visible from this
+/// PID namespace), TIMEOUT while it lives, and TIMEOUT at once while the stream has not ended.
+/// Called before `cuframes_subscriber_destroy` by a reader that is about to release its GPU
+/// state, it keeps that release from slowing the publisher's own teardown (the driver
+/// serialises them across processes).
+///
+/// # Safety
+/// The C contract (crate docs): `s` is NULL or a live subscriber handle.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_subscriber_wait_publisher_exit(
+    s: *const CSubscriber,
+    timeout_ms: u32,
+) -> c_int {
+    status(|| {
+        // SAFETY: the C contract: `s` is NULL or a live subscriber handle.
+        let s = unsafe { input(s, "subscriber") }?;
+        let timeout = Duration::from_millis(u64::from(timeout_ms));
+        if s.read(|sub, _| sub.wait_publisher_exit(timeout)) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorCode::Timeout,
+                "the publisher's process has not exited (or the stream has not ended)",
+            ))
+        }
+    })
 }
 
 /// The layout of the frames this subscriber receives.

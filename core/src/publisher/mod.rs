@@ -622,6 +622,28 @@ impl Publisher {
             .count()
     }
 
+    /// [`ready_subscriber_count`](Self::ready_subscriber_count) of the frame subscribers
+    /// only: what a frame publisher waits for. A packet reader of the same key (the FFmpeg
+    /// command that publishes both rings) is no frame reader.
+    pub fn ready_frame_subscriber_count(&self) -> usize {
+        self.inner
+            .table()
+            .iter()
+            .filter(|(_, e)| e.wants_frames)
+            .filter(|(_, e)| e.ack_page.as_ref().map_or(true, |page| page.is_ready()))
+            .count()
+    }
+
+    /// Admitted subscribers that read packets: what a packet publisher waits for. A frame
+    /// reader of the same key is no packet reader.
+    pub fn packet_subscriber_count(&self) -> usize {
+        self.inner
+            .table()
+            .iter()
+            .filter(|(_, e)| e.wants_packets)
+            .count()
+    }
+
     fn shutdown(&mut self) {
         if !self.inner.origin.is_here() {
             self.leave_to_parent();
