@@ -50,10 +50,17 @@ for l in sys.stdin:
         print(m["target"]["name"], m["executable"])' | while read -r name exe; do cp "$exe" "$out/$name"; done
   cargo build --release -p cuframes-core --features testing --example frame_bench --example packet_bench \
     --example camera_reader
-  cargo build --release --bin cuframes-demo
+  cargo build --release --bin cuframes-demo --bin cuframes
   local tgt=${CARGO_TARGET_DIR:-target}
   cp "$tgt/release/examples/frame_bench" "$tgt/release/examples/packet_bench" "$tgt/release/examples/camera_reader" \
-    "$tgt/release/cuframes-demo" "$out/"
+    "$tgt/release/cuframes-demo" "$tgt/release/cuframes" "$out/"
+  # `cuframes snapshot` of a CUDA ring (tool/tests/snapshot.rs), run with $out/cuframes there.
+  cargo test --release -p cuframes-tool --test snapshot --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
+        print(m["executable"])' | while read -r exe; do cp "$exe" "$out/tool_snapshot"; done
   for f in "$out"/*; do strip --strip-debug "$f"; done
   cp scripts/gpu-check.sh scripts/steady_fps.py scripts/ffbench.sh scripts/whole_run.py "$out/"
   # The many-cameras benchmark (camera_reader above is its frame reader).
@@ -290,6 +297,49 @@ python_steps() {
   step "Python benchmark (python/benches/gpu_bench.py: import overhead, consumer fps, to_rgb vs D2D copy)" \
     with_wheel "$out/gpu_bench.py" --frames "${GPU_PY_BENCH_FRAMES:-3000}"
 }
+# Snapshots of a CUDA ring (docs/ffmpeg.md, "Snapshots"): the input device downloading
+# (-output software), hwdownload in the graph, a JPEG, and `cuframes snapshot`. Every PNG
+# has the sample's size; FFmpeg's PNGs are, pixel for pixel, one of the sample's frames
+# decoded in software and converted by FFmpeg from NV12 (nvdec's frames are bit-exact with
+# the software decoder's).
+ff_snapshot_cuda() {
+  local ff="$out/ffmpeg" d key ok=0 pub f size want
+  d=$(mktemp -d /tmp/cuframes-snap.XXXXXX); key="gpusnap-$$"
+  "$ff" -hide_banner -nostdin -v error -i "$out/sample.h264" -vf format=nv12 "$d/ref%03d.png" &&
+    "$ff" -hide_banner -nostdin -v error -i "$d/ref%03d.png" -f framemd5 "$d/ref.md5" ||
+    { echo "reference PNGs failed"; rm -rf "$d"; return 1; }
+  "$ff" -hide_banner -nostdin -re -hwaccel cuda -hwaccel_output_format cuda -i "$out/sample.h264" \
+    -vf "hwupload_cuframes=key=$key" -f null - 2>"$d/pub.log" & pub=$!
+  snap() { # file, reader options and filters...
+    local file=$1; shift
+    timeout 30 "$ff" -hide_banner -nostdin -y -f cuframes -wait_publisher 10 "$@" -frames:v 1 -update 1 \
+      "$d/$file" 2>"$d/$file.log" || { echo "snapshot $file failed:"; tail -5 "$d/$file.log"; return 1; }
+  }
+  snap sw.png -output software -i "$key" || ok=1
+  snap dl.png -i "$key" -vf hwdownload,format=nv12 || ok=1
+  snap sw.jpg -output software -i "$key" || ok=1
+  timeout 30 "$out/cuframes" snapshot "$key" "$d/tool.png" --wait-publisher 10 || { echo "cuframes snapshot failed"; ok=1; }
+  for f in sw.png dl.png sw.jpg tool.png; do
+    [ -f "$d/$f" ] || continue
+    size=$("$out/ffprobe" -v error -show_entries stream=width,height -of csv=p=0 "$d/$f")
+    if [ "$size" = "320,240" ]; then echo "$f: 320x240"; else echo "$f: size '$size', expected 320,240"; ok=1; fi
+  done
+  for f in sw.png dl.png; do
+    [ -f "$d/$f" ] || continue
+    want=$("$ff" -hide_banner -nostdin -v error -i "$d/$f" -f framemd5 - | ff_hashes /dev/stdin)
+    if [ -n "$want" ] && ff_hashes "$d/ref.md5" | grep -qx "$want"; then
+      echo "$f: pixels identical to one of the sample's frames converted by FFmpeg"
+    else
+      echo "$f: pixels are none of the sample's frames (hash '$want')"; ok=1
+    fi
+  done
+  kill "$pub" 2>/dev/null; wait "$pub" 2>/dev/null
+  rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
+  return "$ok"
+}
+tool_snapshot_cuda() {
+  CUFRAMES_TOOL_BIN="$PWD/$out/cuframes" gpu_test "$out/tool_snapshot" --exact a_cuda_ring_is_downloaded_and_converted --nocapture
+}
 ffmpeg_sys_gpu() {
   CUFRAMES_SAMPLE_H264="$out/sample.h264" gpu_test "$out/ffmpeg_sys_libav" --test-threads=1 --nocapture
 }
@@ -306,6 +356,8 @@ ffmpeg_steps() {
     ff_ring_check 2 "-mode copy" "hwdownload,format=nv12" "hwdownload,format=nv12" copy
   step "FFmpeg: scale_cuda after the input device = scale_cuda after the decoder" \
     ff_ring_check 1 "" "scale_cuda=w=160:h=120,hwdownload,format=nv12" "scale_cuda=w=160:h=120,hwdownload,format=nv12" scale
+  step "FFmpeg: snapshots of a CUDA ring (-output software, hwdownload; PNG and JPEG) and cuframes snapshot" \
+    ff_snapshot_cuda
   [ -n "${GPU_SKIP_BENCH:-}" ] || step "FFmpeg: decode pipeline fps with and without the ring (1080p 1500 frames, 4K 600 frames; 0/1/8 readers)" ff_bench
   [ -n "${GPU_SKIP_BENCH:-}" ] || ends_steps
   if [ -x "$out/ffmpeg_frames" ]; then
@@ -427,6 +479,10 @@ run() {
       gpu_test "$out/gpu_identity" --test-threads=1 --nocapture
     step "GPU identity: an explicit device that is another GPU is refused (hostile_publisher)" \
       gpu_test "$out/hostile_publisher" --exact an_explicit_device_that_is_another_gpu_is_refused_naming_both_uuids --nocapture
+  fi
+  if [ -x "$out/tool_snapshot" ]; then
+    step "cuframes snapshot of CUDA rings (nv12, p010, yuv420p, bgra): the PNG bit-exact against to_rgb_host of the published frame" \
+      tool_snapshot_cuda
   fi
   step "demo on CUDA (4 subscriber processes, 1080p)" "$out/cuframes-demo" --frames 120 --subscribers 4 --cuda 0
   if [ -z "${GPU_SKIP_BENCH:-}" ]; then

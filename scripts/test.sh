@@ -58,7 +58,7 @@ cargo_tests() {
 }
 
 ffmpeg71_tests() {
-  CUFRAMES_FFMPEG="$PWD/build/ffmpeg-7.1/bin/ffmpeg" cargo test --release --no-fail-fast --test ffmpeg_frames \
+  CUFRAMES_FFMPEG="$PWD/build/ffmpeg-7.1/bin/ffmpeg" cargo test --release --no-fail-fast --test ffmpeg_frames --test ffmpeg_snapshot \
     --test ffmpeg_pkt --test ffmpeg_options -- --test-threads=2 2>&1 | tee /tmp/cuframes-test-7.1.log
 }
 

@@ -54,12 +54,24 @@ typedef struct CuframesPktDemuxContext {
 
     cuframes_subscriber_t *sub;
     AVPacket *pending;
+    /* How the gaps are told apart and counted: the seq of the last packet returned (0 before
+     * the first), the library's losses (overruns + oversized) at the last discontinuity, and
+     * the packets this reader lost, for the warning of each gap and the one at the end. */
+    uint64_t last_seq;
+    uint64_t losses_seen;
+    uint64_t lost_packets;
+    uint64_t lossy_gaps;
 } CuframesPktDemuxContext;
 
 static int cuframes_pkt_read_close(AVFormatContext *s)
 {
     CuframesPktDemuxContext *c = s->priv_data;
 
+    if (c->lost_packets)
+        av_log(s, AV_LOG_WARNING, "'%s': %"PRIu64" packets lost in %"PRIu64" gaps: this reader "
+               "fell behind by more than the ring holds (a larger ring_slots/data_size at the "
+               "publisher, or -thread_queue_size here, lets it fall further behind)\n",
+               s->url, c->lost_packets, c->lossy_gaps);
     cuframes_subscriber_destroy(c->sub);
     c->sub = NULL;
     av_packet_free(&c->pending);
@@ -123,6 +135,36 @@ static uint8_t *cuframes_pkt_buffer(void *opaque, size_t size)
     return pkt->data;
 }
 
+/* Say what a DISCONTINUITY before packet `seq` stands for: packets this reader lost (the
+ * library counted an overrun or an oversized packet since the last one, and seqs were skipped),
+ * or a gap it did not cause (the publisher flagged one, or a restarted publisher). */
+static void cuframes_pkt_log_gap(AVFormatContext *s, uint64_t seq)
+{
+    CuframesPktDemuxContext *c = s->priv_data;
+    cuframes_packet_stats_t st = { 0 };
+    uint64_t losses;
+
+    if (cuframes_subscriber_packet_stats(c->sub, &st) != CUFRAMES_OK) {
+        av_log(s, AV_LOG_WARNING, "discontinuity before packet %"PRIu64" of '%s'\n", seq, s->url);
+        return;
+    }
+    losses = st.overruns + st.oversized;
+    if (losses > c->losses_seen && c->last_seq && seq > c->last_seq + 1) {
+        uint64_t lost = seq - c->last_seq - 1;
+
+        c->lost_packets += lost;
+        c->lossy_gaps++;
+        av_log(s, AV_LOG_WARNING, "discontinuity before packet %"PRIu64" of '%s': %"PRIu64" packets "
+               "lost (overwritten before this reader read them, or larger than max_packet_size); "
+               "resuming at a keyframe\n", seq, s->url, lost);
+    } else {
+        av_log(s, AV_LOG_WARNING, "discontinuity before packet %"PRIu64" of '%s' (a gap at the "
+               "publisher, or a restarted publisher)\n", seq, s->url);
+    }
+    /* A new reader after a reconnect counts from 0 again. */
+    c->losses_seen = losses;
+}
+
 /* The next packet of the ring into pkt: waits, watching the interrupt callback. */
 static int cuframes_pkt_next(AVFormatContext *s, AVPacket *pkt, AVRational tb)
 {
@@ -171,8 +213,7 @@ static int cuframes_pkt_next(AVFormatContext *s, AVPacket *pkt, AVRational tb)
         char val[16];
 
         if (info.flags & CUFRAMES_PACKET_FLAG_DISCONTINUITY)
-            av_log(s, AV_LOG_WARNING, "discontinuity before packet %"PRIu64" of '%s' "
-                   "(lost packets or a publisher-side gap)\n", info.seq, s->url);
+            cuframes_pkt_log_gap(s, info.seq);
         snprintf(val, sizeof(val), "0x%x", (unsigned)info.flags);
         if ((ret = av_dict_set(&dict, CUFRAMES_PKT_FLAGS_KEY, val, 0)) < 0)
             return ret;
@@ -185,6 +226,8 @@ static int cuframes_pkt_next(AVFormatContext *s, AVPacket *pkt, AVRational tb)
             return ret;
         }
     }
+    /* The next gap is counted from this packet. */
+    c->last_seq = info.seq;
     return 0;
 }
 

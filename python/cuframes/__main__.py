@@ -1,4 +1,4 @@
-"""``python -m cuframes ls|stat|clean``: the operator tool's views from Python.
+"""``python -m cuframes ls|stat|clean|snapshot``: the operator tool's commands from Python.
 
 The same code, options and output as the ``cuframes`` binary (``cuframes --help``); the
 exporter is served by the binary only.

@@ -1,6 +1,6 @@
-//! `python -m cuframes ls|stat|clean`: the operator tool's views from Python. The code is the
-//! `cuframes` binary's (the crate `cuframes-tool`, [`cuframes_tool::run`]); only where it
-//! writes and how it waits differ. It writes to Python's `sys.stdout` / `sys.stderr` (what
+//! `python -m cuframes ls|stat|clean|snapshot`: the operator tool's commands from Python. The
+//! code is the `cuframes` binary's (the crate `cuframes-tool`, [`cuframes_tool::run`]); only
+//! where it writes and how it waits differ. It writes to Python's `sys.stdout` / `sys.stderr` (what
 //! pytest's capsys, a redirect or a notebook see), or to fd 1 / fd 2 when they are None, and
 //! runs without the GIL, looking at Python's signals between the slices of every wait, so
 //! that Ctrl-C ends `stat --watch` at once with KeyboardInterrupt. `exporter` is the binary's

@@ -1,10 +1,12 @@
-"""`python -m cuframes ls|stat|clean`: the operator tool's views from
+"""`python -m cuframes ls|stat|clean|snapshot`: the operator tool's commands from
 Python, run by the `cuframes` binary's own code (the crate cuframes-tool), so with the same
 options, output and exit status; compared here with the binary where it is built (cargo
 builds it as target/release/cuframes). Ctrl-C ends a wait at once."""
 
 import json
 import os
+import struct
+import zlib
 import pathlib
 import select
 import signal
@@ -114,6 +116,81 @@ def test_stat_samples_without_the_gil(runtime_dir, key, capsys):
         fps = json.loads(capsys.readouterr().out)["frames"]["fps"]
         # About 100 a second unloaded; a thread starved of the GIL for the second gives 0.
         assert fps is not None and fps > 5, fps
+
+
+def _read_png_rgb(path):
+    """(width, height, rows of RGB bytes) of an 8-bit RGB PNG, decoded here: IHDR, the IDAT
+    stream inflated, every row unfiltered (PNG filter types 0-4)."""
+    data = pathlib.Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, ihdr = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            ihdr = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    w, h, depth, colour_type, _, _, interlace = ihdr
+    assert (depth, colour_type, interlace) == (8, 2, 0), ihdr
+    raw, stride, rows, prev = zlib.decompress(idat), 3 * w, [], bytearray(3 * w)
+    for y in range(h):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        for i in range(stride):
+            a = line[i - 3] if i >= 3 else 0
+            b, c = prev[i], (prev[i - 3] if i >= 3 else 0)
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+                line[i] = (line[i] + pred) & 255
+        rows.append(bytes(line))
+        prev = line
+    return w, h, rows
+
+
+def test_snapshot_is_to_rgb_of_the_frame(runtime_dir, key, tmp_path, capsys):
+    """`snapshot` writes what `Frame.to_rgb(layout="hwc")` gives for the same frame, reading
+    the ring's colour description (BT.601 full range here) as to_rgb does."""
+    rng = np.random.default_rng(7)
+    planes = [rng.integers(0, 256, (H, W), np.uint8), rng.integers(0, 256, (H // 2, W), np.uint8)]
+    stop = threading.Event()
+    colour = {"matrix": "bt470bg", "range": "full"}
+    with cuframes.Publisher(key, width=W, height=H, colour=colour) as p:
+        def feed():
+            while not stop.is_set():
+                p.publish(planes)
+                time.sleep(0.01)
+
+        t = threading.Thread(target=feed)
+        t.start()
+        try:
+            with cuframes.Subscriber(key) as sub:
+                frame = sub.next(timeout=5)
+                assert frame is not None
+                with frame:
+                    want = np.asarray(frame.to_rgb(layout="hwc"))
+                    as709 = np.asarray(frame.to_rgb(layout="hwc", matrix="bt709", range="limited"))
+            out = tmp_path / "snap.png"
+            assert _tool_main(["snapshot", key, str(out)]) == 0
+        finally:
+            stop.set()
+            t.join()
+    assert f"{key}: frame " in capsys.readouterr().out
+    w, h, rows = _read_png_rgb(out)
+    assert (w, h) == (W, H)
+    got = np.frombuffer(b"".join(rows), np.uint8).reshape(H, W, 3)
+    assert np.array_equal(got, want)
+    # The BT.709 limited reading differs: the colour description was used.
+    assert not np.array_equal(got, as709)
 
 
 def _die_publishing(key, runtime_dir):

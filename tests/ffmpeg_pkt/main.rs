@@ -7,7 +7,8 @@
 //!
 //! Files: harness.rs (sources, references, command lines, waits), round_trip.rs,
 //! late_subscriber.rs, failures.rs (killed or missing publishers, reconnects), help.rs,
-//! muxer.rs (flags and timestamps, a shared publisher, `-wait_subscribers`).
+//! muxer.rs (flags and timestamps, a shared publisher, `-wait_subscribers`), slow_recorder.rs
+//! (a recorder that falls behind: within the ring nothing is lost, past it the gap is marked).
 
 mod failures;
 mod harness;
@@ -15,3 +16,4 @@ mod help;
 mod late_subscriber;
 mod muxer;
 mod round_trip;
+mod slow_recorder;

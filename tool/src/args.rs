@@ -6,15 +6,17 @@ use std::time::Duration;
 use cuframes_core::paths::{self, Key};
 
 use crate::exporter_options::Options;
+use crate::snapshot::SnapshotOptions;
 
 pub const USAGE: &str = "\
-cuframes: see, watch and clean cuframes publishers
+cuframes: see, watch and clean cuframes publishers, take a frame of one
 
 Usage:
   cuframes [--runtime-dir DIR] ls [--json] [--interval SECONDS]
   cuframes [--runtime-dir DIR] stat KEY [--watch [SECONDS]] [--json] [--interval SECONDS]
   cuframes [--runtime-dir DIR] clean [--dry-run] [--json] [KEY...]
   cuframes [--runtime-dir DIR] exporter --listen ADDRESS:PORT [EXPORTER OPTIONS] [KEY...]
+  cuframes [--runtime-dir DIR] snapshot KEY FILE [--timeout SECONDS] [--wait-publisher SECONDS]
   cuframes --help
 
 Commands:
@@ -31,11 +33,20 @@ Commands:
           Prometheus metrics at http://ADDRESS:PORT/metrics until stopped; port 0 picks a
           free one. The first line on stdout says where it listens; an error that stops
           it exits with status 1
+  snapshot  subscribe to KEY, take its next frame (host or CUDA ring) and write it to
+          FILE as an 8-bit RGB PNG, its YUV read as the stream's colour description says
+          (BT.709 limited range when it says nothing). FILE is replaced atomically (a
+          temporary file renamed over it; a symlink at FILE is replaced, never followed)
 
 Options:
   --runtime-dir DIR   socket directory (default: $CUFRAMES_RUNTIME_DIR, else /run/cuframes)
   --json              machine-readable output
   --listen ADDR:PORT  (exporter) where to serve /metrics, e.g. 127.0.0.1:9464
+  --timeout SECONDS   (snapshot) how long to wait for a frame, and for the handshake
+                      (default 5)
+  --wait-publisher SECONDS
+                      (snapshot) how long to wait for a missing publisher (or its frame
+                      ring) to appear (default 0: a missing publisher is an error at once)
   -h, --help          this text
   --                  the end of the options: what follows is a KEY even if it starts with
                       '-' (cuframes stat -- -cam1)
@@ -83,6 +94,11 @@ pub enum Command {
         keys: Vec<Key>,
     },
     Exporter(Options),
+    Snapshot {
+        key: Key,
+        file: PathBuf,
+        options: SnapshotOptions,
+    },
 }
 
 pub struct Args {
@@ -105,6 +121,24 @@ fn count(v: &str, what: &str) -> std::result::Result<usize, String> {
             "{what} wants a whole number of at least 1, not {v:?}"
         )),
     }
+}
+
+/// `snapshot`'s options (each takes seconds).
+fn snapshot_option(
+    opts: &mut SnapshotOptions,
+    name: &str,
+    v: &str,
+) -> std::result::Result<(), String> {
+    let s = seconds(v, name)?;
+    if name == "--timeout" {
+        if s < Duration::from_millis(1) {
+            return Err("--timeout needs more than 0 seconds".into());
+        }
+        opts.timeout = s;
+    } else {
+        opts.wait_publisher = s;
+    }
+    Ok(())
 }
 
 /// The exporter's options that take a value: `Ok(false)` when `a` is none of them.
@@ -201,6 +235,7 @@ pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
     let mut watch = None;
     let mut listen = None;
     let mut exporter = Options::new(String::new());
+    let mut snapshot = SnapshotOptions::default();
     let mut i = 0;
     while i < rest.len() {
         let a = rest[i].as_str();
@@ -239,6 +274,19 @@ pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
             }
             _ if a.starts_with("--listen=") && sub == "exporter" => {
                 listen = Some(a["--listen=".len()..].to_owned());
+            }
+            "--timeout" | "--wait-publisher" if sub == "snapshot" => {
+                i += 1;
+                let v = rest
+                    .get(i)
+                    .ok_or(format!("{a} needs a number of seconds"))?;
+                snapshot_option(&mut snapshot, a, v)?;
+            }
+            _ if sub == "snapshot"
+                && (a.starts_with("--timeout=") || a.starts_with("--wait-publisher=")) =>
+            {
+                let (name, v) = a.split_once('=').unwrap_or((a, ""));
+                snapshot_option(&mut snapshot, name, v)?;
             }
             _ if sub == "exporter" && exporter_option(&mut exporter, a, rest.get(i + 1))? => {
                 if !a.contains('=') {
@@ -289,9 +337,22 @@ pub fn parse_args(raw: Vec<String>) -> std::result::Result<Args, String> {
                 .collect::<std::result::Result<_, _>>()?;
             Command::Exporter(exporter)
         }
+        "snapshot" => {
+            if json {
+                return Err("snapshot: unknown option --json".into());
+            }
+            let [key, file] = positional.as_slice() else {
+                return Err("snapshot needs KEY and FILE".into());
+            };
+            Command::Snapshot {
+                key: to_key(key)?,
+                file: PathBuf::from(file),
+                options: snapshot,
+            }
+        }
         other => {
             return Err(format!(
-                "unknown command {other:?} (ls, stat, clean, exporter)"
+                "unknown command {other:?} (ls, stat, clean, exporter, snapshot)"
             ))
         }
     };
@@ -410,6 +471,39 @@ mod tests {
         assert!(a(&["exporter", "--listen", "x:1", "--interval", "1"]).is_err());
         assert!(a(&["exporter", "--listen", "x:1", "--json"]).is_err());
         assert!(a(&["ls", "--listen", "x:1"]).is_err());
+        match a(&[
+            "snapshot",
+            "cam1",
+            "out.png",
+            "--timeout",
+            "2",
+            "--wait-publisher=3",
+        ])
+        .unwrap()
+        .command
+        {
+            Command::Snapshot { key, file, options } => {
+                assert_eq!(key.as_str(), "cam1");
+                assert_eq!(file, PathBuf::from("out.png"));
+                assert_eq!(options.timeout, Duration::from_secs(2));
+                assert_eq!(options.wait_publisher, Duration::from_secs(3));
+            }
+            other => panic!("{other:?}"),
+        }
+        match a(&["snapshot", "--", "-k", "-out.png"]).unwrap().command {
+            Command::Snapshot { key, file, options } => {
+                assert_eq!((key.as_str(), file), ("-k", PathBuf::from("-out.png")));
+                assert_eq!(options, SnapshotOptions::default());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(a(&["snapshot", "cam1"]).is_err());
+        assert!(a(&["snapshot", "cam1", "a.png", "b.png"]).is_err());
+        assert!(a(&["snapshot", "cam1", "a.png", "--timeout", "0"]).is_err());
+        assert!(a(&["snapshot", "cam1", "a.png", "--timeout"]).is_err());
+        assert!(a(&["snapshot", "cam1", "a.png", "--json"]).is_err());
+        assert!(a(&["snapshot", "bad key", "a.png"]).is_err());
+        assert!(a(&["stat", "cam1", "--wait-publisher", "1"]).is_err());
         match a(&["clean", "--dry-run", "a", "b"]).unwrap().command {
             Command::Clean { dry_run, keys, .. } => {
                 assert!(dry_run);

@@ -1,17 +1,21 @@
-//! The operator tool's views: `ls`, `stat` (once or `--watch`) and `clean`, with the command
-//! line of every command (`exporter` included). One implementation, run by the `cuframes`
-//! binary (src/bin/cuframes) and by `python -m cuframes` (python/src/tool.rs) through [`run`].
+//! The operator tool's views: `ls`, `stat` (once or `--watch`), `clean` and `snapshot`, with
+//! the command line of every command (`exporter` included). One implementation, run by the
+//! `cuframes` binary (src/bin/cuframes) and by `python -m cuframes` (python/src/tool.rs)
+//! through [`run`].
 //!
-//! It only reads: SHM objects are mapped read-only, sockets are never connected to (except by
-//! `clean`, which checks a dead-looking socket the way a new publisher would before removing
-//! it). See `docs/operations.md`.
+//! The views only read: SHM objects are mapped read-only, sockets are never connected to
+//! (except by `clean`, which checks a dead-looking socket the way a new publisher would before
+//! removing it). `snapshot` subscribes, as a COPY-mode reader, for one frame. See
+//! `docs/operations.md`.
 
 mod args;
+mod atomic_file;
 mod clean;
 mod console;
 pub mod exporter_options;
 mod json;
 mod ls;
+mod snapshot;
 mod stat;
 mod text;
 
@@ -22,6 +26,7 @@ use cuframes_core::Error;
 pub use args::USAGE;
 pub use console::{Console, Interrupted};
 pub use exporter_options::Options as ExporterOptions;
+pub use snapshot::SnapshotOptions;
 
 use args::{parse_args, subcommand, Command};
 
@@ -81,6 +86,9 @@ fn run_inner(argv: Vec<String>, console: &mut Console<'_>, exporter: Option<Expo
             json,
             keys,
         } => clean::clean(console, &args.runtime_dir, &keys, dry_run, json),
+        Command::Snapshot { key, file, options } => {
+            snapshot::snapshot(console, &args.runtime_dir, &key, &file, &options)
+        }
         Command::Exporter(opts) => match exporter {
             Some(serve) => serve(&args.runtime_dir, &opts),
             None => return no_exporter(console),
@@ -101,7 +109,7 @@ fn no_exporter(console: &mut Console<'_>) -> u8 {
     let _ = writeln!(
         console.err,
         "cuframes: the exporter is served by the cuframes binary only \
-         (cuframes exporter --listen ADDRESS:PORT); here: ls, stat, clean"
+         (cuframes exporter --listen ADDRESS:PORT); here: ls, stat, clean, snapshot"
     );
     EXIT_USAGE
 }
