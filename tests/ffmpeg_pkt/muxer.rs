@@ -283,6 +283,75 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
     );
 }
 
+/// In the command that publishes both rings, the filter's `wait_subscribers` waits for a
+/// frame reader: the packet recorder of the shared publisher, connected first, is none. The
+/// frame reader comes a second later and still gets every frame.
+#[test]
+fn the_filter_waits_for_a_frame_reader_not_the_packet_recorder() {
+    let Some(ff) = find() else { return };
+    let s = Scratch::new(&ff, "framewait");
+    let src = h264_bframes_mkv();
+    let want = reference(&s, &src);
+    let key = s.key("framewait");
+    let (rec, rec_out) = spawn_recorder(&s, "packets", &key);
+    let filter = format!(
+        "format=nv12,hwupload_cuframes=key={key}:memory=host:ring_size=4:policy=strict_wait:\
+         wait_subscribers=1:wait_timeout=30:ack_timeout=10"
+    );
+    let publisher = s.spawn_ffmpeg(
+        "publisher",
+        &[
+            "-v",
+            "error",
+            "-i",
+            src.path.to_str().unwrap(),
+            "-map",
+            "0:v:0",
+            "-c",
+            "copy",
+            "-f",
+            "cuframes_pkt",
+            "-ring_slots",
+            "1024",
+            "-wait_subscribers",
+            "1",
+            &key,
+            "-map",
+            "0:v:0",
+            "-vf",
+            &filter,
+            "-f",
+            "null",
+            "-",
+        ],
+    );
+    // The recorder is in; the filter must still be waiting for a frame reader.
+    std::thread::sleep(Duration::from_millis(1500));
+    let frames_out = s.path("frames.framemd5");
+    let frames = s.spawn_ffmpeg(
+        "frames",
+        &[
+            "-v",
+            "error",
+            "-f",
+            "cuframes",
+            "-wait_publisher",
+            "10",
+            "-i",
+            &key,
+            "-f",
+            "framemd5",
+            frames_out.to_str().unwrap(),
+        ],
+    );
+    s.wait_ok(publisher, SECS(30));
+    s.wait_ok(rec, SECS(30));
+    s.wait_ok(frames, SECS(30));
+    assert_same_packets("packets", &read_framemd5(&rec_out), &want);
+    let n = read_framemd5(&frames_out).len();
+    assert_eq!(n, want.len(), "the frame reader missed frames");
+}
+
 /// `-wait_subscribers` waits in the muxer's header, which ffmpeg writes before it starts any
 /// output: the whole command waits, other outputs included (docs/ffmpeg.md states exactly
 /// this). Here a framecrc output of the same command gets no packet while the cuframes_pkt
