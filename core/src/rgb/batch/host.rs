@@ -1,0 +1,343 @@
+//! The batched conversion on the host ([`convert_batch_host`]): the kernel's sequence of f32
+//! operations (`kernel.cu`), arranged by rows so that each source row is converted once per
+//! output row pair that reads it rather than four times per output pixel; cameras go to
+//! threads. The result is the kernel's, bit for bit (`core/tests/rgb_batch_cuda.rs`).
+
+use super::camera::CameraParams;
+use super::input::HostBatchInput;
+use super::spec::{batch_bytes, check_cameras, BatchSpec};
+use crate::error::{Error, Result};
+use crate::rgb::coefficients::SourceKind;
+use crate::rgb::spec::{RgbDtype, RgbLayout};
+use crate::rgb::store::{f32_to_f16, store_u8};
+
+/// Output elements below which one thread converts the whole batch.
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 18;
+/// The most threads one batch uses.
+const MAX_THREADS: usize = 8;
+
+/// Converts `inputs` (one per camera; `None`: a camera without a frame, filled with the
+/// pad colour) into `out`, exactly [`batch_bytes`]`(inputs.len(), spec)` bytes laid out as
+/// `spec` says (native-endian elements). Every input is checked before anything is written:
+/// the spec, the number of cameras, each geometry and each plane slice's length; an input
+/// that does not hold its planes is refused naming the camera, never read out of bounds.
+pub fn convert_batch_host(
+    inputs: &[Option<HostBatchInput<'_>>],
+    spec: &BatchSpec,
+    out: &mut [u8],
+) -> Result<()> {
+    spec.validate()?;
+    check_cameras(inputs.len())?;
+    let need = batch_bytes(inputs.len(), spec);
+    if out.len() != need {
+        return Err(Error::invalid(format!(
+            "batch output of {} bytes for {} {}x{} {:?} images (needs {need})",
+            out.len(),
+            inputs.len(),
+            spec.width,
+            spec.height,
+            spec.dtype
+        )));
+    }
+    let mut cameras = Vec::with_capacity(inputs.len());
+    for (n, input) in inputs.iter().enumerate() {
+        cameras.push(match input {
+            Some(i) => (
+                i.params(spec)
+                    .map_err(|e| Error::new(e.code(), format!("camera {n}: {}", e.message())))?,
+                i.planes,
+            ),
+            None => (CameraParams::absent(), [&[][..]; 3]),
+        });
+    }
+    let finish = Finish::new(spec);
+    let threads = if out.len() / spec.dtype.size() < PARALLEL_MIN_ELEMENTS {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_THREADS)
+            .min(cameras.len())
+    };
+    let jobs: Vec<Job<'_, '_>> = cameras
+        .iter()
+        .zip(out.chunks_mut(spec.image_bytes()))
+        .collect();
+    let run = |jobs: Vec<Job<'_, '_>>| {
+        for ((cam, planes), image) in jobs {
+            convert_camera(cam, planes, spec, &finish, image);
+        }
+    };
+    if threads <= 1 {
+        run(jobs);
+    } else {
+        // Cameras dealt round-robin: neighbouring cameras often share a size.
+        let mut shares: Vec<Vec<_>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, job) in jobs.into_iter().enumerate() {
+            shares[i % threads].push(job);
+        }
+        std::thread::scope(|s| {
+            let mut shares = shares.into_iter();
+            let mine = shares.next();
+            for share in shares {
+                s.spawn(move || run(share));
+            }
+            if let Some(share) = mine {
+                run(share);
+            }
+        });
+    }
+    Ok(())
+}
+
+/// One camera's numbers and planes, and its image in the output.
+type Job<'c, 'o> = (&'c (CameraParams, [&'c [u8]; 3]), &'o mut [u8]);
+
+/// The last steps of every output element (kernel.cu `bc_finish`, `bc_put`).
+pub(super) struct Finish {
+    normalize: bool,
+    mean: [f32; 3],
+    std: [f32; 3],
+    /// The pad colour, with a negative zero made positive (the clamp of -0.0 is not the same
+    /// instruction's answer on both sides).
+    pad: [f32; 3],
+    dtype: RgbDtype,
+}
+
+impl Finish {
+    pub(super) fn new(spec: &BatchSpec) -> Finish {
+        let (normalize, mean, std) = match spec.normalize {
+            Some(n) => (true, n.mean, n.std),
+            None => (false, [0.0; 3], [1.0; 3]),
+        };
+        Finish {
+            normalize,
+            mean,
+            std,
+            pad: spec.pad.map(|v| v + 0.0),
+            dtype: spec.dtype,
+        }
+    }
+
+    /// Channel `c`'s value in `0..=1` as stored: normalised, or clamped.
+    #[inline(always)]
+    fn value(&self, c: usize, v: f32) -> f32 {
+        if self.normalize {
+            (v - self.mean[c]) / self.std[c]
+        } else {
+            clamp01(v)
+        }
+    }
+
+    /// Stores element `i` (in elements) of `out`.
+    #[inline(always)]
+    fn put(&self, out: &mut [u8], i: usize, c: usize, v: f32) {
+        let v = self.value(c, v);
+        match self.dtype {
+            RgbDtype::U8 => out[i] = store_u8(v),
+            RgbDtype::F16 => out[2 * i..2 * i + 2].copy_from_slice(&f32_to_f16(v).to_ne_bytes()),
+            RgbDtype::F32 => out[4 * i..4 * i + 4].copy_from_slice(&v.to_ne_bytes()),
+        }
+    }
+}
+
+/// `min(max(v, 0), 1)` (kernel.cu `bc_clamp01`; no NaN reaches it).
+#[inline(always)]
+#[allow(clippy::manual_clamp)] // the kernel's fmaxf/fminf, in its order
+fn clamp01(v: f32) -> f32 {
+    v.max(0.0).min(1.0)
+}
+
+/// R, G, B in `0..=1` of one YCbCr pixel (the formulas of [`crate::rgb`], then the clamp).
+#[inline(always)]
+fn yuv_rgb(c: &CameraParams, y: f32, u: f32, v: f32) -> [f32; 3] {
+    let yy = (y - c.y_offset) / c.y_range;
+    let uu = (u - c.c_offset) / c.c_range;
+    let vv = (v - c.c_offset) / c.c_range;
+    [
+        clamp01(yy + c.r_v * vv),
+        clamp01(yy - c.g_u * uu - c.g_v * vv),
+        clamp01(yy + c.b_u * uu),
+    ]
+}
+
+/// One interpolation tap along an axis: the two source samples and their weights (kernel.cu
+/// `bc_tap`): `s = max((d + 0.5) · inv - 0.5, 0)`, `i0 = min(trunc(s), n - 1)`, `i1 =
+/// min(i0 + 1, n - 1)`, `l1 = s - i0`, `l0 = 1 - l1` (torch's bilinear, align_corners=False).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Tap {
+    pub i0: u32,
+    pub i1: u32,
+    pub l0: f32,
+    pub l1: f32,
+}
+
+#[inline(always)]
+pub(super) fn tap(d: u32, inv: f32, n: u32) -> Tap {
+    let s = ((d as f32 + 0.5) * inv - 0.5).max(0.0);
+    let i0 = (s as u32).min(n - 1);
+    let i1 = (i0 + 1).min(n - 1);
+    let l1 = s - i0 as f32;
+    Tap {
+        i0,
+        i1,
+        l0: 1.0 - l1,
+        l1,
+    }
+}
+
+/// Source row `y` of a camera as R, G, B rows in `0..=1`.
+fn source_row(c: &CameraParams, planes: &[&[u8]; 3], y: usize, rgb: &mut [Vec<f32>; 3]) {
+    let w = c.width as usize;
+    let row = |i: usize, y: usize| &planes[i][y * c.pitch[i] as usize..];
+    let [r, g, b] = rgb;
+    let mut set = |x: usize, px: [f32; 3]| {
+        r[x] = px[0];
+        g[x] = px[1];
+        b[x] = px[2];
+    };
+    let load16 =
+        |s: &[u8], i: usize| f32::from(u16::from_ne_bytes([s[2 * i], s[2 * i + 1]]) >> c.shift);
+    match c.kind {
+        k if k == SourceKind::Rgba as u32 || k == SourceKind::Bgra as u32 => {
+            let (ri, bi) = if k == SourceKind::Rgba as u32 {
+                (0, 2)
+            } else {
+                (2, 0)
+            };
+            for (x, px) in row(0, y)[..4 * w].chunks_exact(4).enumerate() {
+                set(
+                    x,
+                    [
+                        clamp01(f32::from(px[ri]) / 255.0),
+                        clamp01(f32::from(px[1]) / 255.0),
+                        clamp01(f32::from(px[bi]) / 255.0),
+                    ],
+                );
+            }
+        }
+        k if k == SourceKind::SemiPlanar8 as u32 => {
+            let (l, ch) = (row(0, y), row(1, y >> 1));
+            for (x, &luma) in l[..w].iter().enumerate() {
+                let cx = 2 * (x >> 1);
+                let px = yuv_rgb(c, f32::from(luma), f32::from(ch[cx]), f32::from(ch[cx + 1]));
+                set(x, px);
+            }
+        }
+        k if k == SourceKind::SemiPlanar16 as u32 => {
+            let (l, ch) = (row(0, y), row(1, y >> 1));
+            for x in 0..w {
+                let cx = 2 * (x >> 1);
+                set(
+                    x,
+                    yuv_rgb(c, load16(l, x), load16(ch, cx), load16(ch, cx + 1)),
+                );
+            }
+        }
+        k => {
+            let sub = k == SourceKind::Planar420 as u32;
+            let cy = if sub { y >> 1 } else { y };
+            let (l, cu, cv) = (row(0, y), row(1, cy), row(2, cy));
+            for (x, &luma) in l[..w].iter().enumerate() {
+                let cx = if sub { x >> 1 } else { x };
+                set(
+                    x,
+                    yuv_rgb(c, f32::from(luma), f32::from(cu[cx]), f32::from(cv[cx])),
+                );
+            }
+        }
+    }
+}
+
+/// Two converted source rows, reused while consecutive output rows read them.
+struct RowCache {
+    index: [usize; 2],
+    rows: [[Vec<f32>; 3]; 2],
+}
+
+impl RowCache {
+    fn new(w: usize) -> RowCache {
+        let row = || [vec![0f32; w], vec![0f32; w], vec![0f32; w]];
+        RowCache {
+            index: [usize::MAX; 2],
+            rows: [row(), row()],
+        }
+    }
+
+    /// Rows `a` and `b` (converted if not held): `(row a, row b)`.
+    fn get(
+        &mut self,
+        c: &CameraParams,
+        planes: &[&[u8]; 3],
+        a: usize,
+        b: usize,
+    ) -> (&[Vec<f32>; 3], &[Vec<f32>; 3]) {
+        for want in [a, b] {
+            if !self.index.contains(&want) {
+                // The slot that holds neither row needed now.
+                let slot = if self.index[0] == a || self.index[0] == b {
+                    1
+                } else {
+                    0
+                };
+                source_row(c, planes, want, &mut self.rows[slot]);
+                self.index[slot] = want;
+            }
+        }
+        let slot = |i: usize| if self.index[0] == i { 0 } else { 1 };
+        (&self.rows[slot(a)], &self.rows[slot(b)])
+    }
+}
+
+/// One camera's image (`image`: its `3·H·W` elements).
+fn convert_camera(
+    c: &CameraParams,
+    planes: &[&[u8]; 3],
+    spec: &BatchSpec,
+    f: &Finish,
+    image: &mut [u8],
+) {
+    let (w_out, h_out) = (spec.width as usize, spec.height as usize);
+    let index = |ch: usize, y: usize, x: usize| match spec.layout {
+        RgbLayout::Chw => (ch * h_out + y) * w_out + x,
+        RgbLayout::Hwc => (y * w_out + x) * 3 + ch,
+    };
+    let pad_row = |image: &mut [u8], y: usize, xs: std::ops::Range<usize>| {
+        for x in xs {
+            for ch in 0..3 {
+                f.put(image, index(ch, y, x), ch, f.pad[ch]);
+            }
+        }
+    };
+    if c.valid == 0 {
+        for y in 0..h_out {
+            pad_row(image, y, 0..w_out);
+        }
+        return;
+    }
+    let (bx, by) = (c.box_x as usize, c.box_y as usize);
+    let (bw, bh) = (c.box_w as usize, c.box_h as usize);
+    let taps_x: Vec<Tap> = (0..c.box_w)
+        .map(|d| tap(d, c.inv_scale_x, c.width))
+        .collect();
+    let mut cache = RowCache::new(c.width as usize);
+    for y in 0..h_out {
+        if y < by || y >= by + bh {
+            pad_row(image, y, 0..w_out);
+            continue;
+        }
+        pad_row(image, y, 0..bx);
+        pad_row(image, y, bx + bw..w_out);
+        let ty = tap((y - by) as u32, c.inv_scale_y, c.height);
+        let (r0, r1) = cache.get(c, planes, ty.i0 as usize, ty.i1 as usize);
+        for (d, tx) in taps_x.iter().enumerate() {
+            let (x0, x1) = (tx.i0 as usize, tx.i1 as usize);
+            for ch in 0..3 {
+                let (a, b) = (&r0[ch], &r1[ch]);
+                let v = ty.l0 * (tx.l0 * a[x0] + tx.l1 * a[x1])
+                    + ty.l1 * (tx.l0 * b[x0] + tx.l1 * b[x1]);
+                f.put(image, index(ch, y, bx + d), ch, v);
+            }
+        }
+    }
+}
