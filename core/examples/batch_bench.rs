@@ -7,6 +7,7 @@
 //! ```text
 //! cargo run --release -p cuframes-core --example batch_bench [-- --cameras 16 --batches 500
 //!     --size 640x640 --source 1920x1080 --dtype f16]
+//! cargo run --release -p cuframes-core --example batch_bench -- --host   # CPU path only
 //! ```
 //!
 //! Printed: batches/s queued back to back (one sync at the end), per-batch latency p50/p99
@@ -36,6 +37,8 @@ struct Args {
     size: (u32, u32),
     source: (u32, u32),
     dtype: RgbDtype,
+    /// Only the host conversion (no GPU needed).
+    host_only: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -45,6 +48,7 @@ fn parse() -> Result<Args, String> {
         size: (640, 640),
         source: (1920, 1080),
         dtype: RgbDtype::F16,
+        host_only: false,
     };
     let dims = |v: &str| -> Result<(u32, u32), String> {
         let (w, h) = v.split_once('x').ok_or(format!("{v:?} is not WxH"))?;
@@ -55,6 +59,10 @@ fn parse() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--host" {
+            a.host_only = true;
+            continue;
+        }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--cameras" => a.cameras = value.parse().map_err(|e| format!("--cameras: {e}"))?,
@@ -113,14 +121,6 @@ fn main() {
         eprintln!("batch_bench: {e}");
         std::process::exit(2);
     });
-    let dev: Arc<CudaDevice> = match CudaDevice::open(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("batch_bench: no CUDA device: {e}");
-            std::process::exit(1);
-        }
-    };
-    let stream = Stream::new(&dev).expect("stream");
     let geometry =
         FrameGeometry::new(Format::Nv12, args.source.0, args.source.1).expect("geometry");
     // Smooth gradients with per-camera offsets (what a decoder gives, not noise).
@@ -138,6 +138,42 @@ fn main() {
             f
         })
         .collect();
+    let spec = BatchSpec {
+        width: args.size.0,
+        height: args.size.1,
+        dtype: args.dtype,
+        layout: RgbLayout::Chw,
+        resize: Resize::Letterbox,
+        pad: [114.0 / 255.0; 3],
+        normalize: None,
+    };
+    let (matrix, range) = (ColourMatrix::Bt709, ColourRange::Limited);
+    let host_inputs: Vec<Option<HostBatchInput<'_>>> = frames
+        .iter()
+        .map(|f| Some(HostBatchInput::from_frame(f, geometry.clone(), matrix, range).unwrap()))
+        .collect();
+    let mut host = vec![0u8; batch_bytes(args.cameras, &spec)];
+    let runs = 5;
+    let t = Instant::now();
+    for _ in 0..runs {
+        convert_batch_host(&host_inputs, &spec, &mut host).expect("host batch");
+    }
+    let host_ms = t.elapsed().as_secs_f64() * 1e3 / runs as f64;
+    println!(
+        "host conversion (convert_batch_host, {} CPU threads available): {host_ms:.1} ms per batch",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    if args.host_only {
+        return;
+    }
+    let dev: Arc<CudaDevice> = match CudaDevice::open(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("batch_bench: no CUDA device: {e}");
+            std::process::exit(1);
+        }
+    };
+    let stream = Stream::new(&dev).expect("stream");
     let buffers: Vec<DeviceBuffer> = frames
         .iter()
         .map(|f| {
@@ -149,7 +185,6 @@ fn main() {
         })
         .collect();
     stream.synchronize().expect("uploads");
-    let (matrix, range) = (ColourMatrix::Bt709, ColourRange::Limited);
     let inputs: Vec<Option<BatchInput>> = buffers
         .iter()
         .map(|b| {
@@ -161,15 +196,6 @@ fn main() {
             ))
         })
         .collect();
-    let spec = BatchSpec {
-        width: args.size.0,
-        height: args.size.1,
-        dtype: args.dtype,
-        layout: RgbLayout::Chw,
-        resize: Resize::Letterbox,
-        pad: [114.0 / 255.0; 3],
-        normalize: None,
-    };
     let bytes = batch_bytes(args.cameras, &spec);
     let out = DeviceBuffer::new(&dev, bytes).expect("batch buffer");
     let kernel = BatchKernel::load(&dev).expect("batch kernel");
@@ -195,17 +221,8 @@ fn main() {
     // SAFETY: `out` holds `bytes` bytes; the copy waits for the kernel on the stream.
     unsafe { copy_dtoh_2d(&mut gpu, bytes, out.device_ptr(), bytes, bytes, 1, &stream) }
         .expect("read back");
-    let host_inputs: Vec<Option<HostBatchInput<'_>>> = frames
-        .iter()
-        .map(|f| Some(HostBatchInput::from_frame(f, geometry.clone(), matrix, range).unwrap()))
-        .collect();
-    let mut host = vec![0u8; bytes];
-    let t = Instant::now();
-    convert_batch_host(&host_inputs, &spec, &mut host).expect("host batch");
-    let host_ms = t.elapsed().as_secs_f64() * 1e3;
     let identical = gpu == host;
     println!("GPU batch = host batch, bit for bit: {identical}");
-    println!("host conversion (convert_batch_host, CPU threads): {host_ms:.1} ms per batch");
 
     for _ in 0..20 {
         fused();
