@@ -2,7 +2,8 @@
 //! `convert_batch_host`'s bytes exactly, for every format, element type, layout, resize and
 //! normalisation on one mixed batch (sizes from 1x1 to 1080p, planes in one allocation or
 //! in three, padded pitches, cameras without a frame, each camera its own colour
-//! description); one kernel launch per batch (`BatchKernel::launches`); refused launches
+//! description); one kernel launch per batch (`BatchKernel::launches`) and no host copy
+//! (`host_copy_count`); refused launches
 //! queue nothing; the per-camera parameter slots are reused safely while earlier batches
 //! are still queued, from several streams and threads.
 //!
@@ -13,7 +14,9 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use cuframes_core::cuda::{copy_dtoh_2d, copy_htod_2d_async, CudaDevice, DeviceBuffer, Stream};
+use cuframes_core::cuda::{
+    copy_dtoh_2d, copy_htod_2d_async, host_copy_count, CudaDevice, DeviceBuffer, Stream,
+};
 use cuframes_core::format::FrameGeometry;
 use cuframes_core::rgb::batch::cuda::PARAM_SLOTS;
 use cuframes_core::rgb::batch::{
@@ -191,11 +194,16 @@ fn assert_gpu_is_host(
         .iter()
         .map(|c| c.as_ref().map(Camera::device))
         .collect();
-    let before = kernel.launches();
+    let (before, copies) = (kernel.launches(), host_copy_count());
     // SAFETY: every camera's planes live in its buffers (kept in `cams`), `dst` holds the
     // batch; the stream is synchronised below before either goes.
     unsafe { kernel.launch(&inputs, spec, dst.device_ptr(), stream) }.expect("launch");
     assert_eq!(kernel.launches(), before + 1, "one kernel launch per batch");
+    assert_eq!(
+        host_copy_count(),
+        copies,
+        "a batch copied frame data through the host"
+    );
     let mut gpu = vec![0u8; bytes];
     // SAFETY: `dst` holds `bytes` bytes; the copy synchronises the stream (after the kernel).
     unsafe { copy_dtoh_2d(&mut gpu, bytes, dst.device_ptr(), bytes, bytes, 1, stream) }
