@@ -3,7 +3,8 @@
 # (no CUDA toolkit needed). `--check`: fail if a committed .ptx differs from what its .cu gives
 # (scripts/test.sh runs this, so a kernel edit cannot ship with stale PTX).
 #
-# Kernels: core/src/rgb/kernel.cu -> kernel.ptx (RGB conversion). The test kernels
+# Kernels: core/src/rgb/kernel.cu -> kernel.ptx (RGB conversion), core/src/rgb/batch/kernel.cu
+# -> kernel.ptx (batched conversion: resize, normalisation). The test kernels
 # (core/src/testing/kernels.cu) are generated with nvcc on the GPU machine; see that file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ check=0
 CLANG=${CLANG:-clang}
 command -v "$CLANG" >/dev/null || { echo "gen-ptx: $CLANG not found (apt-get install clang)" >&2; exit 1; }
 status=0
-for cu in core/src/rgb/*.cu; do
+for cu in core/src/rgb/*.cu core/src/rgb/batch/*.cu; do
   ptx=${cu%.cu}.ptx
   tmp=$(mktemp)
   # -O3 and no FP contraction (see the .cu); sm_75 = Turing, the oldest GPU with the features

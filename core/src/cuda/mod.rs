@@ -20,6 +20,7 @@
 //! - [`stream_handle`]: [`CudaStream`], the stream a caller names to the publish API.
 //! - [`copy`]: 2D copies, memset, and the host-copy counter.
 //! - [`buffer`]: [`DeviceBuffer`], plain device memory.
+//! - [`pinned`]: [`PinnedBuffer`], page-locked host memory (sources of asynchronous uploads).
 
 pub mod buffer;
 pub mod context;
@@ -27,6 +28,7 @@ pub mod copy;
 pub mod device;
 pub mod driver;
 pub mod identity;
+pub mod pinned;
 pub mod stream;
 pub mod stream_handle;
 pub mod vmm;
@@ -38,6 +40,7 @@ pub use copy::{copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count,
 pub use device::CudaDevice;
 pub use driver::{device_count, driver_available, driver_version, release_failures};
 pub use identity::{device_uuid, resolve_device, visible_gpus, GpuUuid, DEVICE_AUTO};
+pub use pinned::PinnedBuffer;
 pub use stream::{launch_host_func, Event, Stream, StreamIdentity};
 pub use stream_handle::CudaStream;
 pub use vmm::{live_mappings, VmmAllocation, VmmImport};

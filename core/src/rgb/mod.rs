@@ -34,9 +34,12 @@
 //! - `host`: [`to_rgb_host`], the row-wise, vectorised and threaded host conversion;
 //!   `reference` (tests only) is the per-pixel form it is held to bit for bit.
 //! - [`cuda`]: [`RgbKernel`], the launch of `kernel.cu` (embedded as `kernel.ptx`, which
-//!   `scripts/gen-ptx.sh` regenerates). Further kernels of this feature (a batched
-//!   conversion) go beside it, sharing `coefficients`.
+//!   `scripts/gen-ptx.sh` regenerates).
+//! - [`batch`]: N cameras into one resized, normalised image batch in one kernel launch
+//!   ([`batch::BatchKernel`], [`batch::convert_batch_host`]), sharing `coefficients` and
+//!   `store`.
 
+pub mod batch;
 mod coefficients;
 pub mod cuda;
 mod host;
