@@ -244,3 +244,44 @@ def test_closed_reader(runtime_dir, key):
     with pytest.raises(cuframes.Error):
         b.next()
     assert list(b) == []
+
+
+@pytest.mark.parametrize("fmt", ["nv12", "yuv420p", "p010"])
+@pytest.mark.parametrize("dtype,tolerance", [("uint8", 1.0), ("float32", 1e-5), ("float16", 1e-3)])
+def test_batch_agrees_with_the_float64_reference(runtime_dir, key, fmt, dtype, tolerance):
+    """Random frames (not flat: the bilinear taps matter) of two sizes, letterboxed and
+    stretched, against batch_reference.fit of rgb_reference.to_rgb; the tolerance is the
+    store's rounding plus f32 arithmetic."""
+    import batch_reference
+    import rgb_reference
+
+    sizes = [(38, 22), (20, 30)]
+    keys = [f"{key}-{i}" for i in range(len(sizes))]
+    pubs = [cuframes.Publisher(k, format=fmt, width=w, height=h) for k, (w, h) in zip(keys, sizes)]
+    try:
+        for resize in ("letterbox", "stretch"):
+            with batch(keys, width=24, height=16, dtype=dtype, resize=resize, pad=(0.1, 0.2, 0.3),
+                       mode="copy") as b:
+                planes = []
+                for i, (p, (w, h)) in enumerate(zip(pubs, sizes)):
+                    planes.append(rgb_reference.random_planes(fmt, w, h, seed=i + len(fmt)))
+                    p.publish(planes[-1])
+                r = b.next()
+                assert r.valid == [True, True]
+                for i, (w, h) in enumerate(sizes):
+                    sub_planes = planes[i]
+                    if fmt in ("nv12", "p010"):
+                        sub_planes = [sub_planes[0], sub_planes[1].reshape(sub_planes[1].shape[0], -1, 2)]
+                    rgb = rgb_reference.to_rgb(fmt, sub_planes, w, h)
+                    want = batch_reference.fit(rgb, 24, 16, resize, pad=(0.1, 0.2, 0.3))
+                    got = r.tensor[i].astype(np.float64)
+                    if dtype == "uint8":
+                        got = got / 255.0
+                        tol = tolerance / 255.0 + 1e-9
+                    else:
+                        tol = tolerance
+                    err = float(np.max(np.abs(got - want)))
+                    assert err <= tol, (fmt, dtype, resize, i, err)
+    finally:
+        for p in pubs:
+            p.close()
