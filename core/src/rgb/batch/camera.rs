@@ -35,9 +35,6 @@ pub(super) struct CameraParams {
     pub box_h: u32,
     /// 1: a frame to convert; 0: pad only.
     pub valid: u32,
-    /// Source pixels per output pixel (`width / box_w`, `height / box_h`, f32 divisions).
-    pub inv_scale_x: f32,
-    pub inv_scale_y: f32,
     pub y_offset: f32,
     pub y_range: f32,
     pub c_offset: f32,
@@ -49,15 +46,14 @@ pub(super) struct CameraParams {
 }
 
 // The kernel reads the record at these offsets (kernel.cu `struct BatchCamera`).
-const _: () = assert!(std::mem::size_of::<CameraParams>() == 112);
+const _: () = assert!(std::mem::size_of::<CameraParams>() == 104);
 const _: () = assert!(std::mem::align_of::<CameraParams>() == 8);
 const _: () = assert!(std::mem::offset_of!(CameraParams, pitch) == 24);
 const _: () = assert!(std::mem::offset_of!(CameraParams, kind) == 36);
 const _: () = assert!(std::mem::offset_of!(CameraParams, box_x) == 52);
 const _: () = assert!(std::mem::offset_of!(CameraParams, valid) == 68);
-const _: () = assert!(std::mem::offset_of!(CameraParams, inv_scale_x) == 72);
-const _: () = assert!(std::mem::offset_of!(CameraParams, y_offset) == 80);
-const _: () = assert!(std::mem::offset_of!(CameraParams, b_u) == 108);
+const _: () = assert!(std::mem::offset_of!(CameraParams, y_offset) == 72);
+const _: () = assert!(std::mem::offset_of!(CameraParams, b_u) == 100);
 
 impl CameraParams {
     /// A camera without a frame: its image is the pad colour.
@@ -74,8 +70,6 @@ impl CameraParams {
             box_w: 0,
             box_h: 0,
             valid: 0,
-            inv_scale_x: 0.0,
-            inv_scale_y: 0.0,
             y_offset: 0.0,
             y_range: 1.0,
             c_offset: 0.0,
@@ -140,8 +134,6 @@ impl CameraParams {
             box_w,
             box_h,
             valid: 1,
-            inv_scale_x: geometry.width as f32 / box_w as f32,
-            inv_scale_y: geometry.height as f32 / box_h as f32,
             y_offset: k.y_offset,
             y_range: k.y_range,
             c_offset: k.c_offset,

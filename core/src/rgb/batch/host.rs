@@ -161,9 +161,14 @@ fn yuv_rgb(c: &CameraParams, y: f32, u: f32, v: f32) -> [f32; 3] {
     ]
 }
 
-/// One interpolation tap along an axis: the two source samples and their weights (kernel.cu
-/// `bc_tap`): `s = max((d + 0.5) · inv - 0.5, 0)`, `i0 = min(trunc(s), n - 1)`, `i1 =
-/// min(i0 + 1, n - 1)`, `l1 = s - i0`, `l0 = 1 - l1` (torch's bilinear, align_corners=False).
+/// One interpolation tap along an axis (kernel.cu `bc_tap_of`): output position `d` of a
+/// content box of `box_len` pixels over `n` source pixels reads source coordinate
+/// `s = (d + 0.5) · n / box_len - 0.5 = ((2d + 1)·n - box_len) / (2·box_len)`, clamped at 0
+/// (torch's bilinear, align_corners=False). The quotient and remainder are integers (at most
+/// 32767·16384 < 2^32), so the samples are exactly `i0 = ⌊s⌋` and `i1 = min(i0 + 1, n - 1)`,
+/// and the weight `l1 = remainder / (2·box_len)` is one correctly rounded division;
+/// `l0 = 1 - l1`. From the last sample on (`i0 = n - 1`, both samples the same) `l1` is 0. Computing `s` in floats instead (as torch does) errs by an
+/// ulp of the coordinate: 1e-4 of a pixel's weight at 1080p.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Tap {
     pub i0: u32,
@@ -173,14 +178,22 @@ pub(super) struct Tap {
 }
 
 #[inline(always)]
-pub(super) fn tap(d: u32, inv: f32, n: u32) -> Tap {
-    let s = ((d as f32 + 0.5) * inv - 0.5).max(0.0);
-    let i0 = (s as u32).min(n - 1);
-    let i1 = (i0 + 1).min(n - 1);
-    let l1 = s - i0 as f32;
+pub(super) fn tap(d: u32, box_len: u32, n: u32) -> Tap {
+    let num = (2 * d + 1) * n;
+    let (i0, l1) = if num <= box_len {
+        (0, 0.0)
+    } else {
+        let (num, den) = (num - box_len, 2 * box_len);
+        let q = num / den;
+        if q >= n - 1 {
+            (n - 1, 0.0)
+        } else {
+            (q, (num % den) as f32 / den as f32)
+        }
+    };
     Tap {
         i0,
-        i1,
+        i1: (i0 + 1).min(n - 1),
         l0: 1.0 - l1,
         l1,
     }
@@ -317,9 +330,7 @@ fn convert_camera(
     }
     let (bx, by) = (c.box_x as usize, c.box_y as usize);
     let (bw, bh) = (c.box_w as usize, c.box_h as usize);
-    let taps_x: Vec<Tap> = (0..c.box_w)
-        .map(|d| tap(d, c.inv_scale_x, c.width))
-        .collect();
+    let taps_x: Vec<Tap> = (0..c.box_w).map(|d| tap(d, c.box_w, c.width)).collect();
     let mut cache = RowCache::new(c.width as usize);
     for y in 0..h_out {
         if y < by || y >= by + bh {
@@ -328,7 +339,7 @@ fn convert_camera(
         }
         pad_row(image, y, 0..bx);
         pad_row(image, y, bx + bw..w_out);
-        let ty = tap((y - by) as u32, c.inv_scale_y, c.height);
+        let ty = tap((y - by) as u32, c.box_h, c.height);
         let (r0, r1) = cache.get(c, planes, ty.i0 as usize, ty.i1 as usize);
         for (d, tx) in taps_x.iter().enumerate() {
             let (x0, x1) = (tx.i0 as usize, tx.i1 as usize);

@@ -29,7 +29,7 @@
 #define BC_OUT_F16 1
 #define BC_OUT_F32 2
 
-// One camera, validated on the host (camera.rs `CameraParams`, 112 bytes).
+// One camera, validated on the host (camera.rs `CameraParams`, 104 bytes).
 struct BatchCamera {
     unsigned long long plane[3];       // device address of each plane's first row
     unsigned int pitch[3];             // bytes between rows of each plane
@@ -37,7 +37,6 @@ struct BatchCamera {
     unsigned int width, height;        // source size
     unsigned int box_x, box_y, box_w, box_h;  // content box in the output image
     unsigned int valid;                // 0: pad only
-    float inv_scale_x, inv_scale_y;    // source pixels per output pixel
     float y_offset, y_range;           // Y = (y - y_offset) / y_range
     float c_offset, c_range;           // C = (c - c_offset) / c_range
     float r_v, g_u, g_v, b_u;          // R = Y + r_v V; G = Y - g_u U - g_v V; B = Y + b_u U
@@ -124,15 +123,27 @@ struct bc_tap {
     float l0, l1;
 };
 
-// The two source samples of output position d along an axis of n samples (host.rs `tap`).
-bc_inline bc_tap bc_tap_of(unsigned int d, float inv, unsigned int n)
+// The two source samples of output position d of a content box of box_len pixels over n
+// source pixels (host.rs `tap`): s = ((2d + 1)·n - box_len) / (2·box_len), in integers, so that
+// i0 = floor(s) exactly and the weight is one rounded division.
+bc_inline bc_tap bc_tap_of(unsigned int d, unsigned int box_len, unsigned int n)
 {
     bc_tap t;
-    float s = __builtin_fmaxf(((float)d + 0.5f) * inv - 0.5f, 0.0f);
-    unsigned int i0 = (unsigned int)s;
-    t.i0 = i0 < n - 1 ? i0 : n - 1;
+    unsigned int num = (2 * d + 1) * n;
+    t.i0 = 0;
+    t.l1 = 0.0f;
+    if (num > box_len) {
+        unsigned int den = 2 * box_len;
+        num -= box_len;
+        unsigned int q = num / den;
+        if (q >= n - 1) {
+            t.i0 = n - 1;
+        } else {
+            t.i0 = q;
+            t.l1 = (float)(num % den) / (float)den;
+        }
+    }
     t.i1 = t.i0 + 1 < n - 1 ? t.i0 + 1 : n - 1;
-    t.l1 = s - (float)t.i0;
     t.l0 = 1.0f - t.l1;
     return t;
 }
@@ -166,8 +177,8 @@ extern "C" __global__ void cuframes_batch(BatchParams p)
         for (unsigned int x = blockIdx.x * blockDim.x + threadIdx.x; x < p.width; x += gridDim.x * blockDim.x) {
             float r = p.pad[0], g = p.pad[1], b = p.pad[2];
             if (c->valid && x >= c->box_x && x - c->box_x < c->box_w && y >= c->box_y && y - c->box_y < c->box_h) {
-                bc_tap tx = bc_tap_of(x - c->box_x, c->inv_scale_x, c->width);
-                bc_tap ty = bc_tap_of(y - c->box_y, c->inv_scale_y, c->height);
+                bc_tap tx = bc_tap_of(x - c->box_x, c->box_w, c->width);
+                bc_tap ty = bc_tap_of(y - c->box_y, c->box_h, c->height);
                 bc_rgb p00 = bc_source(c, tx.i0, ty.i0);
                 bc_rgb p01 = bc_source(c, tx.i1, ty.i0);
                 bc_rgb p10 = bc_source(c, tx.i0, ty.i1);

@@ -60,4 +60,6 @@ pub use placement::{placement, Placement};
 pub use spec::{batch_bytes, BatchSpec, Normalize, Resize, MAX_BATCH_CAMERAS};
 
 #[cfg(test)]
+mod reference;
+#[cfg(test)]
 mod tests;
