@@ -285,3 +285,26 @@ def test_batch_agrees_with_the_float64_reference(runtime_dir, key, fmt, dtype, t
     finally:
         for p in pubs:
             p.close()
+
+
+def test_a_forked_child_cannot_read_the_parents_batch(runtime_dir, key):
+    with publisher(key) as p:
+        with batch([key]) as b:
+            p.publish(nv12(235))
+            assert b.next().valid == [True]
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    b.next()
+                except cuframes.Error as e:
+                    code = 0 if "forked" in str(e) else 2
+                except BaseException:
+                    code = 3
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+            # The parent reads on, its subscription untouched.
+            s = p.publish(nv12(16))
+            r = b.next()
+            assert r.valid == [True] and r.seq == [s]

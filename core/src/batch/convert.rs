@@ -104,6 +104,13 @@ impl Converter {
         Ok(())
     }
 
+    /// In a forked child: let go of the GPU state without a CUDA call (it is the parent's).
+    pub fn forget_gpu(&mut self) {
+        if let Some(g) = self.gpu.take() {
+            std::mem::forget(g);
+        }
+    }
+
     /// The stream frames that GPU conversions read are released on (None for host batches).
     pub fn release_stream(&self) -> Option<&Stream> {
         self.gpu.as_ref().map(|g| &g.own)

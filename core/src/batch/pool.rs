@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::cuda::{CudaDevice, DeviceBuffer, Event, Stream};
 use crate::error::{Error, ErrorCode, Result};
+use crate::util::Origin;
 
 /// Buffers a pool keeps; more in use at once are freed when they come back.
 pub const POOL_KEEP: usize = 4;
@@ -124,6 +125,7 @@ impl BufferPool {
             mem: Some(mem),
             device,
             pool: self.free.clone(),
+            origin: Origin::here(),
         }
     }
 }
@@ -142,6 +144,8 @@ pub struct BatchBuffer {
     mem: Option<Memory>,
     device: Option<DeviceUse>,
     pool: Arc<Mutex<Vec<Pooled>>>,
+    /// The process that made it: a copy inherited through fork makes no CUDA call.
+    origin: Origin,
 }
 
 impl std::fmt::Debug for BatchBuffer {
@@ -209,6 +213,13 @@ impl BatchBuffer {
 impl Drop for BatchBuffer {
     fn drop(&mut self) {
         let Some(mem) = self.mem.take() else { return };
+        if !self.origin.is_here() {
+            // Inherited through fork: the parent's memory, and CUDA is unusable here.
+            if let Memory::Device(b) = mem {
+                std::mem::forget(b);
+            }
+            return;
+        }
         let mut after = Vec::new();
         if let Some(d) = &self.device {
             let mut streams = vec![d.produced_on];

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, ErrorCode, Result};
 use crate::paths::Key;
 use crate::rgb::batch::{placement, BatchSpec, Placement};
+use crate::util::Origin;
 use crate::wire::{Format, MemoryKind};
 
 use super::camera::Camera;
@@ -67,6 +68,9 @@ pub struct Batch {
     spec: BatchSpec,
     converter: Converter,
     made: u64,
+    /// The process that opened it: in a child forked from it, the reader is a copy whose
+    /// subscriptions, frames and GPU state are the parent's.
+    origin: Origin,
 }
 
 impl Batch {
@@ -113,6 +117,7 @@ impl Batch {
             spec,
             converter,
             made: 0,
+            origin: Origin::here(),
         };
         batch.converter.choose_target(&batch.cameras)?;
         Ok(batch)
@@ -128,6 +133,12 @@ impl Batch {
     /// returned buffer and the frames this batch read (until the next call or the reader's
     /// drop); the special handles 1 (legacy) and 2 (per-thread) are accepted.
     pub unsafe fn next(&mut self, stream: Option<usize>) -> Result<BatchOutput> {
+        if !self.origin.is_here() {
+            return Err(Error::invalid(
+                "this batch reader belongs to the process that opened it (this one was forked \
+                 from it): open a reader of its own here",
+            ));
+        }
         if self.cameras.is_empty() {
             return Err(closed());
         }
@@ -225,6 +236,14 @@ impl Batch {
 
 impl Drop for Batch {
     fn drop(&mut self) {
+        if !self.origin.is_here() {
+            // A copy in a forked child: the subscribers and frames let go of the child's copy
+            // only (their own drops know), and no CUDA call is made (unusable after a fork:
+            // the GPU state is leaked).
+            self.cameras.clear();
+            self.converter.forget_gpu();
+            return;
+        }
         self.close();
     }
 }
