@@ -551,6 +551,8 @@ fn zero_copy_frames_are_not_rewritten_before_the_batch_that_reads_them() {
         let publishing = s.spawn(|| {
             for n in 0..300 {
                 cam.publish(n);
+                // Room for batches between the frames (a batch of every frame is not needed).
+                std::thread::sleep(Duration::from_micros(300));
             }
             done.store(true, std::sync::atomic::Ordering::SeqCst);
             cam
@@ -578,4 +580,77 @@ fn zero_copy_frames_are_not_rewritten_before_the_batch_that_reads_them() {
             "batch of frame {seq} differs from its conversion"
         );
     }
+}
+
+#[test]
+fn a_flooding_camera_holds_no_batch_up() {
+    // A publisher that never stops (small frames, as fast as it can): reading up to "nothing
+    // new" would never end, so a batch takes a bounded number of its frames.
+    let rig = Rig::new("bf", 2);
+    let quiet = rig.publisher(0, Format::Nv12, 32, 32, Policy::DropOldest);
+    let flood = Publisher::create(rig.key(1), rig.envs[0].publisher_options()).unwrap();
+    let mut ring = FrameRingConfig::new(Format::Nv12, 16, 16);
+    ring.policy = Policy::StrictWait;
+    ring.ring_size = 16;
+    flood.enable_frames(ring).unwrap();
+    let mut b = Batch::open(&rig.keys(), spec(), rig.options(BatchPolicy::Latest)).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let layout = flood.frame_layout().unwrap().clone();
+            let planes = planes_for(&layout, 1);
+            let refs: Vec<&[u8]> = planes.iter().map(Vec::as_slice).collect();
+            let strides: Vec<usize> = layout.planes().iter().map(|p| p.row_bytes).collect();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = flood.publish_host_planes(&refs, &strides, None);
+            }
+        });
+        let t = Instant::now();
+        for _ in 0..20 {
+            let started = Instant::now();
+            let out = next(&mut b);
+            assert!(
+                started.elapsed() < Duration::from_millis(500),
+                "{:?}",
+                started.elapsed()
+            );
+            assert!(!out.cameras[0].valid);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(t.elapsed() < Duration::from_secs(5));
+    });
+    drop(quiet);
+}
+
+#[test]
+fn a_ring_replaced_with_another_size_and_format_is_followed_at_the_same_index() {
+    let rig = Rig::new("br", 2);
+    let mut c0 = rig.publisher(0, Format::Nv12, 64, 48, Policy::DropOldest);
+    let mut c1 = rig.publisher(1, Format::Nv12, 32, 32, Policy::DropOldest);
+    let spec = spec();
+    let mut b = Batch::open(&rig.keys(), spec, rig.options(BatchPolicy::Latest)).unwrap();
+    c0.publish(1);
+    c1.publish(1);
+    let out = next(&mut b);
+    assert!(out.cameras.iter().all(|c| c.valid));
+    assert_eq!(out.cameras[0].source, Some((64, 48, Format::Nv12)));
+    drop(out);
+    // Camera 0's publisher changes its ring: another size and format.
+    c0.p.replace_frames(FrameRingConfig::new(Format::Yuv420p, 24, 40))
+        .unwrap();
+    c0.frames.clear();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        c0.publish(2);
+        c1.publish(2);
+        let out = next(&mut b);
+        if out.cameras[0].valid && out.cameras[0].source == Some((24, 40, Format::Yuv420p)) {
+            assert_eq!(out.cameras[0].placement, Some(placement(24, 40, &spec)));
+            check_output(&out, &[Some(&c0), Some(&c1)], &spec);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new ring was never followed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(b.is_connected(0));
 }

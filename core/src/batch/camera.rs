@@ -175,7 +175,7 @@ impl Camera {
     fn read(&mut self, until: Option<Instant>, stream: Option<&Stream>, retry: Duration) -> bool {
         let mut got = false;
         let mut wait = until.map(|u| u.saturating_duration_since(Instant::now()));
-        loop {
+        for _ in 0..MAX_READS {
             let Link::Up(sub) = &mut self.link else {
                 return got;
             };
@@ -204,6 +204,7 @@ impl Camera {
                 }
             }
         }
+        got
     }
 
     /// Drop the subscription and the frame held, after an end or an error `e`.
@@ -228,6 +229,11 @@ impl Camera {
         self.link = Link::Down(Instant::now() + Duration::from_secs(3600));
     }
 }
+
+/// The most frames one read of a camera takes: a publisher that publishes as fast as they are
+/// read would otherwise keep a batch reading it forever. Twice the largest ring: a reader
+/// further behind than a ring jumps to the newest frame anyway.
+const MAX_READS: usize = 2 * crate::wire::MAX_RING_SIZE;
 
 /// Failures a later attempt may not repeat: the publisher missing, stale, restarting, busy.
 fn is_retryable(e: &Error) -> bool {
