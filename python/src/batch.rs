@@ -15,7 +15,7 @@ use pyo3::types::PyTuple;
 
 use crate::batch_result::BatchResult;
 use crate::reading::Timing;
-use crate::{duration, error, lock, to_py};
+use crate::{duration, lock, to_py};
 
 /// Read many cameras into one batch tensor per `next()`: each camera's frame converted to RGB
 /// (its own matrix and range), resized (bilinear; letterboxed with `pad`, or stretched),
@@ -113,6 +113,19 @@ fn parse_policy(
         (other, _) => Err(PyValueError::new_err(format!(
             "policy must be \"latest\", \"all\" or \"aligned\", not {other:?}"
         ))),
+    }
+}
+
+impl Batch {
+    /// `f` on the reader (None once closed), under its lock, taken without the GIL: another
+    /// thread may hold the lock through a `next()` that waits without the GIL and needs the
+    /// GIL back at its end.
+    fn with_inner<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(Option<&CoreBatch>) -> R + Send,
+    ) -> R {
+        py.allow_threads(|| f(lock(&self.inner).as_ref()))
     }
 }
 
@@ -243,17 +256,20 @@ impl Batch {
             Some(s) => crate::stream::stream_handle(s)?,
             None => None,
         };
-        let mut guard = lock(&self.inner);
-        let Some(inner) = guard.as_mut() else {
-            return Err(error(ErrorCode::Disconnected, "the batch reader is closed"));
-        };
-        // SAFETY: `stream` is None or a handle the caller gives as a live stream of the
-        // batch's GPU for as long as the tensor is used (this method's contract).
-        let out = py
-            .allow_threads(|| unsafe { inner.next(stream) })
+        // The reader's lock is taken without the GIL, as everywhere: a thread that holds the
+        // lock through a wait must get the GIL back at its end.
+        let (out, launches) = py
+            .allow_threads(|| {
+                let mut guard = lock(&self.inner);
+                let inner = guard.as_mut().ok_or_else(|| {
+                    cuframes_core::Error::new(ErrorCode::Disconnected, "the batch reader is closed")
+                })?;
+                // SAFETY: `stream` is None or a handle the caller gives as a live stream of
+                // the batch's GPU for as long as the tensor is used (this method's contract).
+                let out = unsafe { inner.next(stream) }?;
+                Ok::<_, cuframes_core::Error>((out, inner.kernel_launches()))
+            })
             .map_err(to_py)?;
-        let launches = inner.kernel_launches();
-        drop(guard);
         let gpu = match (out.memory, out.cuda_device) {
             (MemoryKind::CudaVmm, Some(ordinal)) => {
                 let dev = {
@@ -285,7 +301,7 @@ impl Batch {
 
     /// Iteration: `for batch in reader` makes batches until the reader is closed.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<BatchResult>> {
-        if lock(&self.inner).is_none() {
+        if self.closed(py) {
             return Ok(None);
         }
         self.next(py, None).map(Some)
@@ -311,61 +327,59 @@ impl Batch {
 
     /// Which cameras are connected now (a list of bools, in batch order).
     #[getter]
-    fn connected(&self) -> Vec<bool> {
-        let g = lock(&self.inner);
-        (0..self.keys.len())
-            .map(|i| g.as_ref().is_some_and(|b| b.is_connected(i)))
-            .collect()
+    fn connected(&self, py: Python<'_>) -> Vec<bool> {
+        let n = self.keys.len();
+        self.with_inner(py, |b| {
+            (0..n)
+                .map(|i| b.is_some_and(|b| b.is_connected(i)))
+                .collect()
+        })
     }
 
     /// Per camera: the last connection error or end as text (None: none so far).
     #[getter]
-    fn errors(&self) -> Vec<Option<String>> {
-        let g = lock(&self.inner);
-        (0..self.keys.len())
-            .map(|i| {
-                g.as_ref()
-                    .and_then(|b| b.last_error(i))
-                    .map(|e| e.to_string())
-            })
-            .collect()
+    fn errors(&self, py: Python<'_>) -> Vec<Option<String>> {
+        let n = self.keys.len();
+        self.with_inner(py, |b| {
+            (0..n)
+                .map(|i| b.and_then(|b| b.last_error(i)).map(|e| e.to_string()))
+                .collect()
+        })
     }
 
     /// Per camera: how many times it was connected again after being lost.
     #[getter]
-    fn reconnections(&self) -> Vec<u64> {
-        let g = lock(&self.inner);
-        (0..self.keys.len())
-            .map(|i| g.as_ref().map_or(0, |b| b.reconnections(i)))
-            .collect()
+    fn reconnections(&self, py: Python<'_>) -> Vec<u64> {
+        let n = self.keys.len();
+        self.with_inner(py, |b| {
+            (0..n)
+                .map(|i| b.map_or(0, |b| b.reconnections(i)))
+                .collect()
+        })
     }
 
     /// GPU kernel launches so far (one per CUDA batch; 0 for host batches).
     #[getter]
-    fn kernel_launches(&self) -> u64 {
-        lock(&self.inner)
-            .as_ref()
-            .map_or(0, CoreBatch::kernel_launches)
+    fn kernel_launches(&self, py: Python<'_>) -> u64 {
+        self.with_inner(py, |b| b.map_or(0, CoreBatch::kernel_launches))
     }
 
     /// Output buffers waiting in the pool (a batch's buffer returns when its tensor and
     /// every import of it are gone).
     #[getter]
-    fn pooled_buffers(&self) -> usize {
-        lock(&self.inner)
-            .as_ref()
-            .map_or(0, CoreBatch::pooled_buffers)
+    fn pooled_buffers(&self, py: Python<'_>) -> usize {
+        self.with_inner(py, |b| b.map_or(0, CoreBatch::pooled_buffers))
     }
 
     #[getter]
-    fn closed(&self) -> bool {
-        lock(&self.inner).is_none()
+    fn closed(&self, py: Python<'_>) -> bool {
+        self.with_inner(py, |b| b.is_none())
     }
 
-    /// Let every camera go. Tensors already made stay valid.
+    /// Let every camera go (once a `next()` of another thread has returned). Tensors
+    /// already made stay valid.
     fn close(&self, py: Python<'_>) {
-        let b = lock(&self.inner).take();
-        py.allow_threads(move || drop(b));
+        py.allow_threads(|| drop(lock(&self.inner).take()));
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -378,14 +392,14 @@ impl Batch {
         false
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "<cuframes.Batch {} cameras {}x{} policy='{}'{}>",
             self.keys.len(),
             self.spec.width,
             self.spec.height,
             self.policy,
-            if self.closed() { " closed" } else { "" }
+            if self.closed(py) { " closed" } else { "" }
         )
     }
 }

@@ -308,3 +308,30 @@ def test_a_forked_child_cannot_read_the_parents_batch(runtime_dir, key):
             s = p.publish(nv12(16))
             r = b.next()
             assert r.valid == [True] and r.seq == [s]
+
+
+THREADS = textwrap.dedent(
+    """
+    import sys, threading, time
+    import cuframes
+    b = cuframes.Batch([sys.argv[1]], 16, 16, "uint8", policy="all", timeout=1.0)
+    done = []
+    t = threading.Thread(target=lambda: done.append(b.next()))
+    t.start()
+    time.sleep(0.2)
+    # While the other thread waits in next() (holding the reader, without the GIL): these
+    # take the reader's lock without the GIL, so that thread gets the GIL back at its end.
+    while t.is_alive():
+        b.connected, b.errors, b.kernel_launches, repr(b)
+    t.join()
+    b.close()
+    print("OK", done[0].valid)
+    """
+)
+
+
+def test_attributes_read_during_a_waiting_next_do_not_deadlock(runtime_dir, key):
+    with publisher(key):
+        out = subprocess.run([sys.executable, "-c", THREADS, key], capture_output=True, timeout=30,
+                             env=dict(os.environ))
+    assert out.returncode == 0 and b"OK [False]" in out.stdout, out
