@@ -1,6 +1,7 @@
 //! `Batch`: many cameras read into one inference batch per `next()` (`cuframes_core::batch`).
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use cuframes_core::batch::{Batch as CoreBatch, BatchOptions, BatchPolicy};
 use cuframes_core::cuda::{CudaDevice, Event, Stream};
@@ -229,14 +230,21 @@ impl Batch {
         timing.apply(&mut subscriber);
         let options = BatchOptions {
             subscriber,
-            wait_publisher: timing.wait_publisher,
+            // The wait for missing publishers is made below, between checks for Ctrl-C.
+            wait_publisher: Duration::ZERO,
             retry_interval: duration("retry_interval", retry_interval)?,
             policy,
         };
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let inner = py
+        let mut inner = py
             .allow_threads(|| CoreBatch::open(&refs, spec, options))
             .map_err(to_py)?;
+        // Cameras still missing after their first attempt: waited for up to wait_publisher.
+        let deadline = Instant::now() + timing.wait_publisher;
+        while !inner.poll_cameras() && Instant::now() < deadline {
+            py.check_signals()?;
+            py.allow_threads(|| std::thread::sleep(Duration::from_millis(20)));
+        }
         Ok(Batch {
             inner: Mutex::new(Some(inner)),
             keys,

@@ -335,3 +335,32 @@ def test_attributes_read_during_a_waiting_next_do_not_deadlock(runtime_dir, key)
         out = subprocess.run([sys.executable, "-c", THREADS, key], capture_output=True, timeout=30,
                              env=dict(os.environ))
     assert out.returncode == 0 and b"OK [False]" in out.stdout, out
+
+
+INTERRUPTED = textwrap.dedent(
+    """
+    import sys
+    import cuframes
+    print("WAITING", flush=True)
+    try:
+        cuframes.Batch([sys.argv[1]], 16, 16, wait_publisher=60)
+    except KeyboardInterrupt:
+        print("INTERRUPTED", flush=True)
+    """
+)
+
+
+def test_ctrl_c_interrupts_the_wait_for_missing_publishers(runtime_dir, key):
+    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED, key], stdout=subprocess.PIPE,
+                             env=dict(os.environ))
+    try:
+        assert child.stdout.readline() == b"WAITING\n"
+        time.sleep(0.5)
+        t = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=10)
+        assert b"INTERRUPTED" in out and time.monotonic() - t < 3
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(5)

@@ -183,6 +183,18 @@ impl Batch {
         })
     }
 
+    /// Look at the cameras' connection attempts now (what `next` does first): take finished
+    /// ones, start due ones. True when every camera is connected. For callers that wait for
+    /// cameras their own way (between checks for an interrupt, say) instead of
+    /// `wait_publisher`.
+    pub fn poll_cameras(&mut self) -> bool {
+        let retry = self.options.retry_interval.min(RETRY_WHILE_OPENING);
+        for c in self.cameras.iter_mut() {
+            let _ = c.poll_link(&self.options.subscriber, retry);
+        }
+        !self.cameras.is_empty() && self.cameras.iter().all(Camera::is_connected)
+    }
+
     /// The cameras' keys, in index order.
     pub fn keys(&self) -> Vec<&str> {
         self.cameras.iter().map(|c| c.key.as_str()).collect()
