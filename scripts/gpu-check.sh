@@ -14,6 +14,7 @@
 #   CUFRAMES_RELEASE_CYCLES=1000                       # release-then-destroy cycles
 #   GPU_HOSTILE_SECS=10                                # hostile-subscriber run, per policy
 #   GPU_SOAK_SECS=60                                   # ring-replacement soak on CUDA
+#   GPU_BATCH_BENCH_BATCHES=500                        # batches per figure of the batch benchmark
 #   GPU_CHECK_DIAG=1 scripts/gpu-check.sh build        # also the diagnostics of tools/diag/
 #
 # .gpu/ is git-ignored; carry it to a GPU machine that has no toolchain. The summary ends
@@ -31,7 +32,7 @@ build() {
   export PATH="$HOME/.cargo/bin:$PATH"
   rm -rf "$out" && mkdir -p "$out"
   # Test executables, found through cargo's JSON messages (the churn soak where it exists).
-  local tests=(--test cuda_vmm --test frame_ring_cuda)
+  local tests=(--test cuda_vmm --test frame_ring_cuda --test rgb_batch_cuda)
   [ -f core/tests/frame_ring_churn/main.rs ] && tests+=(--test frame_ring_churn)
   [ -f core/tests/hostile_subscriber/main.rs ] && tests+=(--test hostile_subscriber)
   [ -f core/tests/gpu_identity.rs ] && tests+=(--test gpu_identity --test hostile_publisher)
@@ -45,10 +46,12 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
         print(m["target"]["name"], m["executable"])' | while read -r name exe; do cp "$exe" "$out/$name"; done
-  cargo build --release -p cuframes-core --features testing --example frame_bench --example packet_bench
+  cargo build --release -p cuframes-core --features testing --example frame_bench --example packet_bench \
+    --example batch_bench
   cargo build --release --bin cuframes-demo
   local tgt=${CARGO_TARGET_DIR:-target}
-  cp "$tgt/release/examples/frame_bench" "$tgt/release/examples/packet_bench" "$tgt/release/cuframes-demo" "$out/"
+  cp "$tgt/release/examples/frame_bench" "$tgt/release/examples/packet_bench" "$tgt/release/examples/batch_bench" \
+    "$tgt/release/cuframes-demo" "$out/"
   for f in "$out"/*; do strip --strip-debug "$f"; done
   cp scripts/gpu-check.sh scripts/steady_fps.py scripts/ffbench.sh "$out/"
   # The decode-pipeline diagnostics (tools/diag/README.md), only when asked for: they are a
@@ -376,6 +379,8 @@ run() {
   if [ "${GPU_CHECK_ONLY:-}" = ffmpeg ]; then ffmpeg_steps
   elif [ "${GPU_CHECK_ONLY:-}" = python ]; then python_steps; else
   step "CUDA VMM layer (alloc/export/import across processes, copies, events)" gpu_test "$out/cuda_vmm" --test-threads=1 --nocapture
+  step "batched RGB conversion (rgb_batch_cuda): kernel = convert_batch_host bit for bit (every format, dtype, layout, resize, normalisation; mixed batch), one launch per batch, parameter slots reused safely" \
+    gpu_test "$out/rgb_batch_cuda" --test-threads=1 --nocapture
   step "frame ring on CUDA VMM (both policies, COPY/ZERO_COPY, 8 subscribers, bit-exact)" gpu_test "$out/frame_ring_cuda" --test-threads=1 --nocapture "${skips[@]}"
   step "release on a stream, then subscriber destroy, x${CUFRAMES_RELEASE_CYCLES:-1000}: torn down on our thread, no failed driver release, memory and mappings flat" \
     gpu_test "$out/frame_ring_cuda" --exact release::release_then_destroy_cycles_tear_down_on_our_thread --test-threads=1 --nocapture
@@ -412,6 +417,8 @@ run() {
   step "demo on CUDA (4 subscriber processes, 1080p)" "$out/cuframes-demo" --frames 120 --subscribers 4 --cuda 0
   if [ -z "${GPU_SKIP_BENCH:-}" ]; then
     step "frame ring benchmark" "$out/frame_bench" --frames "${GPU_BENCH_FRAMES:-300}"
+    step "batched RGB conversion benchmark (16 x 1080p NV12 into 640x640 float16 letterbox: one launch vs 16 per-camera to_rgb)" \
+      "$out/batch_bench" --batches "${GPU_BATCH_BENCH_BATCHES:-500}"
     # The packet ring needs no GPU; it runs here for this machine's cores (docs/benchmarks.md).
     step "packet ring benchmark (CPU)" "$out/packet_bench" "${GPU_PKT_BENCH_SECS:-4}" "${GPU_PKT_BENCH_PACKETS:-20000}"
   fi

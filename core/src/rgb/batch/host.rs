@@ -119,24 +119,155 @@ impl Finish {
         }
     }
 
-    /// Channel `c`'s value in `0..=1` as stored: normalised, or clamped.
+    /// Channel `c`'s row as stored: normalised, or clamped (in place).
     #[inline(always)]
-    fn value(&self, c: usize, v: f32) -> f32 {
+    fn finish_row(&self, c: usize, row: &mut [f32]) {
         if self.normalize {
-            (v - self.mean[c]) / self.std[c]
+            let (mean, std) = (self.mean[c], self.std[c]);
+            for v in row {
+                *v = (*v - mean) / std;
+            }
         } else {
-            clamp01(v)
+            for v in row {
+                *v = clamp01(*v);
+            }
         }
     }
+}
 
-    /// Stores element `i` (in elements) of `out`.
-    #[inline(always)]
-    fn put(&self, out: &mut [u8], i: usize, c: usize, v: f32) {
-        let v = self.value(c, v);
-        match self.dtype {
-            RgbDtype::U8 => out[i] = store_u8(v),
-            RgbDtype::F16 => out[2 * i..2 * i + 2].copy_from_slice(&f32_to_f16(v).to_ne_bytes()),
-            RgbDtype::F32 => out[4 * i..4 * i + 4].copy_from_slice(&v.to_ne_bytes()),
+/// Stores finished values as dense elements of `dtype` (`out`: exactly their bytes).
+#[inline(always)]
+fn store_values(dtype: RgbDtype, values: &[f32], out: &mut [u8]) {
+    match dtype {
+        RgbDtype::U8 => {
+            for (o, &v) in out.iter_mut().zip(values) {
+                *o = store_u8(v);
+            }
+        }
+        RgbDtype::F16 => store_f16(values, out),
+        RgbDtype::F32 => {
+            for (o, &v) in out.chunks_exact_mut(4).zip(values) {
+                o.copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+    }
+}
+
+/// IEEE binary16 of each value, rounded to nearest even: F16C's conversion where the CPU
+/// has it (the same rounding as `f32_to_f16`, 8 values an instruction), else `f32_to_f16`.
+#[inline(always)]
+pub(super) fn store_f16(values: &[f32], out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("f16c") && std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU has F16C and AVX (checked just above), all `store_f16_f16c` needs.
+        return unsafe { store_f16_f16c(values, out) };
+    }
+    for (o, &v) in out.chunks_exact_mut(2).zip(values) {
+        o.copy_from_slice(&f32_to_f16(v).to_ne_bytes());
+    }
+}
+
+/// `store_f16` with `vcvtps2ph` (round to nearest even, exceptions suppressed).
+///
+/// # Safety
+/// The CPU must support F16C and AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn store_f16_f16c(values: &[f32], out: &mut [u8]) {
+    use std::arch::x86_64::{
+        _mm256_cvtps_ph, _mm256_loadu_ps, _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
+    };
+    let mut chunks = values.chunks_exact(8);
+    let mut outs = out.chunks_exact_mut(16);
+    for (v, o) in (&mut chunks).zip(&mut outs) {
+        // SAFETY: `v` holds 8 f32 and `o` 16 bytes (exact chunks); unaligned loads and
+        // stores.
+        unsafe {
+            let h = _mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(_mm256_loadu_ps(v.as_ptr()));
+            _mm_storeu_si128(o.as_mut_ptr() as *mut _, h);
+        }
+    }
+    for (o, &v) in outs
+        .into_remainder()
+        .chunks_exact_mut(2)
+        .zip(chunks.remainder())
+    {
+        o.copy_from_slice(&f32_to_f16(v).to_ne_bytes());
+    }
+}
+
+/// One output row of a camera: R, G, B values (unfinished) into the image, on the widest
+/// vector unit the CPU has.
+fn store_row(
+    f: &Finish,
+    vals: &mut [Vec<f32>; 3],
+    y: usize,
+    spec: &BatchSpec,
+    packed: &mut [u8],
+    image: &mut [u8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above), all `store_row_avx2` requires.
+        return unsafe { store_row_avx2(f, vals, y, spec, packed, image) };
+    }
+    store_row_impl(f, vals, y, spec, packed, image)
+}
+
+/// `store_row_impl` compiled for AVX2 (FMA stays off).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn store_row_avx2(
+    f: &Finish,
+    vals: &mut [Vec<f32>; 3],
+    y: usize,
+    spec: &BatchSpec,
+    packed: &mut [u8],
+    image: &mut [u8],
+) {
+    store_row_impl(f, vals, y, spec, packed, image)
+}
+
+#[inline(always)]
+fn store_row_impl(
+    f: &Finish,
+    vals: &mut [Vec<f32>; 3],
+    y: usize,
+    spec: &BatchSpec,
+    packed: &mut [u8],
+    image: &mut [u8],
+) {
+    let (w, h) = (spec.width as usize, spec.height as usize);
+    let e = f.dtype.size();
+    for (c, row) in vals.iter_mut().enumerate() {
+        f.finish_row(c, &mut row[..w]);
+    }
+    match spec.layout {
+        RgbLayout::Chw => {
+            for (c, row) in vals.iter().enumerate() {
+                store_values(
+                    f.dtype,
+                    &row[..w],
+                    &mut image[((c * h + y) * w) * e..][..w * e],
+                );
+            }
+        }
+        RgbLayout::Hwc => {
+            // Each channel converted as a row (the vectorised part), then interleaved.
+            let (r, rest) = packed[..3 * w * e].split_at_mut(w * e);
+            let (g, b) = rest.split_at_mut(w * e);
+            for (buf, row) in [&mut *r, &mut *g, &mut *b].into_iter().zip(vals.iter()) {
+                store_values(f.dtype, &row[..w], buf);
+            }
+            let out = &mut image[y * w * 3 * e..][..3 * w * e];
+            for (x, o) in out.chunks_exact_mut(3 * e).enumerate() {
+                o[..e].copy_from_slice(&r[x * e..(x + 1) * e]);
+                o[e..2 * e].copy_from_slice(&g[x * e..(x + 1) * e]);
+                o[2 * e..].copy_from_slice(&b[x * e..(x + 1) * e]);
+            }
         }
     }
 }
@@ -199,65 +330,109 @@ pub(super) fn tap(d: u32, box_len: u32, n: u32) -> Tap {
     }
 }
 
-/// Source row `y` of a camera as R, G, B rows in `0..=1`.
-fn source_row(c: &CameraParams, planes: &[&[u8]; 3], y: usize, rgb: &mut [Vec<f32>; 3]) {
+/// One source row's samples as f32, one value per pixel (chroma spread to its pixels):
+/// Y, U, V, or R, G, B for packed formats.
+struct Samples {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+}
+
+/// Source row `y` of a camera as R, G, B rows in `0..=1`: the samples are loaded first, then
+/// converted by straight loops over whole rows (which the compiler vectorises; each lane
+/// rounds as `yuv_rgb` does, so the values are the same).
+fn source_row(
+    c: &CameraParams,
+    planes: &[&[u8]; 3],
+    y: usize,
+    s: &mut Samples,
+    rgb: &mut [Vec<f32>; 3],
+) {
     let w = c.width as usize;
     let row = |i: usize, y: usize| &planes[i][y * c.pitch[i] as usize..];
-    let [r, g, b] = rgb;
-    let mut set = |x: usize, px: [f32; 3]| {
-        r[x] = px[0];
-        g[x] = px[1];
-        b[x] = px[2];
-    };
+    let (sa, sb, sc) = (&mut s.a[..w], &mut s.b[..w], &mut s.c[..w]);
     let load16 =
         |s: &[u8], i: usize| f32::from(u16::from_ne_bytes([s[2 * i], s[2 * i + 1]]) >> c.shift);
+    let packed = c.kind == SourceKind::Rgba as u32 || c.kind == SourceKind::Bgra as u32;
     match c.kind {
-        k if k == SourceKind::Rgba as u32 || k == SourceKind::Bgra as u32 => {
-            let (ri, bi) = if k == SourceKind::Rgba as u32 {
+        _ if packed => {
+            let (ri, bi) = if c.kind == SourceKind::Rgba as u32 {
                 (0, 2)
             } else {
                 (2, 0)
             };
             for (x, px) in row(0, y)[..4 * w].chunks_exact(4).enumerate() {
-                set(
-                    x,
-                    [
-                        clamp01(f32::from(px[ri]) / 255.0),
-                        clamp01(f32::from(px[1]) / 255.0),
-                        clamp01(f32::from(px[bi]) / 255.0),
-                    ],
-                );
+                (sa[x], sb[x], sc[x]) = (f32::from(px[ri]), f32::from(px[1]), f32::from(px[bi]));
             }
         }
         k if k == SourceKind::SemiPlanar8 as u32 => {
-            let (l, ch) = (row(0, y), row(1, y >> 1));
-            for (x, &luma) in l[..w].iter().enumerate() {
+            let (l, ch) = (&row(0, y)[..w], row(1, y >> 1));
+            for (x, &luma) in l.iter().enumerate() {
                 let cx = 2 * (x >> 1);
-                let px = yuv_rgb(c, f32::from(luma), f32::from(ch[cx]), f32::from(ch[cx + 1]));
-                set(x, px);
+                (sa[x], sb[x], sc[x]) = (f32::from(luma), f32::from(ch[cx]), f32::from(ch[cx + 1]));
             }
         }
         k if k == SourceKind::SemiPlanar16 as u32 => {
             let (l, ch) = (row(0, y), row(1, y >> 1));
             for x in 0..w {
                 let cx = 2 * (x >> 1);
-                set(
-                    x,
-                    yuv_rgb(c, load16(l, x), load16(ch, cx), load16(ch, cx + 1)),
-                );
+                (sa[x], sb[x], sc[x]) = (load16(l, x), load16(ch, cx), load16(ch, cx + 1));
             }
         }
         k => {
             let sub = k == SourceKind::Planar420 as u32;
             let cy = if sub { y >> 1 } else { y };
-            let (l, cu, cv) = (row(0, y), row(1, cy), row(2, cy));
-            for (x, &luma) in l[..w].iter().enumerate() {
+            let (l, cu, cv) = (&row(0, y)[..w], row(1, cy), row(2, cy));
+            for (x, &luma) in l.iter().enumerate() {
                 let cx = if sub { x >> 1 } else { x };
-                set(
-                    x,
-                    yuv_rgb(c, f32::from(luma), f32::from(cu[cx]), f32::from(cv[cx])),
-                );
+                (sa[x], sb[x], sc[x]) = (f32::from(luma), f32::from(cu[cx]), f32::from(cv[cx]));
             }
+        }
+    }
+    convert_samples(c, s, rgb, packed);
+}
+
+/// R, G, B of a row of samples, on the widest vector unit the CPU has.
+fn convert_samples(c: &CameraParams, s: &Samples, rgb: &mut [Vec<f32>; 3], packed: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above), all `convert_samples_avx2` requires.
+        return unsafe { convert_samples_avx2(c, s, rgb, packed) };
+    }
+    convert_samples_impl(c, s, rgb, packed)
+}
+
+/// `convert_samples_impl` compiled for AVX2 (8 lanes; FMA stays off, so every lane rounds as
+/// scalar code does).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn convert_samples_avx2(
+    c: &CameraParams,
+    s: &Samples,
+    rgb: &mut [Vec<f32>; 3],
+    packed: bool,
+) {
+    convert_samples_impl(c, s, rgb, packed)
+}
+
+#[inline(always)]
+fn convert_samples_impl(c: &CameraParams, s: &Samples, rgb: &mut [Vec<f32>; 3], packed: bool) {
+    let w = c.width as usize;
+    let (sa, sb, sc) = (&s.a[..w], &s.b[..w], &s.c[..w]);
+    let [r, g, b] = rgb;
+    let (r, g, b) = (&mut r[..w], &mut g[..w], &mut b[..w]);
+    if packed {
+        for x in 0..w {
+            r[x] = clamp01(sa[x] / 255.0);
+            g[x] = clamp01(sb[x] / 255.0);
+            b[x] = clamp01(sc[x] / 255.0);
+        }
+    } else {
+        for x in 0..w {
+            [r[x], g[x], b[x]] = yuv_rgb(c, sa[x], sb[x], sc[x]);
         }
     }
 }
@@ -266,6 +441,7 @@ fn source_row(c: &CameraParams, planes: &[&[u8]; 3], y: usize, rgb: &mut [Vec<f3
 struct RowCache {
     index: [usize; 2],
     rows: [[Vec<f32>; 3]; 2],
+    samples: Samples,
 }
 
 impl RowCache {
@@ -274,6 +450,11 @@ impl RowCache {
         RowCache {
             index: [usize::MAX; 2],
             rows: [row(), row()],
+            samples: Samples {
+                a: vec![0f32; w],
+                b: vec![0f32; w],
+                c: vec![0f32; w],
+            },
         }
     }
 
@@ -293,7 +474,7 @@ impl RowCache {
                 } else {
                     0
                 };
-                source_row(c, planes, want, &mut self.rows[slot]);
+                source_row(c, planes, want, &mut self.samples, &mut self.rows[slot]);
                 self.index[slot] = want;
             }
         }
@@ -311,20 +492,17 @@ fn convert_camera(
     image: &mut [u8],
 ) {
     let (w_out, h_out) = (spec.width as usize, spec.height as usize);
-    let index = |ch: usize, y: usize, x: usize| match spec.layout {
-        RgbLayout::Chw => (ch * h_out + y) * w_out + x,
-        RgbLayout::Hwc => (y * w_out + x) * 3 + ch,
-    };
-    let pad_row = |image: &mut [u8], y: usize, xs: std::ops::Range<usize>| {
-        for x in xs {
-            for ch in 0..3 {
-                f.put(image, index(ch, y, x), ch, f.pad[ch]);
-            }
+    let mut vals = [vec![0f32; w_out], vec![0f32; w_out], vec![0f32; w_out]];
+    let mut packed = vec![0u8; 3 * w_out * f.dtype.size()];
+    let pad = |vals: &mut [Vec<f32>; 3], xs: std::ops::Range<usize>| {
+        for (row, &p) in vals.iter_mut().zip(&f.pad) {
+            row[xs.clone()].fill(p);
         }
     };
     if c.valid == 0 {
         for y in 0..h_out {
-            pad_row(image, y, 0..w_out);
+            pad(&mut vals, 0..w_out);
+            store_row(f, &mut vals, y, spec, &mut packed, image);
         }
         return;
     }
@@ -334,21 +512,21 @@ fn convert_camera(
     let mut cache = RowCache::new(c.width as usize);
     for y in 0..h_out {
         if y < by || y >= by + bh {
-            pad_row(image, y, 0..w_out);
-            continue;
-        }
-        pad_row(image, y, 0..bx);
-        pad_row(image, y, bx + bw..w_out);
-        let ty = tap((y - by) as u32, c.box_h, c.height);
-        let (r0, r1) = cache.get(c, planes, ty.i0 as usize, ty.i1 as usize);
-        for (d, tx) in taps_x.iter().enumerate() {
-            let (x0, x1) = (tx.i0 as usize, tx.i1 as usize);
-            for ch in 0..3 {
+            pad(&mut vals, 0..w_out);
+        } else {
+            pad(&mut vals, 0..bx);
+            pad(&mut vals, bx + bw..w_out);
+            let ty = tap((y - by) as u32, c.box_h, c.height);
+            let (r0, r1) = cache.get(c, planes, ty.i0 as usize, ty.i1 as usize);
+            for (ch, row) in vals.iter_mut().enumerate() {
                 let (a, b) = (&r0[ch], &r1[ch]);
-                let v = ty.l0 * (tx.l0 * a[x0] + tx.l1 * a[x1])
-                    + ty.l1 * (tx.l0 * b[x0] + tx.l1 * b[x1]);
-                f.put(image, index(ch, y, bx + d), ch, v);
+                for (v, tx) in row[bx..bx + bw].iter_mut().zip(&taps_x) {
+                    let (x0, x1) = (tx.i0 as usize, tx.i1 as usize);
+                    *v = ty.l0 * (tx.l0 * a[x0] + tx.l1 * a[x1])
+                        + ty.l1 * (tx.l0 * b[x0] + tx.l1 * b[x1]);
+                }
             }
         }
+        store_row(f, &mut vals, y, spec, &mut packed, image);
     }
 }

@@ -8,7 +8,7 @@
 //! It replaces the loop "`to_rgb` each frame (float, `0..=1`), `torch.nn.functional.
 //! interpolate` it, pad it, normalise it, stack": per output element,
 //!
-//! 1. **Where**: the camera's frame is fitted into its image by [`placement`] (letterbox:
+//! 1. **Where**: the camera's frame is fitted into its image by [`placement()`] (letterbox:
 //!    aspect kept, centred, offsets rounded down; stretch: per axis). Pixels outside the
 //!    content box, and every pixel of a camera without a frame (`None`), take the pad colour
 //!    [`BatchSpec::pad`].
@@ -36,7 +36,7 @@
 //!
 //! One file per job:
 //! - [`spec`]: [`BatchSpec`], [`Resize`], [`Normalize`], [`batch_bytes`].
-//! - [`placement`]: the content box and the transform back to source pixels.
+//! - [`mod@placement`]: the content box and the transform back to source pixels.
 //! - [`input`]: one camera's frame, on the GPU ([`BatchInput`]) or the host
 //!   ([`HostBatchInput`]).
 //! - `camera`: the per-camera numbers, validated on the host; the kernel reads them as they

@@ -564,3 +564,23 @@ fn large_batches_use_threads_and_give_the_same_bits() {
         );
     }
 }
+
+#[test]
+fn the_vector_f16_store_rounds_as_the_scalar_one() {
+    // Every 2^12th f32 bit pattern of both signs (normals, subnormals of both formats,
+    // overflow to infinity) plus exact ties of binary16 around 1, in a row long enough for
+    // the 8-wide path and a remainder: the F16C conversion gives f32_to_f16's bits.
+    let mut values: Vec<f32> = (0..1u32 << 20)
+        .map(|i| f32::from_bits(i << 12))
+        .filter(|v| v.is_finite())
+        .collect();
+    values.extend((0..2048).map(|i| 1.0 + (2 * i + 1) as f32 / 2048.0 / 2.0));
+    values.extend([65504.0, 65519.99, 65520.0, 6.0e-8, 2.98e-8, -0.0, 0.0]);
+    values.push(0.1); // a remainder after the chunks of 8
+    let mut out = vec![0u8; 2 * values.len()];
+    super::host::store_f16(&values, &mut out);
+    for (i, &v) in values.iter().enumerate() {
+        let got = u16::from_ne_bytes([out[2 * i], out[2 * i + 1]]);
+        assert_eq!(got, crate::rgb::store::f32_to_f16(v), "{v:e}");
+    }
+}
