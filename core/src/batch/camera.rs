@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::cuda::{Event, Stream};
 use crate::error::{Error, ErrorCode, Result};
 use crate::subscriber::{Frame, Subscriber, SubscriberOptions};
+use crate::wire::MemoryKind;
 
 /// A frame a camera holds: the newest read from it.
 pub(super) struct Held {
@@ -254,8 +255,21 @@ fn is_retryable(e: &Error) -> bool {
 pub(super) fn release(held: Held, stream: Option<&Stream>) {
     let Held { frame, read_by, .. } = held;
     if read_by.is_empty() {
-        // SAFETY: null: no GPU work reads the frame (it was never converted on the GPU).
-        unsafe { frame.release_after_stream(std::ptr::null_mut()) };
+        let copied_on_gpu = frame.memory_kind() == MemoryKind::CudaVmm && !frame.is_zero_copy();
+        match stream {
+            // A COPY frame's device buffer goes back to its subscriber's pool: released after
+            // our own stream (nothing of the caller's reads the frame), not after a wait for
+            // the whole context, which a drop would be.
+            Some(s) if copied_on_gpu => {
+                let dev = s.device().cloned();
+                let _current = dev.as_ref().map(|d| d.push_current());
+                // SAFETY: `s` is the batch's own live stream of the frame's device, its
+                // context current (pushed above); no work of the caller reads the frame.
+                unsafe { frame.release_after_stream(s.raw()) };
+            }
+            // SAFETY: null: no GPU work reads the frame (it was never converted on the GPU).
+            _ => unsafe { frame.release_after_stream(std::ptr::null_mut()) },
+        }
         return;
     }
     let Some(stream) = stream else {
