@@ -41,6 +41,7 @@ build() {
   [ -f core/tests/hostile_subscriber/main.rs ] && tests+=(--test hostile_subscriber)
   [ -f core/tests/gpu_identity.rs ] && tests+=(--test gpu_identity --test hostile_publisher)
   [ -f core/tests/soak_replace.rs ] && tests+=(--test soak_replace)
+  [ -f core/tests/batch_cuda.rs ] && tests+=(--test batch_cuda)
   # The GPU tests use the test kernels of feature `testing` (the dev-dependency turns it on;
   # named here too, so the script says what it builds).
   cargo test --release -p cuframes-core --features testing "${tests[@]}" --no-run --message-format=json 2>/dev/null |
@@ -79,6 +80,7 @@ for l in sys.stdin:
   cp "$(ls -t build/wheels/cuframes-*-abi3-*.whl | head -1)" "$out/"
   cp python/tests/gpu_check.py python/tests/rgb_reference.py python/benches/gpu_bench.py \
     python/tests/gpu_streams.py examples/python/motion_stats.py "$out/"
+  cp python/benches/batch_bench.py python/tests/batch_reference.py "$out/"
   # FFmpeg frame path (hwupload_cuframes, -f cuframes): the cuframes FFmpeg build and the real
   # sample (the decode-pipeline benchmark encodes its clips on the GPU machine).
   if [ -x build/ffmpeg/bin/ffmpeg ]; then
@@ -290,6 +292,29 @@ cameras_bench() {
   rm -f "$log"
   return "$rc"
 }
+# python/benches/batch_bench.py: 16 cameras of 1080p NV12 into one cuframes.Batch against the
+# naive torch loop, with its checks (GPU = host conversion bit for bit, float64 reference, one
+# launch per batch, no host copy). The cameras are FFmpeg processes decoding a generated clip
+# with nvdec where $out/ffmpeg exists, Python publishers from device memory otherwise.
+python_batch() {
+  local d log rc args=()
+  d=$(mktemp -d /tmp/cuframes-batch.XXXXXX)
+  if [ -x "$out/ffmpeg" ]; then
+    # shellcheck source=scripts/ffbench.sh
+    . "$out/ffbench.sh"
+    ffbench_clip "$out/ffmpeg" 1920x1080 300 "$d/clip.h264" && args=(--ffmpeg "$out/ffmpeg" --clip "$d/clip.h264")
+  fi
+  log=$(mktemp /tmp/cuframes-batch-log.XXXXXX)
+  with_wheel "$out/batch_bench.py" --cameras "${GPU_BATCH_CAMERAS:-16}" --batches "${GPU_BATCH_BATCHES:-300}" \
+    "${args[@]}" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  count_skips "$log"
+  grep -q '^PASS' "$log" || rc=1
+  grep -q '^FAIL' "$log" && rc=1
+  grep -q '^SKIPPED' "$log" && rc=1
+  rm -rf "$d" "$log"
+  return "$rc"
+}
 python_steps() {
   step "Python: zero-copy CUDA frames into torch and cupy through DLPack, bit-exact vs hwdownload; to_rgb vs reference; publish from device memory" python_gpu
   step "Python: stream= rule on torch's default stream (release and publish ordered after it), to_rgb from two threads, frame drop without the GIL (python/tests/gpu_streams.py)" \
@@ -297,6 +322,8 @@ python_steps() {
   step "Python example (examples/python/motion_stats.py) beside an FFmpeg recorder on one camera" python_example
   step "Python benchmark (python/benches/gpu_bench.py: import overhead, consumer fps, to_rgb vs D2D copy)" \
     with_wheel "$out/gpu_bench.py" --frames "${GPU_PY_BENCH_FRAMES:-3000}"
+  step "Python Batch: 16 x 1080p NV12 into one 640x640 float16 letterbox batch vs the naive torch loop; GPU = host bit for bit, one launch per batch, no host copy (python/benches/batch_bench.py)" \
+    python_batch
 }
 # Snapshots of a CUDA ring (docs/ffmpeg.md, "Snapshots"): the input device downloading
 # (-output software), hwdownload in the graph, a JPEG, and `cuframes snapshot`. Every PNG
@@ -486,6 +513,10 @@ run() {
   if [ -x "$out/tool_snapshot" ]; then
     step "cuframes snapshot of CUDA rings (nv12, p010, yuv420p, bgra): the PNG bit-exact against to_rgb_host of the published frame" \
       tool_snapshot_cuda
+  fi
+  if [ -x "$out/batch_cuda" ]; then
+    step "batch reader on CUDA rings: bit-exact vs convert_batch_host, one launch per batch, no host copy, a slot released only after the kernel that reads it (core/tests/batch_cuda.rs)" \
+      gpu_test "$out/batch_cuda" --test-threads=1 --nocapture
   fi
   step "demo on CUDA (4 subscriber processes, 1080p)" "$out/cuframes-demo" --frames 120 --subscribers 4 --cuda 0
   if [ -z "${GPU_SKIP_BENCH:-}" ]; then

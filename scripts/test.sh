@@ -101,7 +101,7 @@ gpu_tests_here() {
   # GPU none may skip for want of one.
   local gpu_log
   gpu_log=$(mktemp /tmp/cuframes-gpu-tests.XXXXXX)
-  if ! { cargo test --release -p cuframes-core --test cuda_vmm --test frame_ring_cuda --test rgb_batch_cuda -- --nocapture --test-threads=1 &&
+  if ! { cargo test --release -p cuframes-core --test cuda_vmm --test frame_ring_cuda --test rgb_batch_cuda --test batch_cuda -- --nocapture --test-threads=1 &&
     cargo test --release --test ffmpeg_frames -- ring_moved_from --nocapture --test-threads=1; } >"$gpu_log" 2>&1; then
     tail -50 "$gpu_log"; rm -f "$gpu_log"; return 1
   fi

@@ -86,6 +86,7 @@
 //! | 4 rings | `frame_ring`, `packet_ring`, `memory` |
 //! | 5 endpoints | `publisher`, `subscriber` |
 //! | 6 features | `rgb`, `inspect` |
+//! | 7 compositions | `batch` |
 //!
 //! 1. Protocol: [`wire`] (byte layouts and constants of the SHM objects), [`tlv`] (the socket
 //!    messages), [`colour`] (the code points of a stream's colour description), [`Error`] /
@@ -106,6 +107,8 @@
 //! 6. Features: [`rgb`] (RGB conversion of frames, host and CUDA kernel) and [`inspect`] (the
 //!    `cuframes` tool: ls / stat / clean), built on the layers below rather than on copies of
 //!    them.
+//! 7. Compositions: [`batch`] (many cameras read into one inference batch: subscribers, the
+//!    assembly policies and the batched RGB conversion together).
 //!
 //! With the feature `testing` (off by default), `testing` adds the GPU test kernels and
 //! re-exports of the crate-private internals for tests and benchmarks.
@@ -114,6 +117,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod batch;
 pub mod codec;
 pub mod colour;
 pub mod cuda;

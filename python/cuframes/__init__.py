@@ -13,6 +13,8 @@ from . import _cuframes
 from ._cuframes import (  # noqa: F401
     ERROR_CODES,
     PROTOCOL_VERSION,
+    Batch,
+    BatchResult,
     Error,
     Frame,
     Packet,
@@ -77,6 +79,8 @@ def _close_publishers():
 __all__ = [
     "ERROR_CODES",
     "PROTOCOL_VERSION",
+    "Batch",
+    "BatchResult",
     "Error",
     "Frame",
     "Packet",

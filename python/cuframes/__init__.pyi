@@ -27,6 +27,8 @@ from typing import (
 __all__ = [
     "ERROR_CODES",
     "PROTOCOL_VERSION",
+    "Batch",
+    "BatchResult",
     "Error",
     "Frame",
     "Packet",
@@ -222,8 +224,9 @@ class Tensor:
     """
 
     @property
-    def shape(self) -> Tuple[int, int, int]:
-        """(3, height, width) for "chw", (height, width, 3) for "hwc"."""
+    def shape(self) -> Tuple[int, ...]:
+        """(3, height, width) for "chw", (height, width, 3) for "hwc"; a ``Batch`` tensor has
+        the number of cameras in front: (N, 3, height, width) or (N, height, width, 3)."""
     @property
     def dtype(self) -> str:
         """"uint8", "float16" or "float32"."""
@@ -251,6 +254,116 @@ class Tensor:
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:
         """CUDA tensors only (AttributeError on the host); version 3, with ``stream``."""
+
+class BatchResult:
+    """One batch made by ``Batch.next()``: ``tensor`` and, per camera in the order of the keys,
+    ``key``, ``valid``, ``seq``, ``pts``, ``placement``."""
+
+    @property
+    def tensor(self) -> Any:
+        """The images, (N, 3, H, W) or (N, H, W, 3): a ``Tensor`` on the GPU (DLPack,
+        ``__cuda_array_interface__``), a NumPy array for host batches (a ``Tensor`` without
+        NumPy). The buffer returns to the reader's pool when it and every import are gone."""
+    @property
+    def key(self) -> List[str]: ...
+    @property
+    def valid(self) -> List[bool]:
+        """False: the camera's image is the pad colour (lost, no frame yet, or none the
+        policy accepted)."""
+    @property
+    def seq(self) -> List[Optional[int]]:
+        """The frame's seq in its ring (None when invalid)."""
+    @property
+    def pts(self) -> List[Optional[int]]:
+        """The frame's pts in nanoseconds (None when invalid or unstamped)."""
+    @property
+    def placement(self) -> List[Optional[Dict[str, float]]]:
+        """Where each frame is in its image: ``scale_x``, ``scale_y``, ``offset_x``,
+        ``offset_y`` (image = source * scale + offset, pixel-edge coordinates),
+        ``content_width``, ``content_height``, ``source_width``, ``source_height``; None when
+        the source size is unknown."""
+    def to_source(
+        self, camera: int, boxes: Sequence[Sequence[float]], clip: bool = True
+    ) -> List[Tuple[float, float, float, float]]:
+        """Boxes ``(x0, y0, x1, y1)`` of camera ``camera``'s image in its source frame's pixels
+        (clipped to the frame unless ``clip=False``)."""
+    @property
+    def index(self) -> int:
+        """How many batches the reader made before this one."""
+    @property
+    def kernel_launches(self) -> int:
+        """The reader's GPU kernel launches when this batch was made (one per CUDA batch)."""
+    def __len__(self) -> int: ...
+
+class Batch:
+    """Read many cameras into one inference batch per ``next()``: each camera's frame
+    converted to RGB (its own matrix and range), resized (bilinear; letterboxed with ``pad``
+    or stretched), optionally normalised, into (N, 3, H, W) ("nchw") or (N, H, W, 3)
+    ("nhwc"). CUDA rings: one kernel launch per batch reading the zero-copy slots, frames
+    released on the stream behind it. Host rings: converted by the CPU into a NumPy array.
+
+    ``policy``: "latest" (each camera's newest frame, never waiting), "all" (wait up to
+    ``timeout`` s for a new frame of every connected camera) or "aligned" (frames within
+    ``window`` s of the newest camera's newest pts, waiting up to ``timeout``). Cameras keep
+    their index through disconnections; lost or missing cameras are looked for again in the
+    background every ``retry_interval`` s and never hold a batch up. The subscriber options
+    are ``Subscriber``'s, for every camera.
+    """
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        width: int = 640,
+        height: int = 640,
+        dtype: str = "float16",
+        layout: str = "nchw",
+        resize: str = "letterbox",
+        pad: Union[None, float, Tuple[float, float, float]] = None,
+        mean: Union[None, float, Tuple[float, float, float]] = None,
+        std: Union[None, float, Tuple[float, float, float]] = None,
+        policy: str = "latest",
+        timeout: float = 1.0,
+        window: Optional[float] = None,
+        *,
+        name: str = "python",
+        mode: str = "auto",
+        runtime_dir: Optional[str] = None,
+        wait_publisher: float = 0.0,
+        handshake_timeout: float = 5.0,
+        reconnect: Optional[float] = None,
+        spin: float = 0.0,
+        accept_zero_copy_overwrite: bool = False,
+        device: int = -1,
+        publisher_uid: Optional[int] = None,
+        retry_interval: float = 0.25,
+    ) -> None: ...
+    def next(self, stream: Optional[Any] = None) -> BatchResult:
+        """The next batch, assembled per the policy and converted; ``stream`` (CUDA) as
+        ``Frame.to_rgb``'s, alive while the tensor is used."""
+    def __iter__(self) -> Iterator[BatchResult]: ...
+    def __next__(self) -> BatchResult: ...
+    @property
+    def keys(self) -> List[str]: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def shape(self) -> Tuple[int, int, int, int]: ...
+    @property
+    def connected(self) -> List[bool]: ...
+    @property
+    def errors(self) -> List[Optional[str]]:
+        """Per camera: its last connection error or end, as text."""
+    @property
+    def reconnections(self) -> List[int]: ...
+    @property
+    def kernel_launches(self) -> int: ...
+    @property
+    def pooled_buffers(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "Batch": ...
+    def __exit__(self, *args: Any) -> bool: ...
 
 class ZeroCopyRefusedWarning(UserWarning):
     """``Subscriber(mode="zero_copy")`` was given copies: the publisher's policy is

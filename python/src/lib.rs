@@ -12,6 +12,8 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod batch;
+mod batch_result;
 mod colour;
 mod dlpack;
 mod endpoint;
@@ -56,6 +58,8 @@ fn _cuframes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<frame::Frame>()?;
     m.add_class::<plane::Plane>()?;
     m.add_class::<rgb::Tensor>()?;
+    m.add_class::<batch::Batch>()?;
+    m.add_class::<batch_result::BatchResult>()?;
     m.add_class::<publisher::Publisher>()?;
     m.add_class::<packet_publisher::PacketPublisher>()?;
     m.add_class::<packet_subscriber::PacketSubscriber>()?;

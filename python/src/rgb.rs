@@ -19,6 +19,7 @@
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
+use cuframes_core::batch::BatchBuffer;
 use cuframes_core::cuda::{CudaDevice, DeviceBuffer, Event, Stream};
 use cuframes_core::format::FrameGeometry;
 use cuframes_core::rgb::{
@@ -113,6 +114,15 @@ fn raw_stream(s: usize) -> *mut c_void {
 /// Where a tensor's bytes are.
 enum Storage {
     Host(Box<[u8]>),
+    /// A batch of `cuframes.Batch`: the buffer returns to the reader's pool when the tensor
+    /// and every import of it are gone (the pool records its events behind the production
+    /// stream and the importers' streams then).
+    Batch {
+        buf: BatchBuffer,
+        /// CUDA batches: the device and an event recorded behind the conversion, which an
+        /// importer's stream waits for.
+        gpu: Option<(Arc<CudaDevice>, Arc<Event>)>,
+    },
     Device {
         buf: Option<DeviceBuffer>,
         gpu: Arc<RgbGpu>,
@@ -153,6 +163,16 @@ impl Storage {
         match self {
             Storage::Host(b) => b.as_ptr() as u64,
             Storage::Device { buf, .. } => buf.as_ref().map_or(0, DeviceBuffer::device_ptr),
+            Storage::Batch { buf, .. } => buf.address(),
+        }
+    }
+
+    /// The stream the bytes were produced on (CUDA; 1 = the legacy default stream).
+    fn produced_on(&self) -> Option<usize> {
+        match self {
+            Storage::Host(_) => None,
+            Storage::Device { produced_on, .. } => Some(*produced_on),
+            Storage::Batch { buf, .. } => buf.produced_on(),
         }
     }
 }
@@ -165,7 +185,8 @@ impl Storage {
 pub struct Tensor {
     storage: Arc<Storage>,
     dtype: RgbDtype,
-    shape: [i64; 3],
+    /// (3, H, W) / (H, W, 3) for an image; (N, 3, H, W) / (N, H, W, 3) for a batch.
+    shape: Vec<i64>,
     device: DLDevice,
 }
 
@@ -178,8 +199,13 @@ fn dtype_name(d: RgbDtype) -> &'static str {
 }
 
 impl Tensor {
-    fn strides(&self) -> [i64; 3] {
-        [self.shape[1] * self.shape[2], self.shape[2], 1]
+    /// Dense, row-major strides in elements.
+    fn strides(&self) -> Vec<i64> {
+        let mut strides = vec![1i64; self.shape.len()];
+        for i in (0..self.shape.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * self.shape[i + 1];
+        }
+        strides
     }
 
     fn dl(&self) -> DlTensor {
@@ -191,8 +217,8 @@ impl Tensor {
                 RgbDtype::F16 => DType::Float(2),
                 RgbDtype::F32 => DType::Float(4),
             },
-            shape: self.shape.to_vec(),
-            strides: self.strides().to_vec(),
+            shape: self.shape.clone(),
+            strides: self.strides(),
             read_only: false,
         }
     }
@@ -200,7 +226,7 @@ impl Tensor {
     fn interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         let size = self.dtype.size() as i64;
-        d.set_item("shape", PyTuple::new(py, self.shape)?)?;
+        d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
         d.set_item(
             "typestr",
             match self.dtype {
@@ -221,10 +247,11 @@ impl Tensor {
 
 #[pymethods]
 impl Tensor {
-    /// (3, height, width) for "chw", (height, width, 3) for "hwc".
+    /// (3, height, width) for "chw", (height, width, 3) for "hwc"; a batch has the number
+    /// of cameras in front: (N, 3, height, width) or (N, height, width, 3).
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.shape)
+        PyTuple::new(py, &self.shape)
     }
 
     /// "uint8", "float16" or "float32".
@@ -242,10 +269,7 @@ impl Tensor {
     /// The stream the conversion was queued on (CUDA tensors; 1 = the legacy default stream).
     #[getter]
     fn stream(&self) -> Option<usize> {
-        match &*self.storage {
-            Storage::Device { produced_on, .. } => Some(*produced_on),
-            Storage::Host(_) => None,
-        }
+        self.storage.produced_on()
     }
 
     /// (1, 0) for host tensors (kDLCPU), (2, device) for CUDA tensors (kDLCUDA).
@@ -280,36 +304,40 @@ impl Tensor {
                 )));
             }
         }
-        if let Storage::Device {
-            gpu,
-            produced_on,
-            ready,
-            readers,
-            ..
-        } = &*self.storage
-        {
-            let consumer = match stream {
-                None => Some(LEGACY_STREAM),
-                Some(-1) => None,
-                Some(s) if s > 0 => Some(s as usize),
-                Some(s) => {
-                    return Err(PyValueError::new_err(format!(
-                        "stream {s}: DLPack streams are None, -1 or a positive handle"
-                    )))
-                }
-            };
-            if let Some(s) = consumer {
-                if s != *produced_on {
-                    // SAFETY: DLPack's contract: the importer passes a live stream of the
-                    // tensor's device; borrowed, never destroyed here.
-                    let st = unsafe { Stream::from_raw_with_device(gpu.device(), raw_stream(s)) };
-                    st.wait_event(ready).map_err(to_py)?;
-                }
-                let mut r = lock(readers);
-                if !r.contains(&s) {
-                    r.push(s);
+        let consumer = || match stream {
+            None => Ok(Some(LEGACY_STREAM)),
+            Some(-1) => Ok(None),
+            Some(s) if s > 0 => Ok(Some(s as usize)),
+            Some(s) => Err(PyValueError::new_err(format!(
+                "stream {s}: DLPack streams are None, -1 or a positive handle"
+            ))),
+        };
+        match &*self.storage {
+            Storage::Device {
+                gpu,
+                produced_on,
+                ready,
+                readers,
+                ..
+            } => {
+                if let Some(s) = consumer()? {
+                    wait_for(gpu.device(), ready, s, *produced_on)?;
+                    let mut r = lock(readers);
+                    if !r.contains(&s) {
+                        r.push(s);
+                    }
                 }
             }
+            Storage::Batch {
+                buf,
+                gpu: Some((dev, ready)),
+            } => {
+                if let Some(s) = consumer()? {
+                    wait_for(dev, ready, s, buf.produced_on().unwrap_or(LEGACY_STREAM))?;
+                    buf.add_reader(s);
+                }
+            }
+            Storage::Host(_) | Storage::Batch { gpu: None, .. } => {}
         }
         let versioned = max_version.is_some_and(|(major, _)| major >= 1);
         dlpack::capsule(py, &self.dl(), Box::new(self.storage.clone()), versioned)
@@ -330,14 +358,14 @@ impl Tensor {
     /// stream the conversion was queued on: `cupy.asarray(t)`.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let Storage::Device { produced_on, .. } = &*self.storage else {
+        let Some(produced_on) = self.storage.produced_on() else {
             return Err(PyAttributeError::new_err(
                 "a host tensor has no __cuda_array_interface__ (use DLPack or __array_interface__)",
             ));
         };
         let d = self.interface(py)?;
         // v3: the consumer synchronises with the stream the data was produced on.
-        d.set_item("stream", *produced_on)?;
+        d.set_item("stream", produced_on)?;
         Ok(d)
     }
 
@@ -353,6 +381,44 @@ impl Tensor {
                 _ => "host".to_string(),
             }
         )
+    }
+}
+
+/// An importer's stream `s` waits for the work recorded by `ready` (unless it is the
+/// production stream itself).
+fn wait_for(dev: &Arc<CudaDevice>, ready: &Event, s: usize, produced_on: usize) -> PyResult<()> {
+    if s != produced_on {
+        // SAFETY: DLPack's contract: the importer passes a live stream of the tensor's
+        // device; borrowed, never destroyed here.
+        let st = unsafe { Stream::from_raw_with_device(dev, raw_stream(s)) };
+        st.wait_event(ready).map_err(to_py)?;
+    }
+    Ok(())
+}
+
+/// A batch of `cuframes.Batch` as a tensor: `shape` (N, 3, H, W) or (N, H, W, 3); `gpu`
+/// for a CUDA batch (its device and an event recorded behind the conversion).
+pub fn batch_tensor(
+    buf: BatchBuffer,
+    dtype: RgbDtype,
+    shape: Vec<i64>,
+    gpu: Option<(Arc<CudaDevice>, Arc<Event>)>,
+) -> Tensor {
+    let device = match &gpu {
+        Some((dev, _)) => DLDevice {
+            device_type: KDL_CUDA,
+            device_id: dev.ordinal(),
+        },
+        None => DLDevice {
+            device_type: KDL_CPU,
+            device_id: 0,
+        },
+    };
+    Tensor {
+        storage: Arc::new(Storage::Batch { buf, gpu }),
+        dtype,
+        shape,
+        device,
     }
 }
 
@@ -424,11 +490,11 @@ pub fn parse_spec(
     })
 }
 
-fn shape_of(layout: &FrameGeometry, spec: &RgbSpec) -> [i64; 3] {
+fn shape_of(layout: &FrameGeometry, spec: &RgbSpec) -> Vec<i64> {
     let (w, h) = (i64::from(layout.width), i64::from(layout.height));
     match spec.layout {
-        RgbLayout::Chw => [3, h, w],
-        RgbLayout::Hwc => [h, w, 3],
+        RgbLayout::Chw => vec![3, h, w],
+        RgbLayout::Hwc => vec![h, w, 3],
     }
 }
 
