@@ -292,7 +292,7 @@ fn each_ring_counts_its_own_readers() {
         .unwrap();
     p.enable_packets(config()).unwrap();
     let wait = |what: &str, cond: &dyn Fn() -> bool| {
-        common::wait_until(what, Duration::from_secs(10), || cond())
+        common::wait_until(what, Duration::from_secs(10), cond)
     };
     let packets = Subscriber::connect(&env.key, &packets_only(&env, "packets")).unwrap();
     wait("the packet reader", &|| p.subscriber_count() == 1);
