@@ -6,12 +6,14 @@
 //! or `$CUFRAMES_FFMPEG`; without either they print SKIPPED and pass.
 //!
 //! Files: harness.rs (sources, references, command lines, waits), round_trip.rs,
-//! late_subscriber.rs, failures.rs (killed or missing publishers, reconnects), help.rs,
+//! late_subscriber.rs, long_gop.rs (a late recorder of a GOP longer than the ring),
+//! failures.rs (killed or missing publishers, reconnects), help.rs,
 //! muxer.rs (flags and timestamps, a shared publisher, `-wait_subscribers`).
 
 mod failures;
 mod harness;
 mod help;
 mod late_subscriber;
+mod long_gop;
 mod muxer;
 mod round_trip;
