@@ -14,7 +14,7 @@
 //! `Subscriber::connect` to the return of its first packet (a keyframe). The publisher thread
 //! paces itself; joiners are threads of this process.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,7 +95,7 @@ fn ms(d: Duration) -> String {
 
 /// One GOP length: both publishers, the pacing thread and the joiners.
 fn run(
-    dir: &PathBuf,
+    dir: &Path,
     round: usize,
     gop_s: f64,
     joins: usize,
@@ -106,7 +106,7 @@ fn run(
         format!("ljb-{}-{round}-store", std::process::id()),
     ];
     let options = PublisherOptions {
-        runtime_dir: Some(dir.clone()),
+        runtime_dir: Some(dir.to_path_buf()),
         ..Default::default()
     };
     let pubs: Vec<Publisher> = keys
@@ -163,7 +163,7 @@ fn run(
     for j in 0..joins {
         let at = start + period.mul_f64((j as f64 + 0.5) / joins as f64);
         for (which, key) in keys.iter().enumerate() {
-            let (key, dir) = (key.clone(), dir.clone());
+            let (key, dir) = (key.clone(), dir.to_path_buf());
             threads.push(std::thread::spawn(move || {
                 std::thread::sleep(at.saturating_duration_since(Instant::now()));
                 (which, join(&key, dir))

@@ -6,14 +6,17 @@
 
 use cuframes_test_support as common;
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::child::{self, Children};
 use common::TestEnv;
 use cuframes_core::packet_ring::{GopStoreConfig, PacketRingConfig};
-use cuframes_core::publisher::Publisher;
+use cuframes_core::publisher::{Publisher, PublisherOptions};
 use cuframes_core::shm::Mapping;
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
 use cuframes_core::tlv::{HelloReq, Message};
@@ -284,4 +287,71 @@ fn a_restarted_publisher_serves_its_own_gop() {
     read_on(&mut s, 2, 2, GOP / 2, Duration::from_secs(1));
     let mut fresh = Subscriber::connect(&env.key, &packets_only(&env, "new")).unwrap();
     read_in_order(&mut fresh, 2, 1, GOP / 2, Duration::from_millis(200));
+}
+
+#[test]
+fn child_entry() {
+    let Some(role) = child::role() else {
+        return;
+    };
+    assert_eq!(role, "small_store_publisher");
+    let key = std::env::var("CUFRAMES_TEST_KEY").unwrap();
+    let p = Publisher::create(&key, PublisherOptions::default()).unwrap();
+    p.enable_packets(PacketRingConfig {
+        codec_id: CODEC_ID_H264,
+        ring_slots: SLOTS,
+        data_size: 1 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    // A GOP here is 20000 + 59 x 1200 bytes: neither GOP fits in 32 KiB.
+    p.set_gop_store(Some(GopStoreConfig {
+        bytes_per_gop: 32 << 10,
+        packets_per_gop: 4096,
+    }))
+    .unwrap();
+    publish(&p, 0, GOP + GOP / 2);
+    println!("READY");
+    std::io::stdout().flush().unwrap();
+    // Until killed.
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// A publisher (another process) whose GOPs do not fit its store: a late subscriber waits
+/// for the next keyframe as without a store (no partial GOP), and the publisher said so once
+/// on stderr, naming the bound.
+#[test]
+fn a_gop_larger_than_the_store_falls_back_and_is_said_once() {
+    let env = TestEnv::new("gs-small");
+    let mut cmd = child::role_command("small_store_publisher", &env);
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let mut kids = Children(vec![child]);
+    let mut out = BufReader::new(out);
+    let mut line = String::new();
+    while !line.contains("READY") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the publisher died");
+    }
+    let mut s = Subscriber::connect(&env.key, &packets_only(&env, "late")).unwrap();
+    let e = s
+        .next_packet(Some(Duration::from_millis(300)), &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Timeout, "waits for the next keyframe");
+    for k in &mut kids.0 {
+        k.kill().unwrap();
+        k.wait().unwrap();
+    }
+    let mut text = String::new();
+    BufReader::new(err).read_to_string(&mut text).unwrap();
+    let said: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("more than the GOP store keeps"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once:\n{text}");
+    assert!(
+        said[0].contains("the GOP from packet 1 ") && said[0].contains("32768 bytes"),
+        "{}",
+        said[0]
+    );
 }
