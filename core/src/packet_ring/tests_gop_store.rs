@@ -222,6 +222,12 @@ fn a_subscriber_cannot_write_resize_or_punch_the_store() {
     let fd = w.gop_store_descriptor().unwrap().unwrap();
     let size = shm::file_size(fd.as_fd()).unwrap();
     assert!(Mapping::map(fd.as_fd(), size, true, "hostile").is_err());
+    // Nor a read-only shared mapping made writable afterwards.
+    let ro = Mapping::map(fd.as_fd(), size, false, "hostile").unwrap();
+    // SAFETY: mprotect on a mapping this test owns; it is expected to fail and change nothing.
+    let rc =
+        unsafe { libc::mprotect(ro.as_ptr().cast(), size, libc::PROT_READ | libc::PROT_WRITE) };
+    assert_eq!(rc, -1, "a read-only mapping of the store became writable");
     assert!(nix::unistd::ftruncate(fd.as_fd(), 0).is_err());
     assert!(nix::unistd::ftruncate(fd.as_fd(), size as i64 * 2).is_err());
     assert!(nix::unistd::write(fd.as_fd(), b"garbage").is_err());
