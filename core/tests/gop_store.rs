@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::child::{self, Children};
 use common::TestEnv;
-use cuframes_core::packet_ring::{GopStoreConfig, PacketRingConfig};
+use cuframes_core::packet_ring::{GopStoreConfig, PacketRingConfig, PacketRingWriter};
 use cuframes_core::publisher::{Publisher, PublisherOptions};
 use cuframes_core::shm::Mapping;
 use cuframes_core::subscriber::{Subscriber, SubscriberOptions};
@@ -354,4 +354,86 @@ fn a_gop_larger_than_the_store_falls_back_and_is_said_once() {
         "{}",
         said[0]
     );
+}
+
+/// Our subscriber against a plain v4 packet publisher (a scripted one that knows nothing of the
+/// store: `publisher_flags` 0): it asks, gets no GOP_STORE, and reads the ring as before (a
+/// start on a lost keyframe waits for the next one).
+#[test]
+fn against_a_plain_v4_publisher_the_subscriber_reads_as_before() {
+    let env = TestEnv::new("gs-oldpub");
+    let key = cuframes_core::Key::new(&env.key).unwrap();
+    let mut ring = PacketRingWriter::create(
+        &key,
+        PacketRingConfig {
+            codec_id: CODEC_ID_H264,
+            extradata: vec![0, 0, 0, 1, 0x67, 0x42],
+            ring_slots: SLOTS,
+            data_size: 1 << 20,
+        },
+        0o600,
+    )
+    .unwrap();
+    let publish_to = |ring: &mut PacketRingWriter, to: u64| {
+        for seq in ring.seq() + 1..=to {
+            let key = (seq - 1) % GOP == 0;
+            let flags = if key { PACKET_FLAG_KEY } else { 0 };
+            ring.publish(&payload(0, seq), 0, 0, flags).unwrap();
+        }
+    };
+    publish_to(&mut ring, GOP + GOP / 2);
+    let path = env.dir.join(format!("{}.sock", env.key));
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let (shm, initial) = (ring.shm_name().to_owned(), ring.last_keyframe_seq());
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let deadline = || Some(Instant::now() + Duration::from_secs(5));
+        let (hello, _) = cuframes_core::testing::recv(s.as_fd(), deadline()).unwrap();
+        let Message::HelloReq(h) = hello else {
+            panic!("{hello:?}")
+        };
+        let asked = h.subscribe_flags & SUBSCRIBE_GOP_STORE != 0;
+        let resp = Message::HelloResp(cuframes_core::tlv::HelloResp {
+            result: 0,
+            proto_version: PROTOCOL_VERSION,
+            ring_size: 0,
+            ownership_mode: 0,
+            meta: Default::default(),
+            shm_path: String::new(),
+            publisher_flags: 0,
+            packets: Some(cuframes_core::tlv::HelloRespPackets {
+                packet_shm_path: shm,
+                codec_id: CODEC_ID_H264,
+                initial_packet_seq: initial,
+            }),
+        });
+        cuframes_core::testing::send(s.as_fd(), &resp, &[]).unwrap();
+        let (sub, _) = cuframes_core::testing::recv(s.as_fd(), deadline()).unwrap();
+        assert!(matches!(sub, Message::SubscribeReq { .. }), "{sub:?}");
+        let resp = Message::SubscribeResp(cuframes_core::tlv::SubscribeResp {
+            result: 0,
+            assigned_bit: 1,
+            initial_seq: 0,
+        });
+        cuframes_core::testing::send(s.as_fd(), &resp, &[]).unwrap();
+        // Open until the subscriber is done: its end is not what this test is about.
+        let _ = done_rx.recv_timeout(Duration::from_secs(10));
+        asked
+    });
+    let mut s = Subscriber::connect(&env.key, &packets_only(&env, "new")).unwrap();
+    let e = s
+        .next_packet(Some(Duration::from_millis(300)), &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Timeout, "waits for the next keyframe");
+    publish_to(&mut ring, 2 * GOP + 2);
+    read_on(&mut s, 0, 2 * GOP + 1, 2 * GOP + 2, Duration::from_secs(1));
+    assert_eq!(s.packet_stats().unwrap().from_gop_store, 0);
+    done_tx.send(()).unwrap();
+    assert!(
+        server.join().unwrap(),
+        "our subscriber offers the extension"
+    );
+    drop(s);
+    let _ = std::fs::remove_file(&path);
 }
