@@ -564,6 +564,13 @@ void cuframes_packet_ring_config_default(cuframes_packet_ring_config_t *cfg);
 int cuframes_publisher_enable_packets(cuframes_publisher_t *pub, const cuframes_packet_ring_config_t *cfg);
 /** Set the extradata once, before the first packet (§10.3). */
 int cuframes_publisher_set_packet_extradata(cuframes_publisher_t *pub, const uint8_t *data, size_t size);
+/** Size the GOP store, the publisher's copy of the newest two GOPs from which a late subscriber
+ *  starts at once on a keyframe the ring already overwrote (docs/protocol.md, "GOP store"): at
+ *  most bytes_per_gop payload bytes and packets_per_gop packets (1..65536) per GOP, a larger
+ *  GOP is not kept; bytes_per_gop 0 keeps no store. Every packet ring has one by default
+ *  (32 MiB, 4096 packets). Only before the first packet (CUFRAMES_ERR_INVALID_ARG after). */
+int cuframes_publisher_set_gop_store(cuframes_publisher_t *pub, uint32_t bytes_per_gop,
+                                     uint32_t packets_per_gop);
 /** Publish one packet; `seq_out` may be NULL. A packet larger than the data ring, empty, or
  *  with reserved flag bits is refused (CUFRAMES_ERR_INVALID_ARG) and the ring is untouched. */
 int cuframes_publisher_publish_packet(cuframes_publisher_t *pub, const uint8_t *data, size_t size,

@@ -125,6 +125,10 @@ extern "C" {
 /** Extension (negotiated, docs/protocol.md "ACK pages"): the subscriber's ACK page, one
  *  sealed memfd as SCM_RIGHTS; payload u32 fd_count (1), u32 page_size, 8 reserved bytes. */
 #define CUFRAMES_MSG_ACK_PAGE 0x06u
+/** Extension (negotiated, docs/protocol.md "GOP store"): the publisher's GOP store, last in
+ *  the handshake; payload u32 fd_count (1, or 0 without a store), 4 reserved bytes, u64
+ *  store_size (0 without a store); one sealed memfd as SCM_RIGHTS when fd_count is 1. */
+#define CUFRAMES_MSG_GOP_STORE 0x07u
 #define CUFRAMES_MSG_UNSUBSCRIBE 0x10u
 #define CUFRAMES_MSG_EVENT_FD_LEGACY 0x20u /**< v1–v3 only; refused in v4 */
 #define CUFRAMES_MSG_SHUTDOWN 0x30u
@@ -137,6 +141,45 @@ extern "C" {
 /** HELLO_RESP publisher_flags (extension: the first 4 of the 12 reserved bytes after
  *  shm_path): the publisher hands an ACK page to each frame subscriber that asks. */
 #define CUFRAMES_PUBLISHER_ACK_PAGES 0x1u
+/** Extension: the packet subscriber wants the publisher's GOP store (GOP_STORE). */
+#define CUFRAMES_SUBSCRIBE_GOP_STORE 0x8u
+/** HELLO_RESP publisher_flags: the publisher answers CUFRAMES_SUBSCRIBE_GOP_STORE with
+ *  GOP_STORE (with its store, or without a descriptor when it keeps none). */
+#define CUFRAMES_PUBLISHER_GOP_STORE 0x2u
+
+/**
+ * The GOP store (extension): a memfd sealed against resizing and writing (F_SEAL_SHRINK,
+ * F_SEAL_GROW, F_SEAL_FUTURE_WRITE) holding the packets of the newest two GOPs, so that a late
+ * subscriber starts on a keyframe the packet ring already overwrote. Layout: this header,
+ * then 2 x bank_entries cuframes_gop_store_entry_t (bank 0's, then bank 1's), then
+ * 2 x bank_data_size payload bytes (bank 0's, then bank 1's). Entry i of a bank is packet
+ * key_seq + i; entries below count never change while key_seq stays (read key_seq and count
+ * with acquire, copy, acquire fence, key_seq again: a change means the bank was reused).
+ */
+#define CUFRAMES_GOP_STORE_MAGIC 0xCC7C1DC6u
+#define CUFRAMES_GOP_STORE_VERSION 1u
+#define CUFRAMES_GOP_STORE_MAX_ENTRIES 65536u
+typedef struct cuframes_gop_store_bank {
+    uint64_t key_seq;          /**< 0x00 atomic: the GOP's keyframe; 0 empty, UINT64_MAX none */
+    uint64_t count;            /**< 0x08 atomic: entries written */
+    uint8_t reserved[48];      /**< 0x10 */
+} cuframes_gop_store_bank_t;
+typedef struct cuframes_gop_store_header {
+    uint32_t magic;            /**< 0x00: CUFRAMES_GOP_STORE_MAGIC */
+    uint32_t version;          /**< 0x04: CUFRAMES_GOP_STORE_VERSION */
+    uint32_t bank_entries;     /**< 0x08: packets per bank, 1..CUFRAMES_GOP_STORE_MAX_ENTRIES */
+    uint32_t reserved_a;       /**< 0x0C */
+    uint64_t bank_data_size;   /**< 0x10: payload bytes per bank, 1..UINT32_MAX */
+    uint8_t reserved_b[40];    /**< 0x18 */
+    cuframes_gop_store_bank_t banks[2]; /**< 0x40 */
+} cuframes_gop_store_header_t;
+typedef struct cuframes_gop_store_entry {
+    int64_t pts_ns;            /**< 0x00 */
+    int64_t dts_ns;            /**< 0x08 */
+    uint64_t data_offset;      /**< 0x10: from byte 0 of the bank's payload bytes */
+    uint32_t data_size;        /**< 0x18: > 0 */
+    uint32_t flags;            /**< 0x1C: CUFRAMES_PACKET_FLAG_* */
+} cuframes_gop_store_entry_t;
 
 /**
  * The ACK page (extension), 4096 bytes: created and sealed (shrink, grow) by the publisher,

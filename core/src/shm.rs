@@ -613,6 +613,21 @@ pub fn memfd(name: &str, len: usize) -> Result<OwnedFd> {
     Ok(fd)
 }
 
+/// A memfd of `len` bytes that accepts seals (F_ADD_SEALS), for objects handed to other
+/// processes by descriptor: sealed against resizing, neither side's mapping can fault.
+pub fn sealable_memfd(name: &str, len: usize) -> Result<OwnedFd> {
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let cname = CString::new(name).map_err(|_| Error::invalid("memfd name contains NUL"))?;
+    let fd = memfd_create(
+        cname.as_c_str(),
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .map_err(|e| Error::os(format!("memfd_create {name}"), e))?;
+    ftruncate(fd.as_fd(), len as i64)
+        .map_err(|e| Error::os(format!("ftruncate memfd {name}"), e))?;
+    Ok(fd)
+}
+
 /// Size of the file behind `fd`.
 pub fn file_size(fd: BorrowedFd<'_>) -> Result<usize> {
     let st = fstat(fd).map_err(|e| Error::os(format!("fstat fd {}", fd.as_raw_fd()), e))?;

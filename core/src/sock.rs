@@ -211,7 +211,11 @@ pub fn recv(sock: BorrowedFd<'_>, deadline: Option<Instant>) -> Result<(Message,
         )));
     }
     let msg = tlv::decode_payload(msg_type, &payload)?;
-    if !matches!(msg, Message::VmmFds(_) | Message::AckPage(_)) && !fds.is_empty() {
+    if !matches!(
+        msg,
+        Message::VmmFds(_) | Message::AckPage(_) | Message::GopStore(_)
+    ) && !fds.is_empty()
+    {
         return Err(Error::protocol(format!(
             "{} arrived with descriptors attached",
             msg.name()

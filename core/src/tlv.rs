@@ -44,6 +44,8 @@ pub mod msg_type {
     pub const VMM_FDS: u32 = 0x05;
     /// Extension (negotiated): the subscriber's ACK page, one memfd as SCM_RIGHTS.
     pub const ACK_PAGE: u32 = 0x06;
+    /// GOP_STORE (extension): the publisher's GOP store for a packet subscriber.
+    pub const GOP_STORE: u32 = 0x07;
     /// UNSUBSCRIBE: the subscriber leaves.
     pub const UNSUBSCRIBE: u32 = 0x10;
     /// Legacy v1–v3 EVENT_FD: refused in v4.
@@ -157,6 +159,18 @@ pub struct AckPageMsg {
     pub page_size: u32,
 }
 
+/// GOP_STORE (extension, 0x07): sent last in the handshake to a packet subscriber that asked
+/// for the GOP store (`SUBSCRIBE_GOP_STORE`) of a publisher that offers it
+/// (`PUBLISHER_GOP_STORE`); the sealed memfd of the store travels beside it, or nothing when
+/// the publisher keeps no store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GopStoreMsg {
+    /// 1 with a store, 0 without.
+    pub fd_count: u32,
+    /// Size of the store's memfd (0 without one).
+    pub store_size: u64,
+}
+
 /// Every message of §3.2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
@@ -175,6 +189,8 @@ pub enum Message {
     VmmFds(VmmFds),
     /// ACK_PAGE (extension).
     AckPage(AckPageMsg),
+    /// GOP_STORE (extension).
+    GopStore(GopStoreMsg),
     /// UNSUBSCRIBE.
     Unsubscribe,
     /// SHUTDOWN.
@@ -211,6 +227,7 @@ impl Message {
             Message::SubscribeResp(_) => msg_type::SUBSCRIBE_RESP,
             Message::VmmFds(_) => msg_type::VMM_FDS,
             Message::AckPage(_) => msg_type::ACK_PAGE,
+            Message::GopStore(_) => msg_type::GOP_STORE,
             Message::Unsubscribe => msg_type::UNSUBSCRIBE,
             Message::Shutdown { .. } => msg_type::SHUTDOWN,
             Message::Ping { .. } => msg_type::PING,
@@ -234,6 +251,7 @@ pub fn type_name(id: u32) -> &'static str {
         msg_type::SUBSCRIBE_RESP => "SUBSCRIBE_RESP",
         msg_type::VMM_FDS => "VMM_FDS",
         msg_type::ACK_PAGE => "ACK_PAGE",
+        msg_type::GOP_STORE => "GOP_STORE",
         msg_type::UNSUBSCRIBE => "UNSUBSCRIBE",
         msg_type::EVENT_FD_LEGACY => "EVENT_FD (legacy)",
         msg_type::SHUTDOWN => "SHUTDOWN",
@@ -328,6 +346,9 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>> {
         Message::AckPage(a) => {
             w.u32(a.fd_count).u32(a.page_size).zeros(8);
         }
+        Message::GopStore(g) => {
+            w.u32(g.fd_count).zeros(4).u64(g.store_size);
+        }
         Message::Unsubscribe => {}
         Message::Shutdown { reason } => {
             w.u32(*reason).zeros(12);
@@ -374,6 +395,7 @@ fn validate_outgoing(msg: &Message) -> Result<()> {
             }
             Message::VmmFds(v) => check_fd_count(v.fd_count),
             Message::AckPage(a) => check_ack_page(a),
+            Message::GopStore(g) => check_gop_store(g),
             Message::Error { message, .. } if message.len() > MAX_ERROR_MESSAGE_LEN => {
                 Err(Error::invalid(format!(
                     "ERROR message is {} bytes; at most {MAX_ERROR_MESSAGE_LEN}",
@@ -552,6 +574,17 @@ pub fn decode_payload(msg_type: u32, payload: &[u8]) -> Result<Message> {
             check_ack_page(&a)?;
             Message::AckPage(a)
         }
+        msg_type::GOP_STORE => {
+            let fd_count = r.u32("fd_count")?;
+            r.take(4, "reserved")?;
+            let g = GopStoreMsg {
+                fd_count,
+                store_size: r.u64("store_size")?,
+            };
+            r.finish()?;
+            check_gop_store(&g)?;
+            Message::GopStore(g)
+        }
         msg_type::VMM_FDS => {
             let fd_count = r.u32("fd_count")?;
             check_fd_count(fd_count)?;
@@ -678,6 +711,16 @@ fn check_ack_page(a: &AckPageMsg) -> Result<()> {
             a.fd_count,
             a.page_size,
             crate::wire::ack_page::ACK_PAGE_SIZE
+        )));
+    }
+    Ok(())
+}
+
+fn check_gop_store(g: &GopStoreMsg) -> Result<()> {
+    if g.fd_count > 1 || (g.fd_count == 0) != (g.store_size == 0) {
+        return Err(Error::protocol(format!(
+            "GOP_STORE: fd_count {} with store_size {} (expected 1 and a size, or 0 and 0)",
+            g.fd_count, g.store_size
         )));
     }
     Ok(())

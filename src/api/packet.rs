@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void};
 use std::time::Duration;
 
-use cuframes_core::packet_ring::PacketRingConfig;
+use cuframes_core::packet_ring::{GopStoreConfig, PacketRingConfig};
 use cuframes_core::{Error, ErrorCode};
 
 use super::publisher::CPublisher;
@@ -121,6 +121,27 @@ pub unsafe extern "C" fn cuframes_publisher_set_packet_extradata(
         // for `size` bytes during the call.
         let (p, data) = unsafe { (input(p, "publisher")?, bytes(data, size, "extradata")?) };
         p.0.set_packet_extradata(data)
+    })
+}
+
+/// Size the GOP store (`bytes_per_gop` 0: keep none); only before the first packet.
+///
+/// # Safety
+/// The C contract (crate docs): `p` is NULL or a live publisher handle.
+#[no_mangle]
+pub unsafe extern "C" fn cuframes_publisher_set_gop_store(
+    p: *mut CPublisher,
+    bytes_per_gop: u32,
+    packets_per_gop: u32,
+) -> c_int {
+    status(|| {
+        // SAFETY: the C contract: `p` is NULL or a live publisher handle.
+        let p = unsafe { input(p, "publisher")? };
+        let config = (bytes_per_gop != 0).then_some(GopStoreConfig {
+            bytes_per_gop,
+            packets_per_gop,
+        });
+        p.0.set_gop_store(config)
     })
 }
 

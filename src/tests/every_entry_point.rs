@@ -179,6 +179,10 @@ fn successful_calls_leave_the_last_error_untouched() {
             "cuframes_publisher_set_packet_extradata",
             cuframes_publisher_set_packet_extradata(p, ring.as_ptr(), size) as i64,
         );
+        ok(
+            "cuframes_publisher_set_gop_store",
+            cuframes_publisher_set_gop_store(p, 1 << 20, 1024) as i64,
+        );
 
         let name = CString::new("abi-ok").unwrap();
         let mut sopts = std::mem::zeroed::<CSubscriberOptions>();

@@ -1,5 +1,6 @@
 //! The publisher handle under C callers that race or lie: opening a shared publisher while
-//! another thread destroys its last handle, and a stride whose rows overflow.
+//! another thread destroys its last handle, a stride whose rows overflow, and GOP store sizes
+//! out of range or too late.
 
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -105,4 +106,47 @@ fn a_stride_whose_rows_overflow_is_refused() {
         message.contains("plane 0") && message.contains("stride"),
         "{message}"
     );
+}
+
+/// `cuframes_publisher_set_gop_store`: a size out of range, a call after the first packet
+/// and a NULL handle are refused with INVALID_ARG; 0 bytes (no store) and a valid size are
+/// accepted before the first packet.
+#[test]
+fn the_gop_store_is_sized_before_the_first_packet_only() {
+    use crate::api::packet::*;
+    use cuframes_core::packet_ring::PacketRingConfig;
+    let n = cuframes_core::testing::unique_suffix() & 0xFF_FFFF;
+    let dir = std::env::temp_dir().join(format!("cuframes-gopstore-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = format!("gopstore-{}-{n}", std::process::id());
+    let options = PublisherOptions {
+        runtime_dir: Some(dir.clone()),
+        ..Default::default()
+    };
+    let publisher = Publisher::create(&key, options).unwrap();
+    publisher
+        .enable_packets(PacketRingConfig {
+            codec_id: cuframes_core::wire::CODEC_ID_H264,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut p = CPublisher(Arc::new(publisher));
+    // SAFETY: every call gets a live handle or NULL.
+    let rcs = unsafe {
+        [
+            cuframes_publisher_set_gop_store(&mut p, 1 << 20, 0),
+            cuframes_publisher_set_gop_store(&mut p, 1 << 20, 65_537),
+            cuframes_publisher_set_gop_store(std::ptr::null_mut(), 1 << 20, 16),
+            cuframes_publisher_set_gop_store(&mut p, 0, 0),
+            cuframes_publisher_set_gop_store(&mut p, 1 << 20, 16),
+        ]
+    };
+    let invalid = ErrorCode::InvalidArg as c_int;
+    assert_eq!(rcs, [invalid, invalid, invalid, 0, 0]);
+    p.0.publish_packet(&[0, 0, 0, 1, 0x65], 0, 0, 1).unwrap();
+    // SAFETY: as above.
+    let late = unsafe { cuframes_publisher_set_gop_store(&mut p, 0, 0) };
+    drop(p);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(late, invalid);
 }

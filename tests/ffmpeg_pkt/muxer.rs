@@ -16,7 +16,7 @@ use super::harness::{h264_bframes_mkv, reference, spawn_recorder, SECS};
 
 /// The access units of a raw Annex B H.264 stream (single-slice pictures), each rebuilt
 /// with 4-byte start codes.
-fn h264_access_units(data: &[u8]) -> Vec<Vec<u8>> {
+pub(super) fn h264_access_units(data: &[u8]) -> Vec<Vec<u8>> {
     let mut aus: Vec<Vec<u8>> = Vec::new();
     let mut cur: Vec<u8> = Vec::new();
     let mut has_vcl = false;

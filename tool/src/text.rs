@@ -271,7 +271,9 @@ pub fn packets_text(s: &mut String, p: &PacketSnapshot, r: &inspect::Rates) {
             if p.keyframe_in_ring {
                 ""
             } else {
-                ", no longer in the ring"
+                // The ring lost it; subscribers get it from the GOP store, which the
+                // inspector cannot see (a memfd of the publisher's).
+                ", no longer in the ring: late subscribers start from the GOP store if it kept this GOP"
             }
         ),
     };

@@ -63,25 +63,11 @@ impl Counter {
     }
 }
 
-/// A memfd of one page that accepts seals (`shm::memfd` makes unsealable ones).
-fn sealable_memfd(name: &str) -> Result<OwnedFd> {
-    use nix::sys::memfd::{memfd_create, MFdFlags};
-    let cname = std::ffi::CString::new(name).map_err(|_| Error::invalid("memfd name"))?;
-    let fd = memfd_create(
-        cname.as_c_str(),
-        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
-    )
-    .map_err(|e| Error::os("memfd_create ACK page", e))?;
-    nix::unistd::ftruncate(fd.as_fd(), ACK_PAGE_SIZE as i64)
-        .map_err(|e| Error::os("ftruncate ACK page", e))?;
-    Ok(fd)
-}
-
 impl AckPage {
     /// Publisher: a fresh page, sealed against shrinking and growing (so that neither side's
     /// mapping can ever fault) and mapped read-write; returns it with the descriptor to send.
     pub fn create() -> Result<(AckPage, OwnedFd)> {
-        let fd = sealable_memfd("cuframes-ack-page")?;
+        let fd = shm::sealable_memfd("cuframes-ack-page", ACK_PAGE_SIZE)?;
         fcntl(
             fd.as_fd(),
             FcntlArg::F_ADD_SEALS(
@@ -286,7 +272,7 @@ mod tests {
         let fd = shm::memfd("not-a-page", ACK_PAGE_SIZE).unwrap();
         let e = AckPage::import(fd).err().unwrap();
         assert!(e.message().contains("seal"), "{}", e.message());
-        let fd = sealable_memfd("not-a-page").unwrap();
+        let fd = shm::sealable_memfd("not-a-page", ACK_PAGE_SIZE).unwrap();
         fcntl(fd.as_fd(), FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK)).unwrap();
         let e = AckPage::import(fd).err().unwrap();
         assert!(e.message().contains("magic"), "{}", e.message());

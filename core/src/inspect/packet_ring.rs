@@ -48,7 +48,8 @@ pub struct PacketSnapshot {
     pub newest_pts_ns: Option<i64>,
     /// pts of the newest keyframe (see `newest_pts_ns`).
     pub keyframe_pts_ns: Option<i64>,
-    /// The newest keyframe is still in the ring (a late subscriber can start from it).
+    /// The newest keyframe is still in the ring. A late subscriber starts from it either way:
+    /// from the ring, or from the publisher's GOP store when the ring has lost it.
     pub keyframe_in_ring: bool,
     /// Oddities that do not stop the snapshot.
     pub warnings: Vec<String>,

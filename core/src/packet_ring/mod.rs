@@ -8,6 +8,8 @@
 //!   with its fixes R8, R18, R29 and the R13/R28 wake-up.
 //! - [`reader`]: [`PacketRingReader`], the read protocol of §10.7 with R8, R9, R26, R29, and
 //!   the validation of every value read from a slot.
+//! - [`gop_store`]: the GOP store (extension), the publisher's copy of the newest GOPs that
+//!   late subscribers start from when the ring has already overwritten the newest keyframe.
 //! - [`limits`]: [`PacketLimits`], the largest ring a reader maps and packet it copies.
 //! - [`output`]: what a read hands out ([`PacketInfo`]) and where it copies ([`PacketSink`]).
 //!
@@ -24,6 +26,7 @@
 //! The socket handshake (§10.9) is not here: the control plane hands the SHM name to
 //! [`PacketRingReader::open`] and `initial_packet_seq` to [`PacketRingReader::start_at`].
 
+pub mod gop_store;
 pub mod limits;
 pub mod output;
 pub mod reader;
@@ -35,8 +38,11 @@ mod tests;
 #[cfg(test)]
 mod tests_corrupt;
 #[cfg(test)]
+mod tests_gop_store;
+#[cfg(test)]
 mod tests_limits;
 
+pub use gop_store::{GopStoreConfig, GopStoreReader, GopStoreWriter};
 pub use limits::{PacketLimits, DEFAULT_MAX_PACKET_RING_SIZE, DEFAULT_MAX_PACKET_SIZE};
 pub use output::{PacketInfo, PacketSink};
 pub use reader::{PacketReaderStats, PacketRingReader};

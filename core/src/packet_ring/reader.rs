@@ -52,7 +52,11 @@
 //!
 //! Where to start (§10.8, R26): at open, and with [`PacketRingReader::start_at_last_keyframe`],
 //! the next packet is the newest keyframe; when no keyframe was published yet the reader waits
-//! for the first KEY (packets before it are skipped: a decoder could not use them).
+//! for the first KEY (packets before it are skipped: a decoder could not use them). With the
+//! publisher's GOP store ([`PacketRingReader::set_gop_store`]) a start on a keyframe the ring
+//! has already overwritten (a GOP longer than the ring) reads that keyframe and the rest of its
+//! GOP from the store until the ring holds the next packet wanted, instead of waiting for the
+//! next keyframe.
 
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
@@ -60,6 +64,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, ErrorCode, Result};
 use crate::futex;
 use crate::liveness;
+use crate::packet_ring::gop_store::{GopStoreReader, StoreRead};
 use crate::packet_ring::limits::PacketLimits;
 use crate::packet_ring::output::{PacketInfo, PacketSink};
 use crate::packet_ring::shm_region::{self, Geometry};
@@ -92,6 +97,9 @@ pub struct PacketReaderStats {
     /// Packets skipped because they were larger than `PacketLimits::max_packet_size` (each
     /// one a loss: the reader resumed at a keyframe flagged DISCONTINUITY). Not in `overruns`.
     pub oversized: u64,
+    /// Packets read from the publisher's GOP store because the ring no longer held them
+    /// (a start on a keyframe the ring had lost; included in `packets`).
+    pub from_gop_store: u64,
 }
 
 /// Result of one attempt at reading seq `want`.
@@ -123,6 +131,12 @@ pub struct PacketRingReader {
     spin: Duration,
     /// The largest packet read (`PacketLimits::max_packet_size`, at most `data_size`).
     max_packet: u32,
+    /// The publisher's GOP store (extension), when it sent one.
+    gop_store: Option<GopStoreReader>,
+    /// Positioned on a keyframe and not yet back in the ring: what the ring lost of this
+    /// GOP is read from the GOP store. Only a start is served from it: a reader lapped in
+    /// the middle of a GOP skips to a keyframe, as without a store.
+    from_keyframe: bool,
     stats: PacketReaderStats,
 }
 
@@ -187,6 +201,8 @@ impl PacketRingReader {
                 .min(u64::from(geo.data_size))
                 .try_into()
                 .unwrap_or(geo.data_size),
+            gop_store: None,
+            from_keyframe: false,
             stats: PacketReaderStats::default(),
         };
         reader.start_at_last_keyframe();
@@ -227,6 +243,13 @@ impl PacketRingReader {
         self.start_at(kf);
     }
 
+    /// Read what the ring has lost of the GOP a start is on from `store`, the publisher's GOP
+    /// store (the GOP_STORE message): a start on a keyframe the ring already overwrote then
+    /// returns it at once instead of waiting for the next keyframe.
+    pub fn set_gop_store(&mut self, store: GopStoreReader) {
+        self.gop_store = Some(store);
+    }
+
     /// Position so that the next packet returned is `seq` (HELLO_RESP's `initial_packet_seq`);
     /// `0` means "wait for the first keyframe" (R26). A seq no longer in the ring gives an
     /// overrun on the next read, handled as in R9.
@@ -235,9 +258,11 @@ impl PacketRingReader {
         if seq == 0 || seq == INVALID_SEQ {
             self.last_seq = 0;
             self.resync_after = Some(0);
+            self.from_keyframe = false;
         } else {
             self.last_seq = seq - 1;
             self.resync_after = None;
+            self.from_keyframe = true;
         }
     }
 
@@ -334,6 +359,7 @@ impl PacketRingReader {
                     // ring, not the newest: a subscriber that waited must not skip GOPs.
                     self.last_seq = self.first_keyframe_after(after, kf, gs) - 1;
                     self.resync_after = None;
+                    self.from_keyframe = true;
                 } else {
                     if shut || producer_dead {
                         return Err(self.disconnected(shut));
@@ -525,14 +551,41 @@ impl PacketRingReader {
         if kf > lost && kf != INVALID_SEQ {
             self.last_seq = kf - 1;
             self.resync_after = None;
+            self.from_keyframe = true;
         } else {
             self.last_seq = lost;
             self.resync_after = Some(lost);
+            self.from_keyframe = false;
+        }
+    }
+
+    /// Seq `want` from the ring, or, when the ring has lost it on a start from a keyframe,
+    /// from the GOP store.
+    fn try_read(&mut self, want: u64, sink: &mut dyn PacketSink) -> Result<Attempt> {
+        let attempt = self.try_read_ring(want, sink)?;
+        let Some(store) = self.gop_store.as_ref().filter(|_| self.from_keyframe) else {
+            return Ok(attempt);
+        };
+        match attempt {
+            Attempt::Ok(..) => {
+                // Back in the ring: it holds everything from here on.
+                self.from_keyframe = false;
+                Ok(attempt)
+            }
+            Attempt::Overrun => Ok(match store.read(want, self.max_packet, sink)? {
+                StoreRead::Hit(info, len) => {
+                    self.stats.from_gop_store += 1;
+                    Attempt::Ok(info, len)
+                }
+                StoreRead::Oversized(size) => Attempt::Oversized(size),
+                StoreRead::Miss => Attempt::Overrun,
+            }),
+            Attempt::Oversized(_) => Ok(attempt),
         }
     }
 
     /// Steps 2-6 of the module comment for seq `want`.
-    fn try_read(&self, want: u64, sink: &mut dyn PacketSink) -> Result<Attempt> {
+    fn try_read_ring(&self, want: u64, sink: &mut dyn PacketSink) -> Result<Attempt> {
         let m = &self.map;
         if want == INVALID_SEQ {
             return Err(Error::protocol(

@@ -27,11 +27,16 @@
 //!    `global_seq` with release, then `last_keyframe_seq` for a KEY (§10.6 order).
 //! 9. **R13/R28**: wake every futex waiter on the low 32 bits of `global_seq`. The packet header
 //!    has no spare bytes for a waiter count, so the writer always wakes.
+//! 10. Record the packet in the GOP store ([`super::gop_store`]), the copy of the newest GOPs
+//!     that late subscribers start from when the ring has lost their keyframe.
 
 use std::sync::atomic::{fence, Ordering};
 
+use std::os::fd::OwnedFd;
+
 use crate::error::{Error, ErrorCode, Result};
 use crate::futex;
+use crate::packet_ring::gop_store::{GopStoreConfig, GopStoreWriter};
 use crate::packet_ring::shm_region::{self, Geometry};
 use crate::packet_ring::shm_region::{
     HDR_CODEC_ID, HDR_DATA_SIZE, HDR_EXTRADATA, HDR_EXTRADATA_SIZE, HDR_GLOBAL_SEQ,
@@ -99,6 +104,8 @@ pub struct PacketRingWriter {
     last_keyframe_seq: u64,
     extradata_len: usize,
     shut: bool,
+    /// The copy of the newest GOPs for late subscribers (None: not kept).
+    gop_store: Option<GopStoreWriter>,
     /// The creating process: a forked child's copy leaves the ring alone when dropped.
     origin: Origin,
 }
@@ -149,6 +156,7 @@ impl PacketRingWriter {
             last_keyframe_seq: 0,
             extradata_len: config.extradata.len(),
             shut: false,
+            gop_store: default_gop_store(),
             origin: Origin::here(),
         };
         writer.init(&config.extradata);
@@ -164,6 +172,37 @@ impl PacketRingWriter {
             ),
         }
         Ok(writer)
+    }
+
+    /// Keep the newest GOPs in a store of `config`'s size for late subscribers (the default
+    /// is [`GopStoreConfig::default`]), or none (`None`: a late subscriber whose keyframe the
+    /// ring lost waits for the next one). Only before the first packet.
+    pub fn set_gop_store(&mut self, config: Option<GopStoreConfig>) -> Result<()> {
+        if self.seq != 0 {
+            return Err(Error::invalid(
+                "the GOP store is set before the first packet is published",
+            ));
+        }
+        self.gop_store = config.map(GopStoreWriter::create).transpose()?;
+        Ok(())
+    }
+
+    /// A descriptor of the GOP store for a subscriber, None when none is kept.
+    pub fn gop_store_descriptor(&self) -> Result<Option<OwnedFd>> {
+        self.gop_store
+            .as_ref()
+            .map(GopStoreWriter::descriptor)
+            .transpose()
+    }
+
+    /// The GOP store's size in bytes (0: none kept): what it costs at most.
+    pub fn gop_store_size(&self) -> usize {
+        self.gop_store.as_ref().map_or(0, GopStoreWriter::size)
+    }
+
+    /// GOPs too large for the GOP store (not kept).
+    pub fn gop_store_overflows(&self) -> u64 {
+        self.gop_store.as_ref().map_or(0, GopStoreWriter::overflows)
     }
 
     /// Fill the fresh (all-zero) mapping. The magic is stored last with release, so a reader
@@ -304,6 +343,13 @@ impl PacketRingWriter {
 
         // 9. R13/R28: always wake.
         futex::wake_all(m.atomic_u32(HDR_GLOBAL_SEQ));
+
+        // 10. The GOP store, after the wake-up (live readers read the ring). Recorded before
+        // the next publish can overwrite this packet's slot, so a reader that finds the
+        // slot reused finds the packet here.
+        if let Some(store) = &mut self.gop_store {
+            store.record(seq, data, pts_ns, dts_ns, flags);
+        }
         Ok(seq)
     }
 
@@ -361,6 +407,21 @@ impl PacketRingWriter {
             packets: self.seq,
             bytes: self.write_offset,
             last_keyframe_seq: self.last_keyframe_seq,
+        }
+    }
+}
+
+/// The store every packet ring starts with; a system where it cannot be made (a kernel
+/// before 5.1 lacks the seal it needs) publishes without one and says so.
+fn default_gop_store() -> Option<GopStoreWriter> {
+    match GopStoreWriter::create(GopStoreConfig::default()) {
+        Ok(store) => Some(store),
+        Err(e) => {
+            crate::util::diag!(
+                "no GOP store for this packet ring ({e}): a late subscriber whose keyframe \
+                 the ring lost waits for the next one"
+            );
+            None
         }
     }
 }

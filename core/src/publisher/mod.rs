@@ -65,7 +65,7 @@ use self::shared::{Held, Inner};
 use crate::cuda::CudaStream;
 use crate::error::{Error, ErrorCode, Result};
 use crate::frame_ring::FrameWriter;
-use crate::packet_ring::{PacketRingConfig, PacketRingWriter, PacketWriterStats};
+use crate::packet_ring::{GopStoreConfig, PacketRingConfig, PacketRingWriter, PacketWriterStats};
 use crate::paths::{self, Key};
 use crate::shm;
 use crate::util::Origin;
@@ -567,6 +567,19 @@ impl Publisher {
         self.check_here()?;
         match self.inner.packets().as_mut() {
             Some(w) => w.set_extradata(extradata),
+            None => Err(Error::new(
+                ErrorCode::NotFound,
+                "this publisher has no packet ring",
+            )),
+        }
+    }
+
+    /// The packet ring's GOP store (late subscribers start at once on a keyframe the ring
+    /// lost): its size, or `None` for none. On by default; only before the first packet.
+    pub fn set_gop_store(&self, config: Option<GopStoreConfig>) -> Result<()> {
+        self.check_here()?;
+        match self.inner.packets().as_mut() {
+            Some(w) => w.set_gop_store(config),
             None => Err(Error::new(
                 ErrorCode::NotFound,
                 "this publisher has no packet ring",

@@ -19,7 +19,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::frame_ring::ack_page::{AckPage, Counter};
 use crate::sock::{self, Inbox, Outbox, Pumped};
 use crate::tlv::{
-    AckPageMsg, HelloReq, HelloResp, HelloRespPackets, Message, SubscribeResp, VmmFds,
+    AckPageMsg, GopStoreMsg, HelloReq, HelloResp, HelloRespPackets, Message, SubscribeResp, VmmFds,
 };
 use crate::wire::ack_page::ACK_PAGE_SIZE;
 use crate::wire::*;
@@ -402,9 +402,47 @@ fn hello(
         ownership_mode: OWNERSHIP_LIBRARY as u32,
         meta,
         shm_path,
-        publisher_flags: PUBLISHER_ACK_PAGES,
+        publisher_flags: PUBLISHER_ACK_PAGES | PUBLISHER_GOP_STORE,
         packets,
     }
+}
+
+fn wants_gop_store(h: &HelloReq) -> bool {
+    h.subscribe_flags & SUBSCRIBE_GOP_STORE != 0
+}
+
+/// GOP_STORE, last in the handshake of a packet subscriber that asked for it: a descriptor of
+/// the packet ring's GOP store, or none when the ring keeps no store (or no descriptor is
+/// left: the subscriber then starts as without a store). Every subscriber gets the same
+/// store, so asking costs the publisher no memory.
+fn send_gop_store(inner: &Inner, outbox: &mut Outbox) -> Result<()> {
+    let store = inner.packets().as_ref().and_then(|w| {
+        let size = w.gop_store_size() as u64;
+        match w.gop_store_descriptor() {
+            Ok(fd) => fd.map(|fd| (fd, size)),
+            Err(e) => {
+                crate::util::diag!("GOP store not sent to a subscriber: {e}");
+                None
+            }
+        }
+    });
+    let (msg, fds) = match store {
+        Some((fd, store_size)) => (
+            GopStoreMsg {
+                fd_count: 1,
+                store_size,
+            },
+            vec![fd],
+        ),
+        None => (
+            GopStoreMsg {
+                fd_count: 0,
+                store_size: 0,
+            },
+            Vec::new(),
+        ),
+    };
+    outbox.push(&Message::GopStore(msg), fds)
 }
 
 fn wants_ack_page(h: &HelloReq) -> bool {
@@ -547,6 +585,10 @@ fn subscribe(
                 }
             }
             _ => Ok(()),
+        })
+        .and_then(|()| match want_packets && wants_gop_store(h) {
+            true => send_gop_store(inner, outbox),
+            false => Ok(()),
         });
     if let Err(e) = sent {
         free_bit(inner, bit, c.id);

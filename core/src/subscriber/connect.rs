@@ -13,7 +13,7 @@ use crate::frame_ring::shm_region::FrameShm;
 use crate::memory::host::{HostImport, SlotFds};
 use crate::memory::{SlotImport, SlotSize};
 use crate::packet_ring::PacketLimits;
-use crate::packet_ring::PacketRingReader;
+use crate::packet_ring::{GopStoreReader, PacketRingReader};
 use crate::paths::{self, Key};
 use crate::sock::Inbox;
 use crate::tlv::HelloReq;
@@ -59,7 +59,8 @@ impl Subscriber {
             }
         }
         if options.want_packets {
-            flags |= SUBSCRIBE_WANTS_PACKETS;
+            // The GOP store (extension): a late start on a keyframe the ring lost is instant.
+            flags |= SUBSCRIBE_WANTS_PACKETS | SUBSCRIBE_GOP_STORE;
         }
         let hello = HelloReq {
             proto_version: PROTOCOL_VERSION,
@@ -199,6 +200,16 @@ impl Subscriber {
             }
             // §10.8/R26: start on the keyframe the publisher named (0: wait for the first).
             reader.start_at(p.initial_packet_seq);
+            if let Some(fd) = est.gop_store {
+                match GopStoreReader::import(fd, limits.max_ring_size) {
+                    Ok(store) => reader.set_gop_store(store),
+                    // Larger than this reader maps: it starts as without a store.
+                    Err(e) if e.code() == ErrorCode::NoMemory => {
+                        crate::util::diag!("GOP store not used: {e}")
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             reader.set_spin(options.spin);
             // The socket tells us when the publisher dies; its pid may be from another PID
             // namespace (containers), where a pid check would end the stream by mistake.

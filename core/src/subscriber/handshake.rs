@@ -30,6 +30,8 @@ pub struct Established {
     pub frame_shm: Option<(OwnedFd, Mapping)>,
     /// Our ACK page, when we asked for one and the publisher offers them.
     pub ack_page: Option<OwnedFd>,
+    /// The publisher's GOP store, when we asked for it and the publisher keeps one.
+    pub gop_store: Option<OwnedFd>,
     /// This process's ordinal of the ring's GPU, when the publisher announced its UUID.
     pub cuda_device: Option<i32>,
 }
@@ -347,6 +349,23 @@ fn attempt(
     } else {
         None
     };
+    let gop_store = if hello.subscribe_flags & SUBSCRIBE_GOP_STORE != 0
+        && resp.publisher_flags & PUBLISHER_GOP_STORE != 0
+    {
+        match expect(fd, deadline, "GOP_STORE")? {
+            (Message::GopStore(g), mut fds) if fds.len() == g.fd_count as usize => fds.pop(),
+            (Message::GopStore(g), fds) => {
+                return Err(Error::protocol(format!(
+                    "GOP_STORE carries {} descriptors, not its fd_count {}",
+                    fds.len(),
+                    g.fd_count
+                )))
+            }
+            (other, _) => return Err(unexpected(&other, "GOP_STORE")),
+        }
+    } else {
+        None
+    };
     Ok(Established {
         stream,
         publisher_uid,
@@ -355,6 +374,7 @@ fn attempt(
         frames,
         frame_shm,
         ack_page,
+        gop_store,
         cuda_device,
     })
 }

@@ -10,6 +10,7 @@
 pub mod ack_page;
 pub mod frame;
 pub mod generation;
+pub mod gop_store;
 pub mod meta_ext;
 pub mod packet;
 mod shm_header;
@@ -228,10 +229,16 @@ pub const SUBSCRIBE_WANTS_PACKETS: u32 = 1 << 1;
 /// Extension (negotiated, `docs/protocol.md` "ACK pages"): this subscriber ACKs through a page
 /// of its own and maps the frame SHM read-only.
 pub const SUBSCRIBE_ACK_PAGE: u32 = 1 << 2;
+/// Extension (negotiated, `docs/protocol.md` "GOP store"): this packet subscriber wants the
+/// publisher's GOP store, which the publisher sends as GOP_STORE after SUBSCRIBE_RESP.
+pub const SUBSCRIBE_GOP_STORE: u32 = 1 << 3;
 
 /// HELLO_RESP `publisher_flags` (extension, the first 4 of the 12 reserved bytes after
 /// `shm_path`): the publisher hands each frame subscriber that asks an ACK page.
 pub const PUBLISHER_ACK_PAGES: u32 = 1 << 0;
+/// HELLO_RESP `publisher_flags`: the publisher answers `SUBSCRIBE_GOP_STORE` with a GOP_STORE
+/// message (carrying the store, or no descriptor when it keeps none).
+pub const PUBLISHER_GOP_STORE: u32 = 1 << 1;
 
 /// Packet flags (§10.5).
 pub const PACKET_FLAG_KEY: u32 = 1 << 0;

@@ -17,6 +17,7 @@ use cuframes::abi;
 use cuframes_conformance::c;
 use cuframes_core::wire::ack_page::AckPage;
 use cuframes_core::wire::frame::{FrameMeta, SharedHeader, SlotDescriptor, SubscriberSlot};
+use cuframes_core::wire::gop_store::{GopStoreBank, GopStoreEntry, GopStoreHeader};
 use cuframes_core::wire::packet::{PacketRingHeader, PacketSlotEntry};
 
 /// Compares an API struct of the headers with the `repr(C)` struct the library fills: the same
@@ -65,6 +66,8 @@ kind! {
     SlotDescriptor => "slot descriptor",
     c::cuframes_subscriber_slot => "subscriber slot",
     SubscriberSlot => "subscriber slot",
+    c::cuframes_gop_store_bank => "GOP store bank",
+    GopStoreBank => "GOP store bank",
 }
 
 impl<T: Kind, const N: usize> Kind for [T; N] {
@@ -225,6 +228,13 @@ layout_checks! {
         cuframes_ack_page_t => AckPage {
             magic, version, ack_count, ready, acked_seq, last_seen_seq, last_ack_ns, delivered,
             dropped_overrun, dropped_torn, reserved_b,
+        },
+        cuframes_gop_store_header_t => GopStoreHeader {
+            magic, version, bank_entries, reserved_a, bank_data_size, reserved_b, banks,
+        },
+        cuframes_gop_store_bank_t => GopStoreBank { key_seq, count, reserved },
+        cuframes_gop_store_entry_t => GopStoreEntry {
+            pts_ns, dts_ns, data_offset, data_size, flags,
         },
         cuframes_shared_header_t => SharedHeader {
             magic, proto_version, lib_version_major, lib_version_minor, lib_version_patch,

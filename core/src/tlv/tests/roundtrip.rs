@@ -75,6 +75,7 @@ proptest! {
             Message::SubscribeResp(_) => (h + 16..h + 28).collect(),
             Message::VmmFds(_) => (h + 24..h + 32).collect(),
             Message::AckPage(_) => (h + 8..h + 16).collect(),
+            Message::GopStore(_) => (h + 4..h + 8).collect(),
             Message::Shutdown { .. } => (h + 4..h + 16).collect(),
             Message::Error { message, .. } => {
                 let at = h + 8 + message.len();

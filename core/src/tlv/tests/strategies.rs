@@ -117,6 +117,14 @@ pub(super) fn message() -> impl Strategy<Value = Message> {
             fd_count: 1,
             page_size: crate::wire::ack_page::ACK_PAGE_SIZE as u32,
         })),
+        (1..=u64::MAX).prop_map(|store_size| Message::GopStore(GopStoreMsg {
+            fd_count: 1,
+            store_size,
+        })),
+        Just(Message::GopStore(GopStoreMsg {
+            fd_count: 0,
+            store_size: 0,
+        })),
         (1..=MAX_FDS as u32, 1..=u64::MAX, any::<u64>(), any::<u32>()).prop_map(
             |(fd_count, frame_size_bytes, vmm_granularity, memory_kind)| {
                 Message::VmmFds(VmmFds {

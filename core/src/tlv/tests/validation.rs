@@ -293,13 +293,40 @@ fn fd_count_must_be_1_to_16() {
 }
 
 #[test]
+fn gop_store_counts() {
+    // One descriptor with a size, or none and 0; anything else is refused.
+    for (fd_count, size, ok) in [
+        (1u32, 4096u64, true),
+        (0, 0, true),
+        (0, 4096, false),
+        (1, 0, false),
+        (2, 4096, false),
+        (u32::MAX, 1, false),
+    ] {
+        let mut p = Vec::new();
+        p.extend_from_slice(&fd_count.to_le_bytes());
+        p.extend_from_slice(&[0; 4]);
+        p.extend_from_slice(&size.to_le_bytes());
+        let f = frame(msg_type::GOP_STORE, &p);
+        if ok {
+            assert!(decode(&f).is_ok(), "{fd_count} {size}");
+        } else {
+            assert!(assert_protocol_err(&f).contains("GOP_STORE"));
+        }
+    }
+    assert_protocol_err(&frame(msg_type::GOP_STORE, &[0; 8]));
+    assert_protocol_err(&frame(msg_type::GOP_STORE, &[0; 24]));
+}
+
+#[test]
 fn legacy_and_unknown_types_are_refused() {
     // EVENT_FD (v1–v3) with the payloads it has in those versions, and with none.
     for payload in [&[][..], &[0u8; 4], &[0u8; 16]] {
         let msg = assert_protocol_err(&frame(msg_type::EVENT_FD_LEGACY, payload));
         assert!(msg.contains("EVENT_FD"), "{msg}");
     }
-    let known = [1, 2, 3, 4, 5, 0x10, 0x30, 0xF0, 0xF1, 0xFE];
+    // GOP_STORE (0x07) without a store is 16 zero bytes: valid (see gop_store_counts).
+    let known = [1, 2, 3, 4, 5, 7, 0x10, 0x30, 0xF0, 0xF1, 0xFE];
     for t in (0..=0x1FFu32).chain([0x100, 0x1_0001, 0x8000_0001, u32::MAX]) {
         if known.contains(&t) {
             continue;
