@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -310,42 +310,71 @@ pub fn wait_child(child: &mut Child, timeout: Duration) -> ExitStatus {
     }
 }
 
-/// A plain shell supervision loop, `while true; do CMD; sleep 1; done`, in its own process
-/// group: dropping it kills the group (the shell and the ffmpeg it runs).
-pub struct Supervisor {
+/// A shell script in its own process group (the scratch's runtime directory, `env` added,
+/// its output in `<log>.err`): dropping it kills the group, the shell and what it runs.
+pub struct Shell {
     child: Child,
 }
 
-impl Supervisor {
-    /// Run `command` (a shell command line) in the loop, in the scratch's runtime directory,
-    /// with its output appended to `<log>.err`.
-    pub fn start(s: &Scratch, log: &str, command: &str) -> Supervisor {
-        let script = format!("while true; do {command}; sleep 1; done");
+impl Shell {
+    pub fn start(s: &Scratch, log: &str, script: &str, env: &[(&str, &str)]) -> Shell {
         let err = std::fs::File::create(s.path(&format!("{log}.err"))).unwrap();
-        let child = Command::new("/bin/sh")
-            .args(["-c", &script])
+        let mut c = Command::new("/bin/sh");
+        c.args(["-c", script])
             .env("CUFRAMES_RUNTIME_DIR", &s.dir)
             .env("AV_LOG_FORCE_NOCOLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)
-            .process_group(0)
-            .spawn()
-            .expect("start the supervision loop");
-        Supervisor { child }
+            .process_group(0);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        Shell {
+            child: c.spawn().expect("start /bin/sh"),
+        }
+    }
+
+    /// The plain supervision loop of the tests, `while true; do CMD; sleep 1; done`: what
+    /// systemd's Restart=always with RestartSec=1 does.
+    pub fn supervise(s: &Scratch, log: &str, command: &str) -> Shell {
+        Shell::start(
+            s,
+            log,
+            &format!("while true; do {command}; sleep 1; done"),
+            &[],
+        )
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send `sig` to the shell alone (not its group).
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on the pid of our own child, which is not reaped before drop.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// Wait for the shell to end (killed past `timeout`, failing the test).
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        wait_child(&mut self.child, timeout)
     }
 }
 
-impl Drop for Supervisor {
+impl Drop for Shell {
     fn drop(&mut self) {
-        // SAFETY: killpg(2) on the process group this Supervisor's child leads (process_group(0)).
+        // SAFETY: killpg(2) on the process group our child leads (process_group(0)).
         unsafe { libc::killpg(self.child.id() as i32, libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }
 
-/// `path` as a single-quoted shell word.
-pub fn sh_quote(path: &Path) -> String {
-    let s = path.to_str().unwrap();
-    format!("'{}'", s.replace('\'', r"'\''"))
+/// `words` as a shell command line, each word single-quoted.
+pub fn sh_words(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -14,5 +14,6 @@
 
 mod annexb;
 mod camera;
+mod outage;
 mod pipeline;
 mod publish;

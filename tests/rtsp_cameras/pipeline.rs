@@ -101,6 +101,15 @@ pub fn unit_exec(unit: &Path, instance: &str, vars: &[(&str, &str)]) -> Vec<Stri
         .collect()
 }
 
+/// A unit's `NAME=<seconds>` setting.
+pub fn unit_setting_secs(unit: &Path, name: &str) -> u64 {
+    let text = std::fs::read_to_string(unit).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}: no {name}=<seconds>", unit.display()))
+}
+
 /// The camera publisher, as the camera unit runs it (without its executable):
 /// `… -i URL … -f cuframes_pkt KEY`.
 pub fn publisher_args(url: &str, key: &str) -> Vec<String> {
