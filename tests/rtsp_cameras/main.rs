@@ -17,3 +17,4 @@ mod camera;
 mod outage;
 mod pipeline;
 mod publish;
+mod restream;
