@@ -13,8 +13,10 @@
 //! recording checks), publish.rs, both_rings.rs, outage.rs, restream.rs, units.rs.
 
 mod annexb;
+mod both_rings;
 mod camera;
 mod outage;
 mod pipeline;
 mod publish;
 mod restream;
+mod units;
