@@ -346,10 +346,6 @@ impl Shell {
         )
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// Send `sig` to the shell alone (not its group).
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on the pid of our own child, which is not reaped before drop.

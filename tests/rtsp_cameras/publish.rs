@@ -82,6 +82,7 @@ pub fn check_recording(s: &Scratch, clip: &Clip, rec: &std::path::Path, packets:
         "packets in the recording: {probed:?}"
     );
     assert_increasing("recording pts", &probed, |p| p.pts);
+    assert_increasing("recording dts", &probed, |p| p.dts);
     // Matroska's time base is 1 ms: 40 ms a picture at 25 fps.
     let pts: Vec<i64> = probed.iter().filter_map(|p| p.pts).collect();
     let step = 1000 / FPS as i64;
