@@ -54,11 +54,11 @@ fn python_with_cuframes() -> Option<std::path::PathBuf> {
 
 /// Where the recorded access units switch from one run of the camera to the next: the
 /// recording is a window of the looped clip, then (after each restart) another one starting
-/// on a keyframe. Returns the number of windows.
-fn windows_of_loop(aus: &[AccessUnit], clip: &[AccessUnit], codec: Codec) -> usize {
+/// on a keyframe. Returns the windows' lengths.
+fn windows_of_loop(aus: &[AccessUnit], clip: &[AccessUnit], codec: Codec) -> Vec<usize> {
     let n = clip.len();
     let mut at = 0;
-    let mut windows = 0;
+    let mut windows = Vec::new();
     while at < aus.len() {
         assert!(
             is_key(codec, &aus[at]),
@@ -80,7 +80,7 @@ fn windows_of_loop(aus: &[AccessUnit], clip: &[AccessUnit], codec: Codec) -> usi
         assert_window_of_loop("window", &aus[at..at + len], clip);
         let _ = start;
         at += len;
-        windows += 1;
+        windows.push(len);
     }
     windows
 }
@@ -213,11 +213,11 @@ fn camera_outage_publisher_restarted_recorder_and_python_carry_on() {
     let clip_aus = read_access_units(Codec::H264, &clip.path);
     let windows = windows_of_loop(&aus, &clip_aus, Codec::H264);
     // The readers join the first run at its newest keyframe (they may start after the
-    // publisher), and follow the second from its newest keyframe when they reconnect.
+    // publisher), and follow the second from its newest keyframe when they reconnect: each
+    // run had 40 packets or more, keyframes 25 apart, so each window holds 15 or more.
     assert!(
-        windows == 2 && aus.len() >= 50,
-        "{windows} runs of the camera in {} access units",
-        aus.len()
+        windows.len() == 2 && windows.iter().all(|&w| w >= 15),
+        "runs of the camera in the recording: {windows:?}"
     );
 
     if std::path::Path::new(&py_out).exists() {
@@ -240,7 +240,7 @@ fn camera_outage_publisher_restarted_recorder_and_python_carry_on() {
             "Python: the restart is marked once, on a keyframe: {discont:?}"
         );
         assert!(
-            lines.len() - discont[0] >= 30,
+            lines.len() - discont[0] >= 15,
             "Python: {} packets after the restart",
             lines.len() - discont[0]
         );
@@ -251,8 +251,8 @@ fn camera_outage_publisher_restarted_recorder_and_python_carry_on() {
     }
     println!(
         "outage: camera back and a new publisher with 40 packets {back:?} after the power cut; \
-         recording of {} packets in {windows} runs, decodes cleanly, timestamps increasing; \
-         recorder stopped {stopped:?} after SIGTERM",
+         recording of {} packets in runs of {windows:?}, decodes cleanly, timestamps \
+         increasing; recorder stopped {stopped:?} after SIGTERM",
         aus.len()
     );
 }
