@@ -276,6 +276,14 @@ impl Camera {
         );
     }
 
+    /// Send `sig` (SIGSTOP: a camera that hangs with its connections open; SIGCONT).
+    pub fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) on the pid of a child this Camera owns and has not reaped yet.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
     /// Kill it with SIGKILL (a camera losing power: no RTSP TEARDOWN, connections reset).
     pub fn kill9(mut self) {
         if let Some(mut c) = self.child.take() {

@@ -257,6 +257,74 @@ fn camera_outage_publisher_restarted_recorder_and_python_carry_on() {
     );
 }
 
+/// A camera that hangs with its connection open (SIGSTOP: no data, no close): the camera
+/// unit's `-timeout` ends the publisher's RTSP reads (after two of them), so the unit
+/// restarts it instead of waiting for ever, and a recorder of the ring ends cleanly with
+/// what it had.
+#[test]
+fn hung_camera_ends_the_publisher_within_its_read_timeout() {
+    let Some(ff) = find() else { return };
+    let Some(()) = gstreamer_or_skip() else {
+        return;
+    };
+    let s = Scratch::new(&ff, "hung");
+    let clip = h264_clip(&s, FPS, 2 * FPS);
+    let cam = Camera::start(&s, &clip, &CameraOptions::default());
+    let key = s.key("cam");
+    let rec = s.path("rec.mkv");
+    let recorder = s.spawn_ffmpeg(
+        "recorder",
+        &[
+            "-v",
+            "error",
+            "-f",
+            "cuframes_pkt",
+            "-wait_publisher",
+            "20",
+            "-i",
+            &key,
+        ]
+        .into_iter()
+        .chain(["-c", "copy", rec.to_str().unwrap()])
+        .collect::<Vec<_>>(),
+    );
+    let args = publisher_args(&cam.url(), &key);
+    let timeout_us: u64 = args
+        .iter()
+        .skip_while(|a| *a != "-timeout")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("the camera unit sets -timeout");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let publisher = s.spawn_ffmpeg("publisher", &args);
+    wait_published(&key, 20, SECS(30));
+    cam.signal(libc::SIGSTOP);
+    let t = Instant::now();
+    let st = s.wait(publisher, SECS(timeout_us / 1_000_000 + 10));
+    let ended = t.elapsed();
+    cam.signal(libc::SIGCONT);
+    cam.stop();
+    // FFmpeg's RTSP demuxer reads twice before it gives up ("Failed reading RTSP data:
+    // Connection timed out", "Last message repeated 1 times"): twice the read timeout.
+    let give_up = 2 * Duration::from_micros(timeout_us);
+    assert!(
+        ended >= give_up.saturating_sub(Duration::from_millis(500)) && ended < give_up + SECS(3),
+        "the publisher ended {ended:?} after the camera hung (expected about {give_up:?}): {st}"
+    );
+    // A stop (SIGTERM) during such a hang ends after at most that: the unit's stop timeout
+    // must outlast it.
+    assert!(
+        SECS(unit_setting_secs(&camera_unit(), "TimeoutStopSec")) > give_up + SECS(2),
+        "the camera unit's TimeoutStopSec does not outlast {give_up:?}"
+    );
+    s.wait_ok(recorder, SECS(20));
+    assert_decodes_cleanly(&s, "play", &rec);
+    assert!(probe_packets(&s, "probe", &rec).len() >= 20);
+    println!(
+        "hung camera: the publisher gave up {ended:?} after it stopped ({st}); the recording closed cleanly"
+    );
+}
+
 /// JSON lists of numbers and booleans, as the Python subscriber writes them (no JSON
 /// crate needed for one line format).
 mod serde_free {
