@@ -57,10 +57,11 @@ fn one_decode_feeds_the_packet_ring_and_a_host_frame_ring() {
             pictures.to_str().unwrap(),
         ],
     );
-    // docs/ffmpeg.md's command, host memory: packets and decoded frames under one key. For
-    // a deterministic count both outputs wait for their reader, and the frame ring is
-    // STRICT_WAIT (the reader sees every frame; under the documented DROP_OLDEST a reader
-    // still probing its input when the ring laps it skips frames).
+    // docs/ffmpeg.md's command, host memory: packets and decoded frames under one key. The
+    // packet output waits for its reader (which then starts on the first picture); the frame
+    // ring is STRICT_WAIT, so the frame reader sees every frame from the one it joins on
+    // (under the documented DROP_OLDEST a reader still probing its input when the ring laps
+    // it skips frames).
     let url = cam.url();
     let publisher = s.spawn_ffmpeg(
         "publisher",
@@ -88,7 +89,7 @@ fn one_decode_feeds_the_packet_ring_and_a_host_frame_ring() {
             "-vf",
             &format!(
                 "format=nv12,hwupload_cuframes=key={key}:memory=host:ring_size=16:\
-                 policy=strict_wait:wait_subscribers=1"
+                 policy=strict_wait"
             ),
             "-frames:v",
             &n,
@@ -136,10 +137,12 @@ fn one_decode_feeds_the_packet_ring_and_a_host_frame_ring() {
         .map(|p| p.md5)
         .collect();
     assert_eq!(want.len(), 2 * FPS as usize);
-    // The filter publishes what the graph decoded before the null output's -frames:v limit
-    // closed it: a frame or two past the limit.
+    // The frame reader joins when the frame ring appears (with the first decoded frame) and
+    // its ffmpeg is ready: often on the first picture, at worst a second or two later. The
+    // null output's -frames:v limit closes the graph around the filter: FFmpeg 9.0 has
+    // published a frame or two past it by then, 7.1 one before it.
     assert!(
-        seen.len() >= frames && seen.len() <= frames + 2,
+        seen.len() >= FPS as usize && seen.len() <= frames + 2,
         "{} frames read of {frames}",
         seen.len()
     );
@@ -149,10 +152,6 @@ fn one_decode_feeds_the_packet_ring_and_a_host_frame_ring() {
         .position(|m| *m == seen[0])
         .expect("the first frame read is a picture of the clip");
     let start = at;
-    assert_eq!(
-        start, 0,
-        "the frame reader starts on the camera's first picture"
-    );
     for (i, m) in seen.iter().enumerate().skip(1) {
         let step = (1..n)
             .find(|&d| want[(at + d) % n] == *m)
@@ -160,6 +159,11 @@ fn one_decode_feeds_the_packet_ring_and_a_host_frame_ring() {
         assert_eq!(step, 1, "frame {i}: {} pictures skipped", step - 1);
         at += step;
     }
+    // ...and on to the end of the stream (the last picture or two around the limit).
+    assert!(
+        at + 2 >= frames,
+        "the frame reader stopped at picture {at} of {frames}"
+    );
     println!(
         "both rings: {} packets and {} frames (from picture {start}) of one decode, identical",
         got.len(),

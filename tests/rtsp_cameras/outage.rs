@@ -295,6 +295,10 @@ fn hung_camera_ends_the_publisher_within_its_read_timeout() {
         .nth(1)
         .and_then(|v| v.parse().ok())
         .expect("the camera unit sets -timeout");
+    // The publisher waits for the recorder (which then starts on the first picture).
+    let mut args = args;
+    let at = args.len() - 1;
+    args.splice(at..at, ["-wait_subscribers", "1"].map(str::to_owned));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let publisher = s.spawn_ffmpeg("publisher", &args);
     wait_published(&key, 20, SECS(30));
