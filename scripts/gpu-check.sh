@@ -141,6 +141,62 @@ ff_ring_check() { # readers, reader_opts, reader_filters, direct_filters, tag
   rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
   return "$ok"
 }
+# An RTSP camera into both rings on the GPU (the CUDA variant of tests/rtsp_cameras, whose
+# GStreamer camera this machine lacks): FFmpeg is the RTSP server here, the publisher
+# listening (-rtsp_flags listen) for the camera's push of a GOP-1 s clip in a loop, so its
+# input is RTSP/RTP depacketised as from a camera. One ffmpeg relays the packets into the
+# packet ring and decodes with nvdec into hwupload_cuframes (CUDA); a packet reader and a
+# CUDA frame reader read at once. Checked: every process succeeds, 60 packets that
+# decode without an error, the frames are the direct nvdec decode's pictures in order, and
+# no host copy in the publisher or the frame reader.
+ff_rtsp_camera() {
+  local ff="$out/ffmpeg" d key port ok=0 pub pk fr src n
+  d=$(mktemp -d /tmp/cuframes-rtsp.XXXXXX); key="gpurtsp-$$"
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$ff" -v error -nostdin -y -i "$out/sample.h264" -frames:v 100 -c:v libx264 -preset veryfast -bf 0 \
+    -g 25 -keyint_min 25 -sc_threshold 0 -x264-params repeat-headers=1 -f matroska "$d/clip.mkv" \
+    2>"$d/clip.log" || { tail -5 "$d/clip.log"; return 1; }
+  "$ff" -hide_banner -nostdin -y -hwaccel cuda -hwaccel_output_format cuda -i "$d/clip.mkv" \
+    -vf hwdownload,format=nv12 -f framemd5 "$d/direct.md5" 2>"$d/direct.log" || { tail -5 "$d/direct.log"; return 1; }
+  # -listen_timeout: FFmpeg's default (-1) is rejected in listen mode ("out of range").
+  "$ff" -hide_banner -nostdin -hwaccel cuda -hwaccel_output_format cuda -rtsp_flags listen \
+    -listen_timeout 30 -i "rtsp://127.0.0.1:$port/cam" -copyts \
+    -map 0:v:0 -c copy -frames:v 60 -f cuframes_pkt "$key" \
+    -map 0:v:0 -vf "hwupload_cuframes=key=$key:ring_size=16" -frames:v 60 -f null - 2>"$d/pub.log" & pub=$!
+  "$ff" -hide_banner -nostdin -v error -f cuframes_pkt -wait_publisher 30 -read_timeout 30 -i "$key" \
+    -c copy -f h264 "$d/packets.h264" 2>"$d/pk.log" & pk=$!
+  "$ff" -hide_banner -nostdin -f cuframes -wait_publisher 30 -read_timeout 30 -i "$key" \
+    -vf hwdownload,format=nv12 -f framemd5 "$d/frames.md5" 2>"$d/fr.log" & fr=$!
+  sleep 1
+  "$ff" -hide_banner -nostdin -v error -re -stream_loop -1 -i "$d/clip.mkv" -c copy -f rtsp \
+    -rtsp_transport tcp "rtsp://127.0.0.1:$port/cam" 2>"$d/src.log" & src=$!
+  wait "$pub" || { echo "publisher failed"; tail -5 "$d/pub.log"; ok=1; }
+  kill "$src" 2>/dev/null; wait "$src" 2>/dev/null
+  wait "$pk" || { echo "packet reader failed"; tail -5 "$d/pk.log"; ok=1; }
+  wait "$fr" || { echo "frame reader failed"; tail -5 "$d/fr.log"; ok=1; }
+  grep -q "cuframes host copies: 0" "$d/pub.log" || { echo "publisher made host copies"; ok=1; }
+  grep -q "cuframes host copies: 0" "$d/fr.log" || { echo "frame reader made host copies"; ok=1; }
+  n=$("$out/ffprobe" -v error -count_frames -show_entries stream=nb_read_frames -of csv=p=0 "$d/packets.h264" 2>"$d/count.log")
+  [ "$n" = 60 ] && [ ! -s "$d/count.log" ] || { echo "packet reader: $n pictures (want 60)"; cat "$d/count.log"; ok=1; }
+  python3 - "$d/direct.md5" "$d/frames.md5" <<'PY' || ok=1
+import sys
+def hashes(p):
+    return [l.rsplit(",", 1)[1].strip() for l in open(p) if not l.startswith("#") and l.strip()]
+want, seen = hashes(sys.argv[1]), hashes(sys.argv[2])
+if len(seen) < 40:
+    sys.exit(f"frame reader: {len(seen)} frames (want at least 40 of 60)")
+at = want.index(seen[0]) if seen[0] in want else sys.exit("frame 0 is no picture of the clip")
+for i, h in enumerate(seen[1:], 1):
+    step = next((d for d in range(1, len(want)) if want[(at + d) % len(want)] == h), None)
+    if step is None or step > 16:
+        sys.exit(f"frame {i} is not the clip's next picture")
+    at += step
+print(f"RTSP camera (FFmpeg as the server) -> nvdec -> both rings: 60 packets decode cleanly; "
+      f"{len(seen)} CUDA frames, the direct decode's pictures in order; no host copy")
+PY
+  rm -rf "$d"; rm -f /dev/shm/cuframes-"$key"*
+  return "$ok"
+}
 # fps of a decode pipeline with and without the ring (docs/benchmarks.md, "FFmpeg decode
 # pipeline"): long clips (1500 frames at 1080p, 600 at 4K; encoded here with libx264 on the
 # GPU machine's cores, so nothing large is carried), decode only against decode +
@@ -386,6 +442,8 @@ ffmpeg_steps() {
     ff_ring_check 1 "" "scale_cuda=w=160:h=120,hwdownload,format=nv12" "scale_cuda=w=160:h=120,hwdownload,format=nv12" scale
   step "FFmpeg: snapshots of a CUDA ring (-output software, hwdownload; PNG and JPEG) and cuframes snapshot" \
     ff_snapshot_cuda
+  step "FFmpeg: an RTSP camera (FFmpeg RTSP server) relayed into the packet ring and decoded once with nvdec into hwupload_cuframes; packet and frame readers at once" \
+    ff_rtsp_camera
   [ -n "${GPU_SKIP_BENCH:-}" ] || step "FFmpeg: decode pipeline fps with and without the ring (1080p 1500 frames, 4K 600 frames; 0/1/8 readers)" ff_bench
   [ -n "${GPU_SKIP_BENCH:-}" ] || ends_steps
   if [ -x "$out/ffmpeg_frames" ]; then
