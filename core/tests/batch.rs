@@ -694,3 +694,36 @@ fn a_ring_replaced_with_another_size_and_format_is_followed_at_the_same_index() 
     }
     assert!(b.is_connected(0));
 }
+
+#[test]
+fn next_unless_stops_a_long_wait_when_asked() {
+    // A connected camera that publishes nothing, under a 30 s "all": the wait ends within a
+    // slice of `stop` saying so, without a batch; a later batch still comes.
+    let rig = Rig::new("bs", 1);
+    let mut cam = rig.publisher(0, Format::Nv12, 32, 32, Policy::DropOldest);
+    let timeout = Duration::from_secs(30);
+    let mut b = Batch::open(
+        &rig.keys(),
+        spec(),
+        rig.options(BatchPolicy::All { timeout }),
+    )
+    .unwrap();
+    let t = Instant::now();
+    let mut asked = 0;
+    let mut stop = || {
+        asked += 1;
+        t.elapsed() >= Duration::from_millis(200)
+    };
+    // SAFETY: a host batch; no stream.
+    let got = unsafe { b.next_unless(None, &mut stop) }.unwrap();
+    assert!(got.is_none(), "a batch without a frame");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(asked >= 2, "asked {asked} times");
+    cam.publish(1);
+    let out = next(&mut b);
+    assert!(out.cameras[0].valid);
+}
