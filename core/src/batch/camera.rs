@@ -281,7 +281,10 @@ impl<'a> Stop<'a> {
 /// further behind than a ring jumps to the newest frame anyway.
 const MAX_READS: usize = 2 * crate::wire::MAX_RING_SIZE;
 
-/// Failures a later attempt may not repeat: the publisher missing, stale, restarting, busy.
+/// Failures a later attempt may not repeat: the publisher missing, stale, restarting, busy,
+/// or a peer at the key that does not speak the protocol (another user's process squatting
+/// the socket, a publisher of another version): what is at a key can change, so such a camera
+/// is invalid with its reason, as a missing one, and the batch goes on with the others.
 fn is_retryable(e: &Error) -> bool {
     matches!(
         e.code(),
@@ -291,6 +294,8 @@ fn is_retryable(e: &Error) -> bool {
             | ErrorCode::Timeout
             | ErrorCode::TooMany
             | ErrorCode::NoMemory
+            | ErrorCode::Protocol
+            | ErrorCode::Format
     )
 }
 
