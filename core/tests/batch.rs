@@ -623,6 +623,46 @@ fn a_flooding_camera_holds_no_batch_up() {
 }
 
 #[test]
+fn a_camera_that_tears_every_copy_holds_no_batch_up() {
+    // 64 MiB frames in 2 slots under DROP_OLDEST (so read as COPY), published as fast as
+    // slots turn over: every copy is overwritten before its check. The batch gives up on the
+    // camera within its read instead of retrying it forever.
+    let rig = Rig::new("bt", 2);
+    let mut quiet = rig.publisher(0, Format::Nv12, 32, 32, Policy::DropOldest);
+    let flood = Publisher::create(rig.key(1), rig.envs[0].publisher_options()).unwrap();
+    let mut ring = FrameRingConfig::new(Format::Rgba, 4096, 4096);
+    ring.ring_size = 2;
+    flood.enable_frames(ring).unwrap();
+    let mut b = Batch::open(&rig.keys(), spec(), rig.options(BatchPolicy::Latest)).unwrap();
+    quiet.publish(1);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let slot = flood.acquire().unwrap();
+                flood.publish(slot, None).unwrap();
+            }
+        });
+        s.spawn(move || {
+            let started = Instant::now();
+            let out = next(&mut b);
+            let _ = tx.send((out.cameras[0].valid, started.elapsed()));
+            drop(out);
+            drop(b);
+        });
+        // Bounded: a batch stuck on the camera fails the test (the flood stops, so its
+        // reader then ends too).
+        let got = rx.recv_timeout(Duration::from_secs(10));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (quiet_valid, took) = got.expect("the batch was still reading after 10 s");
+        assert!(quiet_valid, "the quiet camera's frame is in the batch");
+        assert!(took < Duration::from_secs(1), "the batch took {took:?}");
+    });
+    drop(quiet);
+}
+
+#[test]
 fn a_ring_replaced_with_another_size_and_format_is_followed_at_the_same_index() {
     let rig = Rig::new("br", 2);
     let mut c0 = rig.publisher(0, Format::Nv12, 64, 48, Policy::DropOldest);
@@ -653,4 +693,37 @@ fn a_ring_replaced_with_another_size_and_format_is_followed_at_the_same_index() 
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(b.is_connected(0));
+}
+
+#[test]
+fn next_unless_stops_a_long_wait_when_asked() {
+    // A connected camera that publishes nothing, under a 30 s "all": the wait ends within a
+    // slice of `stop` saying so, without a batch; a later batch still comes.
+    let rig = Rig::new("bs", 1);
+    let mut cam = rig.publisher(0, Format::Nv12, 32, 32, Policy::DropOldest);
+    let timeout = Duration::from_secs(30);
+    let mut b = Batch::open(
+        &rig.keys(),
+        spec(),
+        rig.options(BatchPolicy::All { timeout }),
+    )
+    .unwrap();
+    let t = Instant::now();
+    let mut asked = 0;
+    let mut stop = || {
+        asked += 1;
+        t.elapsed() >= Duration::from_millis(200)
+    };
+    // SAFETY: a host batch; no stream.
+    let got = unsafe { b.next_unless(None, &mut stop) }.unwrap();
+    assert!(got.is_none(), "a batch without a frame");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(asked >= 2, "asked {asked} times");
+    cam.publish(1);
+    let out = next(&mut b);
+    assert!(out.cameras[0].valid);
 }

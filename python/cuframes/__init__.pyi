@@ -339,7 +339,9 @@ class Batch:
     ) -> None: ...
     def next(self, stream: Optional[Any] = None) -> BatchResult:
         """The next batch, assembled per the policy and converted; ``stream`` (CUDA) as
-        ``Frame.to_rgb``'s, alive while the tensor is used."""
+        ``Frame.to_rgb``'s, alive while the tensor is used. The policy's wait releases the
+        GIL; Ctrl-C interrupts it, and ``close()`` from another thread ends it (raising
+        ``cuframes.Error``: closed)."""
     def __iter__(self) -> Iterator[BatchResult]: ...
     def __next__(self) -> BatchResult: ...
     @property

@@ -1,5 +1,6 @@
 //! `Batch`: many cameras read into one inference batch per `next()` (`cuframes_core::batch`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,9 @@ pub struct Batch {
     policy: &'static str,
     /// The GPU of CUDA batches, opened by the first one.
     gpu: Mutex<Option<Arc<CudaDevice>>>,
+    /// Set by `close()` before it takes the reader's lock: a `next()` of another thread that
+    /// waits for its policy's cameras stops at its next slice and lets the lock go.
+    closing: AtomicBool,
 }
 
 fn parse_layout(layout: &str) -> PyResult<RgbLayout> {
@@ -251,6 +255,7 @@ impl Batch {
             spec,
             policy: policy_name,
             gpu: Mutex::new(None),
+            closing: AtomicBool::new(false),
         })
     }
 
@@ -265,19 +270,39 @@ impl Batch {
             None => None,
         };
         // The reader's lock is taken without the GIL, as everywhere: a thread that holds the
-        // lock through a wait must get the GIL back at its end.
+        // lock through a wait must get the GIL back at its end. The policy's wait stops at
+        // Ctrl-C (a signal handler's exception, taken with the GIL between slices) and at a
+        // close() of another thread.
+        let closed =
+            || cuframes_core::Error::new(ErrorCode::Disconnected, "the batch reader is closed");
+        let mut interrupt = None;
         let (out, launches) = py
             .allow_threads(|| {
                 let mut guard = lock(&self.inner);
-                let inner = guard.as_mut().ok_or_else(|| {
-                    cuframes_core::Error::new(ErrorCode::Disconnected, "the batch reader is closed")
-                })?;
+                let inner = guard.as_mut().ok_or_else(closed)?;
+                let mut stop = || {
+                    if self.closing.load(Ordering::SeqCst) {
+                        return true;
+                    }
+                    match Python::with_gil(|py| py.check_signals()) {
+                        Ok(()) => false,
+                        Err(e) => {
+                            interrupt = Some(e);
+                            true
+                        }
+                    }
+                };
                 // SAFETY: `stream` is None or a handle the caller gives as a live stream of
                 // the batch's GPU for as long as the tensor is used (this method's contract).
-                let out = unsafe { inner.next(stream) }?;
+                let out = unsafe { inner.next_unless(stream, &mut stop) }?;
                 Ok::<_, cuframes_core::Error>((out, inner.kernel_launches()))
             })
             .map_err(to_py)?;
+        let out = match (out, interrupt) {
+            (Some(out), _) => out,
+            (None, Some(e)) => return Err(e),
+            (None, None) => return Err(to_py(closed())),
+        };
         let gpu = match (out.memory, out.cuda_device) {
             (MemoryKind::CudaVmm, Some(ordinal)) => {
                 let dev = {
@@ -312,7 +337,11 @@ impl Batch {
         if self.closed(py) {
             return Ok(None);
         }
-        self.next(py, None).map(Some)
+        match self.next(py, None) {
+            // Closed by another thread meanwhile: the end of the iteration.
+            Err(_) if self.closing.load(Ordering::SeqCst) => Ok(None),
+            got => got.map(Some),
+        }
     }
 
     /// The cameras' keys, in batch order.
@@ -384,9 +413,11 @@ impl Batch {
         self.with_inner(py, |b| b.is_none())
     }
 
-    /// Let every camera go (once a `next()` of another thread has returned). Tensors
-    /// already made stay valid.
+    /// Let every camera go. A `next()` of another thread waiting for its policy's cameras
+    /// stops within about 50 ms (it raises: the reader is closed). Tensors already made stay
+    /// valid.
     fn close(&self, py: Python<'_>) {
+        self.closing.store(true, Ordering::SeqCst);
         py.allow_threads(|| drop(lock(&self.inner).take()));
     }
 

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -364,3 +365,61 @@ def test_ctrl_c_interrupts_the_wait_for_missing_publishers(runtime_dir, key):
         if child.poll() is None:
             child.kill()
             child.wait(5)
+
+
+INTERRUPTED_NEXT = textwrap.dedent(
+    """
+    import sys
+    import cuframes
+    b = cuframes.Batch([sys.argv[1]], 16, 16, policy="all", timeout=60, wait_publisher=5)
+    assert b.connected == [True], b.errors
+    print("WAITING", flush=True)
+    try:
+        b.next()
+    except KeyboardInterrupt:
+        print("INTERRUPTED", flush=True)
+    """
+)
+
+
+def test_ctrl_c_interrupts_a_next_waiting_for_its_cameras(runtime_dir, key):
+    # A connected camera that publishes nothing, under a 60 s "all": Ctrl-C ends the wait.
+    with publisher(key):
+        child = subprocess.Popen([sys.executable, "-c", INTERRUPTED_NEXT, key],
+                                 stdout=subprocess.PIPE, env=dict(os.environ))
+        try:
+            assert child.stdout.readline() == b"WAITING\n"
+            time.sleep(0.5)
+            t = time.monotonic()
+            child.send_signal(signal.SIGINT)
+            out, _ = child.communicate(timeout=10)
+            assert b"INTERRUPTED" in out and time.monotonic() - t < 3, out
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(5)
+
+
+def test_close_from_another_thread_ends_a_waiting_next(runtime_dir, key):
+    with publisher(key):
+        b = batch([key], policy="all", timeout=30)
+        assert b.connected == [True], b.errors
+        got = []
+
+        def reader():
+            t = time.monotonic()
+            try:
+                got.append(b.next())
+            except cuframes.Error as e:
+                got.append(e)
+            got.append(time.monotonic() - t)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        time.sleep(0.3)
+        b.close()
+        t.join(10)
+        assert not t.is_alive(), "next() still waiting 10 s after close()"
+        assert isinstance(got[0], cuframes.Error) and "closed" in str(got[0]), got
+        assert got[1] < 2, got
+        assert b.closed

@@ -28,6 +28,12 @@ use crate::core_err;
 /// The pause between two connection attempts while waiting for a publisher.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
+/// The largest frame, in pixels, that `snapshot` converts: 8192x8192 (8K UHD and DCI 8K fit).
+/// The host copy of the frame and its RGB image take up to 7 bytes a pixel (11 for a CUDA
+/// frame, with its plane download), so the tool stays under about 750 MB whatever size a
+/// publisher announces; a ring of 16384x16384 would take about 2 GB.
+pub const MAX_SNAPSHOT_PIXELS: u64 = 8192 * 8192;
+
 /// What `snapshot` was asked for besides the key and the file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotOptions {
@@ -132,6 +138,11 @@ fn take_frame(
             Err(e) => return Err(anyhow!("cannot subscribe to {key}: {}", e.message())),
         }
     };
+    // A ring too large is refused before the read, whose COPY takes a whole frame; a ring
+    // replaced by a larger one meanwhile is caught after it, before any copy of our own.
+    if let Some(layout) = sub.frame_layout() {
+        check_size(key, layout)?;
+    }
     let frame = match sub.next_frame(Some(opts.timeout)) {
         Ok(f) => f,
         Err(e) if e.code() == ErrorCode::Timeout => {
@@ -142,6 +153,7 @@ fn take_frame(
         }
         Err(e) => return Err(core_err(e)).context(format!("cannot read a frame of {key}")),
     };
+    check_size(key, &frame.layout)?;
     let host =
         to_host(&frame).with_context(|| format!("cannot read frame {} of {key}", frame.seq))?;
     let described = frame.colour;
@@ -167,6 +179,21 @@ fn take_frame(
         bytes: host,
         spec,
     })
+}
+
+/// An error when frames of `layout` are larger than `MAX_SNAPSHOT_PIXELS` (the size is the
+/// publisher's to choose, so it is checked before any buffer of that size is made).
+fn check_size(key: &Key, layout: &FrameGeometry) -> Result<()> {
+    let pixels = u64::from(layout.width) * u64::from(layout.height);
+    if pixels <= MAX_SNAPSHOT_PIXELS {
+        return Ok(());
+    }
+    Err(anyhow!(
+        "the frames of {key} are {}x{} ({pixels} pixels); snapshot converts frames of at most \
+         {MAX_SNAPSHOT_PIXELS} pixels (8192x8192)",
+        layout.width,
+        layout.height
+    ))
 }
 
 /// The frame's bytes on the host, planes at the offsets and pitches of its layout.

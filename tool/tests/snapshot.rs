@@ -584,3 +584,168 @@ fn a_ring_that_changes_size_gives_whole_frames_of_one_generation() {
     }
     println!("12 snapshots across ring generations, sizes seen: {seen:?}");
 }
+
+/// A publisher announcing the largest frames a ring allows (16384x16384 NV12, 400 MB a slot):
+/// the snapshot refuses it with the limit in
+/// words before it makes any host buffer (about 2 GB for the frame and its RGB image), ends
+/// at once and writes nothing; the tool's peak memory is the ring it maps and little more.
+#[test]
+fn a_frame_larger_than_the_snapshot_limit_is_refused_before_any_copy() {
+    let env = TestEnv::new("snaphuge");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (opts, key, stop2) = (env.publisher_options(), env.key.clone(), stop.clone());
+    let (tx, rx) = mpsc::channel();
+    let publisher = std::thread::spawn(move || {
+        let p = Publisher::create(&key, opts).unwrap();
+        let mut config = FrameRingConfig::new(Format::Nv12, 16384, 16384);
+        config.ring_size = 2;
+        p.enable_frames(config).unwrap();
+        tx.send(()).unwrap();
+        while !stop2.load(Ordering::Relaxed) {
+            let slot = p.acquire().unwrap();
+            p.publish(slot, None).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let file = env.dir.join("huge.png");
+    let started = Instant::now();
+    // Reaped by the wait4 below, which also gives its peak memory.
+    #[allow(clippy::zombie_processes)]
+    let mut child = Command::new(bin())
+        .arg("--runtime-dir")
+        .arg(&env.dir)
+        .args(["snapshot", &env.key, file.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: rusage is plain integers and timevals, for which all zero bytes are valid.
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    loop {
+        // SAFETY: `status` and `usage` are valid for writes; the pid is this test's child,
+        // reaped here (WNOHANG polls, so the wait stays bounded).
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(r >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if r == pid {
+            break;
+        }
+        if started.elapsed() > TOOL_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            stop.store(true, Ordering::Relaxed);
+            panic!("cuframes snapshot of a 16384x16384 ring ran longer than {TOOL_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    use std::io::Read;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    publisher.join().unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 1,
+        "{status:#x} {stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "the frames of {} are 16384x16384 (268435456 pixels)",
+            env.key
+        )) && stderr.contains("at most 67108864 pixels (8192x8192)"),
+        "{stderr}"
+    );
+    assert!(!file.exists());
+    // ru_maxrss is in KiB and counts the ring's two slots the reader maps (393216 KiB each);
+    // a copy of a frame and its RGB image would add 1179648 KiB.
+    let ring = 2 * 393_216;
+    assert!(
+        usage.ru_maxrss < ring + 200 * 1024,
+        "peak RSS {} KiB",
+        usage.ru_maxrss
+    );
+}
+
+/// A snapshot killed while it writes its file (SIGKILL, or Ctrl-C, whose default action
+/// ends the tool) leaves FILE as it was and nothing else in its directory: the image is
+/// written to a file without a name, which gets one only once it is whole.
+#[test]
+fn a_snapshot_killed_while_writing_leaves_no_temporary_file() {
+    let env = TestEnv::new("snapkill");
+    // 8192x8192, the largest frame a snapshot converts: its PNG takes seconds to write.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (opts, key, stop2) = (env.publisher_options(), env.key.clone(), stop.clone());
+    let (tx, rx) = mpsc::channel();
+    let publisher = std::thread::spawn(move || {
+        let p = Publisher::create(&key, opts).unwrap();
+        let mut config = FrameRingConfig::new(Format::Nv12, 8192, 8192);
+        config.ring_size = 2;
+        p.enable_frames(config).unwrap();
+        tx.send(()).unwrap();
+        while !stop2.load(Ordering::Relaxed) {
+            let slot = p.acquire().unwrap();
+            p.publish(slot, None).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let out_dir = env.dir.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let file = out_dir.join("snap.png");
+    std::fs::write(&file, b"the old image").unwrap();
+    for signal in [libc::SIGKILL, libc::SIGINT] {
+        let mut child = Command::new(bin())
+            .arg("--runtime-dir")
+            .arg(&env.dir)
+            .args(["snapshot", &env.key, file.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // The file is being written once the tool has an open file in the directory (by
+        // name, or unnamed: /proc/PID/fd shows "out/#NUMBER (deleted)" for O_TMPFILE).
+        let started = Instant::now();
+        let writing = loop {
+            let open_here = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
+                .into_iter()
+                .flatten()
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .any(|p| p.starts_with(&out_dir));
+            if open_here || child.try_wait().unwrap().is_some() {
+                break open_here;
+            }
+            if started.elapsed() > TOOL_LIMIT {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        let status = child.wait().unwrap();
+        assert!(
+            writing,
+            "the tool never opened a file in {}",
+            out_dir.display()
+        );
+        assert!(!status.success(), "{status:?}");
+        let left: Vec<_> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["snap.png"], "after signal {signal}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"the old image");
+    }
+    stop.store(true, Ordering::Relaxed);
+    publisher.join().unwrap();
+}

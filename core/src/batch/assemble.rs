@@ -5,23 +5,25 @@ use std::time::{Duration, Instant};
 
 use crate::cuda::Stream;
 
-use super::camera::Camera;
+use super::camera::{Camera, Stop};
 use super::options::BatchPolicy;
 
 /// Bring every camera's held frame up to date per `policy`, waiting as the policy allows;
-/// returns which cameras are valid in the batch (their held frame goes into it).
+/// returns which cameras are valid in the batch (their held frame goes into it), or None when
+/// `stop` said to stop during a wait (the frames read so far stay held for the next batch).
 pub(super) fn assemble(
     cameras: &mut [Camera],
     policy: BatchPolicy,
     stream: Option<&Stream>,
     retry: Duration,
-) -> Vec<bool> {
+    stop: &mut Stop<'_>,
+) -> Option<Vec<bool>> {
     match policy {
         BatchPolicy::Latest => {
             for c in cameras.iter_mut() {
                 c.drain(stream, retry);
             }
-            cameras.iter().map(|c| c.held.is_some()).collect()
+            Some(cameras.iter().map(|c| c.held.is_some()).collect())
         }
         BatchPolicy::All { timeout } => {
             let deadline = Instant::now() + timeout;
@@ -33,17 +35,20 @@ pub(super) fn assemble(
             // is. A camera past the deadline is read without waiting.
             for c in cameras.iter_mut() {
                 if c.is_connected() && !c.has_new() {
-                    c.wait_newer(deadline, stream, retry);
+                    c.wait_newer(deadline, stream, retry, stop);
+                    if stop.said() {
+                        return None;
+                    }
                 }
             }
             // What came meanwhile from the cameras read first.
             for c in cameras.iter_mut() {
                 c.drain(stream, retry);
             }
-            cameras.iter().map(Camera::has_new).collect()
+            Some(cameras.iter().map(Camera::has_new).collect())
         }
         BatchPolicy::Aligned { window, timeout } => {
-            aligned(cameras, window, timeout, stream, retry)
+            aligned(cameras, window, timeout, stream, retry, stop)
         }
     }
 }
@@ -56,7 +61,8 @@ fn aligned(
     timeout: Duration,
     stream: Option<&Stream>,
     retry: Duration,
-) -> Vec<bool> {
+    stop: &mut Stop<'_>,
+) -> Option<Vec<bool>> {
     let deadline = Instant::now() + timeout;
     let window = i64::try_from(window.as_nanos()).unwrap_or(i64::MAX);
     loop {
@@ -78,13 +84,17 @@ fn aligned(
         };
         let lagging = cameras.iter().position(|c| c.is_connected() && !inside(c));
         let Some(i) = lagging else {
-            return cameras.iter().map(inside).collect();
+            return Some(cameras.iter().map(inside).collect());
         };
         if Instant::now() >= deadline {
-            return cameras.iter().map(inside).collect();
+            return Some(cameras.iter().map(inside).collect());
         }
         // The lagging camera is needed whatever the others do: wait for its next frame.
-        if !cameras[i].wait_newer(deadline, stream, retry) && !cameras[i].is_connected() {
+        let came = cameras[i].wait_newer(deadline, stream, retry, stop);
+        if stop.said() {
+            return None;
+        }
+        if !came && !cameras[i].is_connected() {
             // Lost while waiting: the others are looked at again without it.
             continue;
         }

@@ -168,9 +168,24 @@ impl Camera {
     }
 
     /// Wait until `until` for a frame newer than the one held, then read what else is there
-    /// (keeping the newest). True when one came.
-    pub fn wait_newer(&mut self, until: Instant, stream: Option<&Stream>, retry: Duration) -> bool {
-        self.read(Some(until), stream, retry)
+    /// (keeping the newest). True when one came. The wait is made in slices of
+    /// `STOP_SLICE`, between which `stop` is asked: false as soon as it says to stop.
+    pub fn wait_newer(
+        &mut self,
+        until: Instant,
+        stream: Option<&Stream>,
+        retry: Duration,
+        stop: &mut Stop<'_>,
+    ) -> bool {
+        loop {
+            let slice_end = until.min(Instant::now() + STOP_SLICE);
+            if self.read(Some(slice_end), stream, retry) {
+                return true;
+            }
+            if Instant::now() >= until || !self.is_connected() || stop.asked() {
+                return false;
+            }
+        }
     }
 
     fn read(&mut self, until: Option<Instant>, stream: Option<&Stream>, retry: Duration) -> bool {
@@ -231,12 +246,45 @@ impl Camera {
     }
 }
 
+/// How long a wait for a camera's frame runs between two questions to [`Stop`].
+pub(super) const STOP_SLICE: Duration = Duration::from_millis(50);
+
+/// The caller's "stop waiting" (an interrupt, the reader closing from another thread), asked
+/// between slices of a batch's waits; once it said yes, it stays said.
+pub(super) struct Stop<'a> {
+    ask: &'a mut dyn FnMut() -> bool,
+    said: bool,
+}
+
+impl<'a> Stop<'a> {
+    /// `ask` tells whether to stop now.
+    pub fn new(ask: &'a mut dyn FnMut() -> bool) -> Stop<'a> {
+        Stop { ask, said: false }
+    }
+
+    /// Whether to stop: asks the caller, unless it said so already.
+    pub fn asked(&mut self) -> bool {
+        if !self.said {
+            self.said = (self.ask)();
+        }
+        self.said
+    }
+
+    /// Whether the caller said to stop (without asking again).
+    pub fn said(&self) -> bool {
+        self.said
+    }
+}
+
 /// The most frames one read of a camera takes: a publisher that publishes as fast as they are
 /// read would otherwise keep a batch reading it forever. Twice the largest ring: a reader
 /// further behind than a ring jumps to the newest frame anyway.
 const MAX_READS: usize = 2 * crate::wire::MAX_RING_SIZE;
 
-/// Failures a later attempt may not repeat: the publisher missing, stale, restarting, busy.
+/// Failures a later attempt may not repeat: the publisher missing, stale, restarting, busy,
+/// or a peer at the key that does not speak the protocol (another user's process squatting
+/// the socket, a publisher of another version): what is at a key can change, so such a camera
+/// is invalid with its reason, as a missing one, and the batch goes on with the others.
 fn is_retryable(e: &Error) -> bool {
     matches!(
         e.code(),
@@ -246,6 +294,8 @@ fn is_retryable(e: &Error) -> bool {
             | ErrorCode::Timeout
             | ErrorCode::TooMany
             | ErrorCode::NoMemory
+            | ErrorCode::Protocol
+            | ErrorCode::Format
     )
 }
 

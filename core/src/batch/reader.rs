@@ -8,7 +8,7 @@ use crate::rgb::batch::{placement, BatchSpec, Placement};
 use crate::util::Origin;
 use crate::wire::{Format, MemoryKind};
 
-use super::camera::Camera;
+use super::camera::{Camera, Stop};
 use super::convert::{Converter, Target};
 use super::options::BatchOptions;
 use super::pool::BatchBuffer;
@@ -133,6 +133,24 @@ impl Batch {
     /// returned buffer and the frames this batch read (until the next call or the reader's
     /// drop); the special handles 1 (legacy) and 2 (per-thread) are accepted.
     pub unsafe fn next(&mut self, stream: Option<usize>) -> Result<BatchOutput> {
+        // SAFETY: the caller's contract on `stream`, which is this method's.
+        unsafe { self.next_unless(stream, &mut || false) }?
+            .ok_or_else(|| Error::new(ErrorCode::Timeout, "the batch was stopped"))
+    }
+
+    /// [`next`](Self::next), with the policy's wait (`All`, `Aligned`) made in slices of about
+    /// 50 ms between which `stop` is asked: when it says true, no batch is made and this
+    /// returns None at once (the frames read so far stay held for the next batch). For callers
+    /// that must stay interruptible during a long timeout (Ctrl-C, a close from another
+    /// thread).
+    ///
+    /// # Safety
+    /// As [`next`](Self::next).
+    pub unsafe fn next_unless(
+        &mut self,
+        stream: Option<usize>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<BatchOutput>> {
         if !self.origin.is_here() {
             return Err(Error::invalid(
                 "this batch reader belongs to the process that opened it (this one was forked \
@@ -150,8 +168,17 @@ impl Batch {
         }
         self.converter.choose_target(&self.cameras)?;
         let own = self.converter.release_stream();
-        let mut valid =
-            super::assemble::assemble(&mut self.cameras, self.options.policy, own, retry);
+        let mut stop = Stop::new(stop);
+        let assembled = super::assemble::assemble(
+            &mut self.cameras,
+            self.options.policy,
+            own,
+            retry,
+            &mut stop,
+        );
+        let Some(mut valid) = assembled else {
+            return Ok(None);
+        };
         for (c, v) in self.cameras.iter_mut().zip(valid.iter_mut()) {
             if *v {
                 if let Err(e) = self.converter.accepts(c) {
@@ -174,13 +201,13 @@ impl Batch {
             Target::Host => (MemoryKind::HostMemfd, None),
             Target::Cuda(d) => (MemoryKind::CudaVmm, Some(d)),
         };
-        Ok(BatchOutput {
+        Ok(Some(BatchOutput {
             buffer,
             memory,
             cuda_device,
             cameras,
             index,
-        })
+        }))
     }
 
     /// Look at the cameras' connection attempts now (what `next` does first): take finished

@@ -66,7 +66,20 @@ impl Subscriber {
                     f.pts_ns += self.frame_times.shift_for(Some(f.pts_ns));
                     return Ok(f);
                 }
-                Got::Skipped => continue,
+                // A frame lost to the writer (lapped, or torn under a COPY): the next one is
+                // tried at once, within the deadline, which a writer that tears every copy
+                // (frames published faster than they copy, or a hostile one) would otherwise
+                // never let come.
+                Got::Skipped => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(Error::new(
+                            ErrorCode::Timeout,
+                            "no whole frame within the timeout: each one was overwritten while \
+                             it was read",
+                        ));
+                    }
+                    continue;
+                }
                 Got::Failed(e) => return Err(e),
                 Got::Empty => {}
             }
