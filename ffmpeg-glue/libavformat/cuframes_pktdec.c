@@ -149,10 +149,12 @@ static void cuframes_pkt_log_gap(AVFormatContext *s, uint64_t seq)
         return;
     }
     losses = st.overruns + st.oversized;
-    if (losses > c->losses_seen && c->last_seq && seq > c->last_seq + 1) {
+    /* Differences, never sums, of the publisher's seqs: a seq near UINT64_MAX wraps nothing. */
+    if (losses > c->losses_seen && c->last_seq && seq > c->last_seq && seq - c->last_seq > 1) {
         uint64_t lost = seq - c->last_seq - 1;
 
-        c->lost_packets += lost;
+        /* Saturating: across reconnects, hostile publishers' seq jumps could wrap the sum. */
+        c->lost_packets = lost > UINT64_MAX - c->lost_packets ? UINT64_MAX : c->lost_packets + lost;
         c->lossy_gaps++;
         av_log(s, AV_LOG_WARNING, "discontinuity before packet %"PRIu64" of '%s': %"PRIu64" packets "
                "lost (overwritten before this reader read them, or larger than max_packet_size); "
