@@ -16,6 +16,7 @@
 //!   again, so the caller's current context is never replaced.
 //! - [`vmm`]: [`VmmAllocation`] (create + export fd) and [`VmmImport`] (import fd + map);
 //!   `vmm_prop`: the allocation properties both it and the device's granularity use.
+//! - [`module`]: [`KernelModule`], a kernel of ours loaded from PTX.
 //! - [`stream`]: [`Stream`] and [`Event`].
 //! - [`stream_handle`]: [`CudaStream`], the stream a caller names to the publish API.
 //! - [`copy`]: 2D copies, memset, and the host-copy counter.
@@ -28,6 +29,7 @@ pub mod copy;
 pub mod device;
 pub mod driver;
 pub mod identity;
+pub mod module;
 pub mod pinned;
 pub mod stream;
 pub mod stream_handle;
@@ -40,6 +42,7 @@ pub use copy::{copy_2d_async, copy_dtoh_2d, copy_htod_2d_async, host_copy_count,
 pub use device::CudaDevice;
 pub use driver::{device_count, driver_available, driver_version, release_failures};
 pub use identity::{device_uuid, resolve_device, visible_gpus, GpuUuid, DEVICE_AUTO};
+pub use module::KernelModule;
 pub use pinned::PinnedBuffer;
 pub use stream::{launch_host_func, Event, Stream, StreamIdentity};
 pub use stream_handle::CudaStream;

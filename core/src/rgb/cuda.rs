@@ -12,8 +12,8 @@ use cudarc::driver::sys;
 
 use super::coefficients::Coefficients;
 use super::spec::{rgb_size, RgbDtype, RgbLayout, RgbSpec};
-use crate::cuda::driver::{call, release, release_failed};
-use crate::cuda::{CudaDevice, Stream};
+use crate::cuda::driver::call;
+use crate::cuda::{CudaDevice, KernelModule, Stream};
 use crate::error::{Error, Result};
 use crate::format::FrameGeometry;
 
@@ -58,21 +58,13 @@ const _: () = assert!(std::mem::offset_of!(ConvertParams, pad) == 116);
 
 /// The conversion kernel in one device's context.
 pub struct RgbKernel {
-    dev: Arc<CudaDevice>,
-    module: sys::CUmodule,
-    func: sys::CUfunction,
+    module: KernelModule,
 }
-
-// SAFETY: module and function are driver handles usable from any thread with their context
-// current (every use pushes the device's context).
-unsafe impl Send for RgbKernel {}
-// SAFETY: `&RgbKernel` only reads the handles; launches are thread-safe in the driver.
-unsafe impl Sync for RgbKernel {}
 
 impl std::fmt::Debug for RgbKernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RgbKernel")
-            .field("device", &self.dev.ordinal())
+            .field("device", &self.module.device().ordinal())
             .finish()
     }
 }
@@ -80,33 +72,14 @@ impl std::fmt::Debug for RgbKernel {
 impl RgbKernel {
     /// Loads the kernel into `dev`'s context.
     pub fn load(dev: &Arc<CudaDevice>) -> Result<RgbKernel> {
-        let _current = dev.push_current()?;
-        let mut module: sys::CUmodule = std::ptr::null_mut();
-        // SAFETY: `PTX` is NUL-terminated static text; `module` a valid out-pointer; the
-        // device's context is current.
-        call("cuModuleLoadData", || unsafe {
-            sys::cuModuleLoadData(&mut module, PTX.as_ptr() as *const c_void)
-        })?;
-        let mut func: sys::CUfunction = std::ptr::null_mut();
-        // SAFETY: `module` was just loaded; the name is a NUL-terminated literal.
-        let got = call("cuModuleGetFunction", || unsafe {
-            sys::cuModuleGetFunction(&mut func, module, c"cuframes_to_rgb".as_ptr())
-        });
-        if let Err(e) = got {
-            // SAFETY: the module loaded above, owned by nobody else, unloaded once.
-            release("cuModuleUnload", || unsafe { sys::cuModuleUnload(module) });
-            return Err(e);
-        }
         Ok(RgbKernel {
-            dev: Arc::clone(dev),
-            module,
-            func,
+            module: KernelModule::load(dev, PTX, c"cuframes_to_rgb")?,
         })
     }
 
     /// The device whose context holds the kernel.
     pub fn device(&self) -> &Arc<CudaDevice> {
-        &self.dev
+        self.module.device()
     }
 
     /// Queues the conversion of the frame at device address `src` (planes at `geometry`'s
@@ -167,9 +140,9 @@ impl RgbKernel {
             geometry.width.div_ceil(BLOCK.0).clamp(1, 65535),
             geometry.height.div_ceil(BLOCK.1).clamp(1, 65535),
         );
-        let _current = self.dev.push_current()?;
+        let _current = self.device().push_current()?;
         let mut args = [&mut params as *mut ConvertParams as *mut c_void];
-        let (func, raw) = (self.func, stream.cu());
+        let (func, raw) = (self.module.function(), stream.cu());
         // SAFETY: `func` is the loaded kernel, whose one parameter is a ConvertParams by value
         // (`args` points to it, alive across the call: the driver copies parameters before
         // returning); the device's context is current; the addresses are the caller's
@@ -189,19 +162,5 @@ impl RgbKernel {
                 std::ptr::null_mut(),
             )
         })
-    }
-}
-
-impl Drop for RgbKernel {
-    fn drop(&mut self) {
-        match self.dev.push_current() {
-            Ok(_current) => {
-                let module = self.module;
-                // SAFETY: the module `load` loaded, unloaded once (in drop), its context
-                // current.
-                release("cuModuleUnload", || unsafe { sys::cuModuleUnload(module) });
-            }
-            Err(e) => release_failed(&e),
-        }
     }
 }

@@ -22,8 +22,8 @@ use cudarc::driver::sys;
 use super::camera::CameraParams;
 use super::input::BatchInput;
 use super::spec::{batch_bytes, check_cameras, BatchSpec};
-use crate::cuda::driver::{call, release, release_failed};
-use crate::cuda::{CudaDevice, DeviceBuffer, Event, PinnedBuffer, Stream};
+use crate::cuda::driver::{call, release_failed};
+use crate::cuda::{CudaDevice, DeviceBuffer, Event, KernelModule, PinnedBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::rgb::spec::{RgbDtype, RgbLayout};
 
@@ -88,19 +88,12 @@ struct Slots {
 /// The batched conversion kernel in one device's context. Load one per device and keep it
 /// (loading JIT-compiles the PTX: milliseconds). Launches may come from several threads.
 pub struct BatchKernel {
+    // Dropped after `Drop::drop` has waited for the queued batches.
+    module: KernelModule,
     dev: Arc<CudaDevice>,
-    module: sys::CUmodule,
-    func: sys::CUfunction,
     slots: Mutex<Slots>,
     launches: AtomicU64,
 }
-
-// SAFETY: module and function are driver handles usable from any thread with their context
-// current (every use pushes the device's context); the slots are behind a mutex.
-unsafe impl Send for BatchKernel {}
-// SAFETY: `&BatchKernel` reads the handles, takes the slots' mutex, and counts atomically;
-// launches are thread-safe in the driver.
-unsafe impl Sync for BatchKernel {}
 
 impl std::fmt::Debug for BatchKernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -125,26 +118,10 @@ impl BatchKernel {
                 queued: false,
             });
         }
-        let mut module: sys::CUmodule = std::ptr::null_mut();
-        // SAFETY: `PTX` is NUL-terminated static text; `module` a valid out-pointer; the
-        // device's context is current.
-        call("cuModuleLoadData", || unsafe {
-            sys::cuModuleLoadData(&mut module, PTX.as_ptr() as *const c_void)
-        })?;
-        let mut func: sys::CUfunction = std::ptr::null_mut();
-        // SAFETY: `module` was just loaded; the name is a NUL-terminated literal.
-        let got = call("cuModuleGetFunction", || unsafe {
-            sys::cuModuleGetFunction(&mut func, module, c"cuframes_batch".as_ptr())
-        });
-        if let Err(e) = got {
-            // SAFETY: the module loaded above, owned by nobody else, unloaded once.
-            release("cuModuleUnload", || unsafe { sys::cuModuleUnload(module) });
-            return Err(e);
-        }
+        let module = KernelModule::load(dev, PTX, c"cuframes_batch")?;
         Ok(BatchKernel {
-            dev: Arc::clone(dev),
             module,
-            func,
+            dev: Arc::clone(dev),
             slots: Mutex::new(Slots { ring, next: 0 }),
             launches: AtomicU64::new(0),
         })
@@ -270,7 +247,7 @@ impl BatchKernel {
         params.cameras = device.device_ptr();
 
         let _current = self.dev.push_current()?;
-        let (func, raw) = (self.func, stream.cu());
+        let (func, raw) = (self.module.function(), stream.cu());
         let (dst_dev, src_host) = (device.device_ptr(), host.as_slice().as_ptr());
         // SAFETY: `dst_dev` is `bytes` (<= capacity) bytes of this slot's device buffer and
         // `src_host` as many page-locked bytes, both kept (not written, not freed) until
@@ -332,14 +309,6 @@ impl Drop for BatchKernel {
                 std::mem::forget(slot.device.take());
             }
         }
-        match self.dev.push_current() {
-            Ok(_current) => {
-                let module = self.module;
-                // SAFETY: the module `load` loaded, unloaded once (in drop), its context
-                // current; no launch of it is queued any more (waited for above).
-                release("cuModuleUnload", || unsafe { sys::cuModuleUnload(module) });
-            }
-            Err(e) => release_failed(&e),
-        }
+        // `module` unloads after this body, with no launch of it queued any more.
     }
 }
