@@ -2,10 +2,18 @@ import gc
 import itertools
 import os
 import re
+import signal
 import sys
 import uuid
 
 import pytest
+
+# A suite started in the background by a non-interactive shell (a CI runner, `cmd &`) inherits
+# SIGINT ignored, and an ignored SIGINT is inherited by every child process: Python then
+# neither raises KeyboardInterrupt nor lets `_thread.interrupt_main()` do anything. The Ctrl-C
+# tests need it handled here, and in their children (a handled signal is reset to the
+# default on exec, where an ignored one stays ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _counter = itertools.count()
 
