@@ -705,14 +705,22 @@ fn a_snapshot_killed_while_writing_leaves_no_temporary_file() {
     let file = out_dir.join("snap.png");
     std::fs::write(&file, b"the old image").unwrap();
     for signal in [libc::SIGKILL, libc::SIGINT] {
-        let mut child = Command::new(bin())
-            .arg("--runtime-dir")
+        let mut cmd = Command::new(bin());
+        cmd.arg("--runtime-dir")
             .arg(&env.dir)
             .args(["snapshot", &env.key, file.to_str().unwrap()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::null());
+        // SIGINT at its default in the tool: a suite run in the background by a
+        // non-interactive shell inherits it ignored, and so would the tool.
+        // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
         // The file is being written once the tool has an open file in the directory (by
         // name, or unnamed: /proc/PID/fd shows "out/#NUMBER (deleted)" for O_TMPFILE).
         let started = Instant::now();
