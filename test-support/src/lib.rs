@@ -43,4 +43,4 @@ pub use run_delay::RunDelay;
 pub use scene::{publish_filler, OperatorScene, WEIRD_NAME};
 pub use shm_names::{frame_shm_name, packet_shm_name, shm_path};
 pub use sockets::squat_never_accepting;
-pub use wait::wait_until;
+pub use wait::{wait_published, wait_until};

@@ -11,3 +11,14 @@ pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Wait until the packet ring of `key` has published at least `seq` packets; panics after
+/// `timeout`.
+pub fn wait_published(key: &str, seq: u64, timeout: Duration) {
+    let name = crate::packet_shm_name(key);
+    let what = format!("{key}: {seq} packets published");
+    wait_until(&what, timeout, || {
+        cuframes_core::packet_ring::PacketRingReader::open(&name)
+            .is_ok_and(|r| r.published_seq() >= seq)
+    });
+}

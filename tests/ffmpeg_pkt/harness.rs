@@ -221,23 +221,7 @@ pub fn keyframe_indices(s: &Scratch, src: &Source) -> Vec<usize> {
         .collect()
 }
 
-/// Wait until the ring of `key` has published at least `seq` packets.
-pub fn wait_published(key: &str, seq: u64, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    let name = packet_shm_name(key);
-    loop {
-        if let Ok(r) = PacketRingReader::open(&name) {
-            if r.published_seq() >= seq {
-                return;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key}: {seq} packets not published in {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+pub use cuframes_test_support::wait_published;
 
 /// [`wait_published`] for the ring of the publisher with `pid` (a killed predecessor's ring
 /// stays until its successor replaces it).

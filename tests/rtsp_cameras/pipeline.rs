@@ -123,23 +123,7 @@ pub fn publisher_args(url: &str, key: &str) -> Vec<String> {
     argv
 }
 
-/// Wait until the ring of `key` has published at least `seq` packets.
-pub fn wait_published(key: &str, seq: u64, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    let name = packet_shm_name(key);
-    loop {
-        if let Ok(r) = PacketRingReader::open(&name) {
-            if r.published_seq() >= seq {
-                return;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key}: {seq} packets not published in {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+pub use cuframes_test_support::wait_published;
 
 /// Wait until the ring of `key` belongs to a publisher other than `old` (a pid) and has
 /// published at least `seq` packets; returns the new publisher's pid.
