@@ -233,37 +233,9 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
         ],
     );
     let filter = format!("format=nv12,hwupload_cuframes=key={key}:memory=host:ring_size=16");
-    let publisher = s.spawn_ffmpeg(
-        "publisher",
-        &[
-            "-v",
-            "error",
-            "-readrate",
-            "4",
-            "-i",
-            src.path.to_str().unwrap(),
-            "-map",
-            "0:v:0",
-            "-c",
-            "copy",
-            "-f",
-            "cuframes_pkt",
-            "-ring_slots",
-            "1024",
-            // Only the packet recorder: waiting blocks the whole command, so the filter's
-            // frame ring appears only afterwards (the frame reader retries until then).
-            "-wait_subscribers",
-            "1",
-            &key,
-            "-map",
-            "0:v:0",
-            "-vf",
-            &filter,
-            "-f",
-            "null",
-            "-",
-        ],
-    );
+    // The muxer waits for the packet recorder only: waiting blocks the whole command, so the
+    // filter's frame ring appears only afterwards (the frame reader retries until then).
+    let publisher = spawn_both_rings(&s, &["-readrate", "4"], &src.path, &key, &filter);
     s.wait_ok(publisher, SECS(30));
     s.wait_ok(rec, SECS(30));
     s.wait_ok(frames, SECS(30));
@@ -283,6 +255,43 @@ fn muxer_shares_its_publisher_with_hwupload_cuframes() {
     );
 }
 
+/// The command that publishes both rings of `key` from `src` (input options `input_opts`):
+/// packets through `cuframes_pkt` (1024 slots, waiting for one packet reader), decoded frames
+/// through `filter`; logged as "publisher".
+fn spawn_both_rings(
+    s: &Scratch,
+    input_opts: &[&str],
+    src: &std::path::Path,
+    key: &str,
+    filter: &str,
+) -> Proc {
+    let mut args = vec!["-v", "error"];
+    args.extend_from_slice(input_opts);
+    args.extend_from_slice(&[
+        "-i",
+        src.to_str().unwrap(),
+        "-map",
+        "0:v:0",
+        "-c",
+        "copy",
+        "-f",
+        "cuframes_pkt",
+        "-ring_slots",
+        "1024",
+        "-wait_subscribers",
+        "1",
+        key,
+        "-map",
+        "0:v:0",
+        "-vf",
+        filter,
+        "-f",
+        "null",
+        "-",
+    ]);
+    s.spawn_ffmpeg("publisher", &args)
+}
+
 /// In the command that publishes both rings, the filter's `wait_subscribers` waits for a
 /// frame reader: the packet recorder of the shared publisher, connected first, is none. The
 /// frame reader comes a second later and still gets every frame.
@@ -298,33 +307,7 @@ fn the_filter_waits_for_a_frame_reader_not_the_packet_recorder() {
         "format=nv12,hwupload_cuframes=key={key}:memory=host:ring_size=4:policy=strict_wait:\
          wait_subscribers=1:wait_timeout=30:ack_timeout=10"
     );
-    let publisher = s.spawn_ffmpeg(
-        "publisher",
-        &[
-            "-v",
-            "error",
-            "-i",
-            src.path.to_str().unwrap(),
-            "-map",
-            "0:v:0",
-            "-c",
-            "copy",
-            "-f",
-            "cuframes_pkt",
-            "-ring_slots",
-            "1024",
-            "-wait_subscribers",
-            "1",
-            &key,
-            "-map",
-            "0:v:0",
-            "-vf",
-            &filter,
-            "-f",
-            "null",
-            "-",
-        ],
-    );
+    let publisher = spawn_both_rings(&s, &[], &src.path, &key, &filter);
     // The recorder is in; the filter must still be waiting for a frame reader.
     std::thread::sleep(Duration::from_millis(1500));
     let frames_out = s.path("frames.framemd5");
